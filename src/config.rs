@@ -1,0 +1,175 @@
+//! Model hyper-parameters from GGUF metadata, validated once; plus the values the file does
+//! not carry. GGUF key strings live here and in gguf.rs/tokenizer.rs only.
+
+use crate::error::{Error, Result};
+use crate::gguf::{Gguf, Value};
+
+/// Architectures this build runs.
+pub const SUPPORTED_ARCHS: &str = "gemma3";
+
+/// Default context window when the caller does not ask for one: the KV cache of the global
+/// layers grows with it (Gemma 3 270M: 3 layers × n_ctx × 2 KiB × 2), so the file's 32 768
+/// would cost 200 MB in a browser tab.
+pub const DEFAULT_N_CTX: usize = 4096;
+
+/// Hyper-parameters of a decoder-only transformer, in the one dimension vocabulary.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ModelConfig {
+    pub arch: String,
+    pub name: String,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_ff: usize,
+    pub n_layer: usize,
+    pub n_vocab: usize,
+    /// Context the engine runs with (≤ `n_ctx_train`).
+    pub n_ctx: usize,
+    /// Context the model was trained for, from the file.
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    /// RoPE base of the global layers (from the file).
+    pub rope_base_global: f32,
+    /// RoPE base of the sliding-window layers (Gemma 3: 10 000, not in the file).
+    pub rope_base_local: f32,
+    /// Tokens a sliding-window layer sees, itself included.
+    pub sliding_window: usize,
+    /// Every `sliding_pattern`-th layer is global (Gemma 3: 6).
+    pub sliding_pattern: usize,
+    /// Scale of q·k (Gemma 3: 1/sqrt(head_dim)).
+    pub attn_scale: f32,
+    /// Scale of the token embeddings (Gemma: sqrt(n_embd)).
+    pub embd_scale: f32,
+}
+
+impl ModelConfig {
+    /// Read and validate the config. `n_ctx`: the context to run with (None: the default,
+    /// capped by the file's).
+    pub fn from_gguf(g: &Gguf, n_ctx: Option<usize>) -> Result<Self> {
+        let arch = g.architecture()?.to_string();
+        if arch != "gemma3" {
+            return Err(Error::UnsupportedArch {
+                arch,
+                supported: SUPPORTED_ARCHS,
+            });
+        }
+        let key = |k: &str| format!("{arch}.{k}");
+        let int = |k: &str| -> Result<usize> {
+            let full = key(k);
+            g.get(&full)
+                .and_then(Value::as_u64)
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| {
+                    Error::Config(format!("metadata {full} is missing or not an integer"))
+                })
+        };
+        let float = |k: &str| -> Result<Option<f64>> {
+            let full = key(k);
+            match g.get(&full) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .filter(|x| x.is_finite())
+                    .map(Some)
+                    .ok_or_else(|| {
+                        Error::Config(format!("metadata {full} is not a finite number"))
+                    }),
+            }
+        };
+        let n_embd = int("embedding_length")?;
+        let n_head = int("attention.head_count")?;
+        let n_head_kv = int("attention.head_count_kv").unwrap_or(n_head);
+        let head_dim = match int("attention.key_length") {
+            Ok(d) => d,
+            Err(_) if n_head > 0 => n_embd / n_head,
+            Err(e) => return Err(e),
+        };
+        let v_dim = int("attention.value_length").unwrap_or(head_dim);
+        let n_ff = int("feed_forward_length")?;
+        let n_layer = int("block_count")?;
+        let n_ctx_train = int("context_length")?;
+        let sliding_window = int("attention.sliding_window")?;
+        let rms_eps = float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-6) as f32;
+        let rope_base_global = float("rope.freq_base")?.unwrap_or(1_000_000.0) as f32;
+        let token_embd = g
+            .tensor("token_embd.weight")
+            .ok_or_else(|| Error::Config("tensor token_embd.weight is missing".into()))?;
+        let n_vocab = token_embd.rows_cols().0;
+
+        let check = |ok: bool, what: String| if ok { Ok(()) } else { Err(Error::Config(what)) };
+        let in_range = |name: &str, v: usize, max: usize| {
+            check(
+                (1..=max).contains(&v),
+                format!("{name} = {v} is outside 1..={max}"),
+            )
+        };
+        in_range("n_embd", n_embd, 1 << 16)?;
+        in_range("n_head", n_head, 1024)?;
+        in_range("n_head_kv", n_head_kv, 1024)?;
+        in_range("head_dim", head_dim, 1024)?;
+        in_range("n_ff", n_ff, 1 << 18)?;
+        in_range("n_layer", n_layer, 1024)?;
+        in_range("n_vocab", n_vocab, 1 << 22)?;
+        in_range("n_ctx_train", n_ctx_train, 1 << 24)?;
+        in_range("sliding_window", sliding_window, 1 << 24)?;
+        check(
+            n_head % n_head_kv == 0,
+            format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}"),
+        )?;
+        check(
+            head_dim % 2 == 0,
+            format!("head_dim {head_dim} is odd: RoPE needs pairs"),
+        )?;
+        check(
+            v_dim == head_dim,
+            format!("value_length {v_dim} differs from key_length {head_dim}"),
+        )?;
+        check(
+            rms_eps > 0.0 && rms_eps < 1.0,
+            format!("rms epsilon {rms_eps} is out of range"),
+        )?;
+        check(
+            rope_base_global > 1.0,
+            format!("rope.freq_base {rope_base_global} is out of range"),
+        )?;
+
+        let n_ctx = n_ctx.unwrap_or(DEFAULT_N_CTX.min(n_ctx_train));
+        check(
+            (1..=n_ctx_train).contains(&n_ctx),
+            format!(
+                "n_ctx {n_ctx} is outside 1..={n_ctx_train}, the context the model was trained for"
+            ),
+        )?;
+        let name = g
+            .get("general.name")
+            .and_then(Value::as_str)
+            .unwrap_or("unnamed")
+            .to_string();
+        Ok(Self {
+            arch,
+            name,
+            n_embd,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_ff,
+            n_layer,
+            n_vocab,
+            n_ctx,
+            n_ctx_train,
+            rms_eps,
+            rope_base_global,
+            rope_base_local: 10_000.0,
+            sliding_window,
+            sliding_pattern: 6,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
+            embd_scale: (n_embd as f32).sqrt(),
+        })
+    }
+
+    /// Gemma 3: layers 5, 11, 17, ... attend globally, the rest through a sliding window.
+    pub fn is_global(&self, il: usize) -> bool {
+        (il + 1) % self.sliding_pattern == 0
+    }
+}

@@ -1,0 +1,141 @@
+//! Attention with a KV cache on the CPU. A sliding-window layer keeps a ring of `window`
+//! slots; a global layer keeps one slot per context position. Each slot remembers its
+//! absolute position, so visibility is decided by positions, never by slot order.
+
+use super::ops::{axpy, dot};
+use super::Act;
+use crate::backend::AttnParams;
+use crate::error::{Error, Result};
+
+/// One layer's cached keys and values, `n_slots` rows of `n_head_kv · head_dim`.
+pub struct KvCache {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Absolute position held by each slot (None: empty).
+    pos: Vec<Option<usize>>,
+    width: usize,
+}
+
+impl KvCache {
+    pub fn new(n_slots: usize, width: usize) -> Self {
+        Self {
+            k: vec![0.0; n_slots * width],
+            v: vec![0.0; n_slots * width],
+            pos: vec![None; n_slots],
+            width,
+        }
+    }
+
+    pub fn n_slots(&self) -> usize {
+        self.pos.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.pos.iter_mut().for_each(|p| *p = None);
+    }
+
+    fn write(&mut self, p: usize, k: &[f32], v: &[f32]) {
+        let s = p % self.pos.len();
+        let w = self.width;
+        self.k[s * w..(s + 1) * w].copy_from_slice(k);
+        self.v[s * w..(s + 1) * w].copy_from_slice(v);
+        self.pos[s] = Some(p);
+    }
+}
+
+/// Attend `q` (rows at `pos`) over the cache plus the new `k`, `v`, then store them.
+pub fn attend(
+    q: &Act,
+    k: &Act,
+    v: &Act,
+    kv: &mut KvCache,
+    pos: &[usize],
+    p: AttnParams,
+) -> Result<Act> {
+    let n_tok = pos.len();
+    let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let kv_w = n_kv * hd;
+    if q.width != n_head * hd || k.width != kv_w || v.width != kv_w || kv.width != kv_w {
+        return Err(Error::Backend(
+            "attention: widths disagree with the head layout".into(),
+        ));
+    }
+    if q.n_tok() != n_tok || k.n_tok() != n_tok || v.n_tok() != n_tok || n_head % n_kv != 0 {
+        return Err(Error::Backend("attention: row counts disagree".into()));
+    }
+    if let Some(t) = (1..n_tok).find(|&t| pos[t] != pos[t - 1] + 1) {
+        return Err(Error::Backend(format!(
+            "attention: positions not consecutive at row {t}"
+        )));
+    }
+    let group = n_head / n_kv;
+    let visible = |pq: usize, pk: usize| pk <= pq && pq - pk < p.window;
+    // Cached keys visible to at least one query of this chunk, in slot order.
+    let first = pos.first().copied().unwrap_or(0);
+    let cached: Vec<(usize, usize)> = kv
+        .pos
+        .iter()
+        .enumerate()
+        .filter_map(|(s, pk)| pk.filter(|&pk| pk < first).map(|pk| (s, pk)))
+        .collect();
+    let mut out = vec![0f32; n_tok * n_head * hd];
+    let mut scores: Vec<f32> = Vec::with_capacity(cached.len() + n_tok);
+    for t in 0..n_tok {
+        let pq = pos[t];
+        for h in 0..n_head {
+            let kh = h / group;
+            let qv = &q.data[t * q.width + h * hd..t * q.width + (h + 1) * hd];
+            scores.clear();
+            // (key row source, score): cached slots first, then this chunk's rows ≤ t.
+            for &(s, pk) in &cached {
+                if visible(pq, pk) {
+                    scores.push(
+                        dot(qv, &kv.k[s * kv_w + kh * hd..s * kv_w + (kh + 1) * hd]) * p.scale,
+                    );
+                } else {
+                    scores.push(f32::NEG_INFINITY);
+                }
+            }
+            for j in 0..=t {
+                if visible(pq, pos[j]) {
+                    scores.push(
+                        dot(qv, &k.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd]) * p.scale,
+                    );
+                } else {
+                    scores.push(f32::NEG_INFINITY);
+                }
+            }
+            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let mut sum = 0f32;
+            for s in scores.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            let inv = 1.0 / sum;
+            let o = &mut out[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
+            for (i, &(s, _)) in cached.iter().enumerate() {
+                let w = scores[i] * inv;
+                if w != 0.0 {
+                    axpy(o, w, &kv.v[s * kv_w + kh * hd..s * kv_w + (kh + 1) * hd]);
+                }
+            }
+            for j in 0..=t {
+                let w = scores[cached.len() + j] * inv;
+                if w != 0.0 {
+                    axpy(o, w, &v.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd]);
+                }
+            }
+        }
+    }
+    for t in 0..n_tok {
+        kv.write(
+            pos[t],
+            &k.data[t * kv_w..(t + 1) * kv_w],
+            &v.data[t * kv_w..(t + 1) * kv_w],
+        );
+    }
+    Ok(Act {
+        data: out,
+        width: n_head * hd,
+    })
+}

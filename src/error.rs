@@ -1,0 +1,83 @@
+//! The one error type of the crate. Every message names the cause and, where there is one,
+//! the remedy. `kind()` is the stable name JS sees as `Error.name`.
+
+/// Everything that can go wrong, from bytes to tokens.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The bytes are not a GGUF file, or the file is truncated or corrupt.
+    #[error("invalid GGUF: {0}")]
+    Gguf(String),
+    /// A well-formed file for an architecture this build does not run.
+    #[error("unsupported architecture `{arch}`: kerze runs {supported}")]
+    UnsupportedArch {
+        arch: String,
+        supported: &'static str,
+    },
+    /// A tensor stored in a type there is no kernel for.
+    #[error(
+        "tensor {tensor} has type {ty}, which kerze does not run: supported types are {supported}"
+    )]
+    UnsupportedTensorType {
+        tensor: String,
+        ty: String,
+        supported: &'static str,
+    },
+    /// Metadata or tensor shapes that contradict each other or are out of range.
+    #[error("invalid model: {0}")]
+    Config(String),
+    /// Building or using the tokenizer failed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// The sequence would pass the context window.
+    #[error("context full: {needed} tokens needed, the context holds {n_ctx}; shorten the prompt, lower max tokens, or load with a larger n_ctx")]
+    ContextFull { needed: usize, n_ctx: usize },
+    /// Options out of range (temperature < 0, top_p outside (0, 1], ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A generation stopped because its abort signal fired.
+    #[error("aborted")]
+    Aborted,
+    /// The model could not be found or fetched.
+    #[error("model: {0}")]
+    Model(String),
+    /// The compute backend failed (candle, or later the GPU).
+    #[error("backend: {0}")]
+    Backend(String),
+    /// File system or process I/O (native only).
+    #[error("io: {0}")]
+    Io(String),
+}
+
+impl Error {
+    /// A stable, short name of the kind, used as the JS `Error.name`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Gguf(_) => "GgufError",
+            Error::UnsupportedArch { .. } => "UnsupportedArchError",
+            Error::UnsupportedTensorType { .. } => "UnsupportedTensorTypeError",
+            Error::Config(_) => "ModelConfigError",
+            Error::Tokenizer(_) => "TokenizerError",
+            Error::ContextFull { .. } => "ContextFullError",
+            Error::InvalidArgument(_) => "InvalidArgumentError",
+            Error::Aborted => "AbortError",
+            Error::Model(_) => "ModelError",
+            Error::Backend(_) => "BackendError",
+            Error::Io(_) => "IoError",
+        }
+    }
+}
+
+impl From<candle_core::Error> for Error {
+    fn from(e: candle_core::Error) -> Self {
+        Error::Backend(e.to_string())
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e.to_string())
+    }
+}
+
+/// `Result` with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

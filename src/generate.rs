@@ -1,0 +1,402 @@
+//! A session (model + tokenizer + KV cache on one backend) and generation: chunked prefill,
+//! the decode loop, stop tokens and stop strings, streaming of whole UTF-8 pieces, abort
+//! between steps. Driven one step at a time, so a JS worker can interleave messages.
+
+use crate::backend::Backend;
+use crate::clock::now_ms;
+use crate::error::{Error, Result};
+use crate::model::gemma3::{Cache, Gemma3};
+use crate::sampler::{top_k, Sampler, SamplerConfig};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Tokens per prefill chunk: large enough to reuse each weight tile across rows, small enough
+/// to keep activations small and let an abort land quickly.
+pub const PREFILL_CHUNK: usize = 128;
+
+/// Options of one generation.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    #[serde(flatten)]
+    pub sampler: SamplerConfig,
+    /// Generation ends before any of these strings; the string is not returned.
+    pub stop: Vec<String>,
+    /// Generation ends at these ids (default: the model's end-of-sequence tokens).
+    pub stop_tokens: Option<Vec<u32>>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            max_tokens: 128,
+            sampler: SamplerConfig::default(),
+            stop: Vec::new(),
+            stop_tokens: None,
+        }
+    }
+}
+
+/// One streamed piece: whole UTF-8 characters, and the token that completed it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Chunk {
+    pub text: String,
+    pub token_id: u32,
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The context window is full.
+    ContextFull,
+}
+
+/// Counts and speeds of a generation.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens actually computed (the rest came from the KV cache).
+    pub prefill_tokens: usize,
+    pub completion_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub prefill_tokens_per_s: f64,
+    pub decode_tokens_per_s: f64,
+}
+
+/// The state of one generation between steps.
+pub struct Generation {
+    sampler: Sampler,
+    max_tokens: usize,
+    stop_tokens: Vec<u32>,
+    stop: StopStrings,
+    decoder: StreamDecoder,
+    /// Prompt and generated ids so far.
+    pub ids: Vec<u32>,
+    pub prompt_len: usize,
+    /// The token sampled but not yet fed to the model.
+    next: Option<u32>,
+    pub finish: Option<FinishReason>,
+    pub usage: Usage,
+}
+
+impl Generation {
+    /// Generated ids so far.
+    pub fn generated(&self) -> &[u32] {
+        &self.ids[self.prompt_len..]
+    }
+}
+
+/// A loaded model ready to generate on backend `B`.
+pub struct Session<B: Backend> {
+    pub be: B,
+    pub model: Gemma3<B>,
+    pub tok: Tokenizer,
+    cache: Cache<B>,
+    /// The ids whose keys and values the cache holds, in order.
+    cached_ids: Vec<u32>,
+}
+
+impl<B: Backend> Session<B> {
+    pub fn new(mut be: B, model: Gemma3<B>, tok: Tokenizer) -> Result<Self> {
+        let cache = model.new_cache(&mut be)?;
+        Ok(Self {
+            be,
+            model,
+            tok,
+            cache,
+            cached_ids: Vec::new(),
+        })
+    }
+
+    /// Forget the KV cache.
+    pub fn reset(&mut self) {
+        for kv in &mut self.cache.layers {
+            self.be.clear_kv(kv);
+        }
+        self.cache.n_past = 0;
+        self.cached_ids.clear();
+    }
+
+    /// Run `ids` after what the cache holds; hidden states of the last row (or all rows).
+    async fn feed(&mut self, ids: &[u32], abort: &dyn Fn() -> bool) -> Result<B::Tensor> {
+        let mut last = None;
+        for chunk in ids.chunks(PREFILL_CHUNK) {
+            if abort() {
+                return Err(Error::Aborted);
+            }
+            let h = match self.model.forward(&mut self.be, chunk, &mut self.cache) {
+                Ok(h) => h,
+                Err(e) => {
+                    // A failed step may have written part of the chunk into the cache.
+                    self.reset();
+                    return Err(e);
+                }
+            };
+            self.cached_ids.extend_from_slice(chunk);
+            last = Some((h, chunk.len()));
+        }
+        let (h, n) =
+            last.ok_or_else(|| Error::InvalidArgument("nothing to run: empty input".into()))?;
+        self.be.rows(&h, n - 1, 1)
+    }
+
+    async fn next_logits(&mut self, ids: &[u32], abort: &dyn Fn() -> bool) -> Result<Vec<f32>> {
+        let h = self.feed(ids, abort).await?;
+        let logits = self.model.lm_head(&mut self.be, &h)?;
+        self.be.read(&logits).await
+    }
+
+    /// Tokenize user text as a prompt: `<bos>` + ids, control-token strings kept as text.
+    pub fn encode_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
+        self.tok.encode_user(prompt, true)
+    }
+
+    /// Prefill `prompt_ids` (reusing the cache when it holds a prefix of them) and sample the
+    /// first token. Then call [`Session::step`] until it returns `None`.
+    pub async fn start(
+        &mut self,
+        prompt_ids: Vec<u32>,
+        opts: &GenerateOptions,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Generation> {
+        if prompt_ids.is_empty() {
+            return Err(Error::InvalidArgument("the prompt has no tokens".into()));
+        }
+        let n_ctx = self.model.cfg.n_ctx;
+        if prompt_ids.len() > n_ctx {
+            return Err(Error::ContextFull {
+                needed: prompt_ids.len(),
+                n_ctx,
+            });
+        }
+        if let Some(bad) = prompt_ids
+            .iter()
+            .find(|&&id| id as usize >= self.model.cfg.n_vocab)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary"
+            )));
+        }
+        let sampler = Sampler::new(opts.sampler.clone())?;
+        let stop_tokens = match &opts.stop_tokens {
+            Some(s) => s.clone(),
+            None => self.default_stop_tokens(),
+        };
+        // Reuse only a cache that the prompt extends: a sliding-window ring cannot rewind.
+        let reuse =
+            self.cached_ids.len() < prompt_ids.len() && prompt_ids.starts_with(&self.cached_ids);
+        if !reuse {
+            self.reset();
+        }
+        let todo = prompt_ids[self.cached_ids.len()..].to_vec();
+        let t0 = now_ms();
+        let mut logits = self.next_logits(&todo, abort).await?;
+        let prefill_ms = now_ms() - t0;
+        let mut g = Generation {
+            sampler,
+            max_tokens: opts.max_tokens,
+            stop_tokens,
+            stop: StopStrings::new(opts.stop.clone()),
+            decoder: StreamDecoder::new(),
+            prompt_len: prompt_ids.len(),
+            ids: prompt_ids,
+            next: None,
+            finish: None,
+            usage: Usage {
+                prompt_tokens: 0,
+                prefill_tokens: todo.len(),
+                prefill_ms,
+                prefill_tokens_per_s: todo.len() as f64 / (prefill_ms / 1000.0).max(1e-9),
+                ..Usage::default()
+            },
+        };
+        g.usage.prompt_tokens = g.prompt_len;
+        if g.max_tokens == 0 {
+            g.finish = Some(FinishReason::Length);
+        } else {
+            g.next = Some(g.sampler.sample(&mut logits, &g.ids));
+        }
+        Ok(g)
+    }
+
+    /// Emit the token sampled last and compute the one after it. `None` once finished.
+    pub async fn step(
+        &mut self,
+        g: &mut Generation,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Option<Chunk>> {
+        if g.finish.is_some() {
+            return Ok(self.flush(g));
+        }
+        let Some(id) = g.next.take() else {
+            g.finish = Some(FinishReason::Stop);
+            return Ok(None);
+        };
+        if g.stop_tokens.contains(&id) {
+            g.finish = Some(FinishReason::Stop);
+            return Ok(self.flush(g));
+        }
+        g.ids.push(id);
+        g.usage.completion_tokens += 1;
+        let piece = g.decoder.step(&self.tok, id)?;
+        let (text, hit) = g.stop.push(&piece);
+        if hit {
+            g.finish = Some(FinishReason::Stop);
+            return Ok(Some(Chunk { text, token_id: id }));
+        }
+        if g.usage.completion_tokens >= g.max_tokens {
+            g.finish = Some(FinishReason::Length);
+        } else if g.ids.len() >= self.model.cfg.n_ctx {
+            g.finish = Some(FinishReason::ContextFull);
+        } else {
+            let t0 = now_ms();
+            let mut logits = self.next_logits(&[id], abort).await?;
+            g.usage.decode_ms += now_ms() - t0;
+            let n = g.usage.completion_tokens as f64;
+            g.usage.decode_tokens_per_s = n / (g.usage.decode_ms / 1000.0).max(1e-9);
+            g.next = Some(g.sampler.sample(&mut logits, &g.ids));
+        }
+        if g.finish.is_some() {
+            let rest = self.flush(g).map(|c| c.text).unwrap_or_default();
+            return Ok(Some(Chunk {
+                text: text + &rest,
+                token_id: id,
+            }));
+        }
+        Ok(Some(Chunk { text, token_id: id }))
+    }
+
+    /// The text held back (an incomplete character or a partial stop string) once finished.
+    fn flush(&self, g: &mut Generation) -> Option<Chunk> {
+        if g.stop.hit {
+            return None;
+        }
+        let tail = g.decoder.flush(&self.tok).unwrap_or_default();
+        let text = g.stop.finish(&tail);
+        let id = g.ids.last().copied().unwrap_or(0);
+        (!text.is_empty()).then_some(Chunk { text, token_id: id })
+    }
+
+    /// `<eos>` and, when the vocabulary has it, `<end_of_turn>`.
+    pub fn default_stop_tokens(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.tok.eos().into_iter().collect();
+        v.extend(self.tok.token_id("<end_of_turn>"));
+        v
+    }
+
+    /// Generate to the end, calling `on_chunk` for every piece.
+    pub async fn generate(
+        &mut self,
+        prompt_ids: Vec<u32>,
+        opts: &GenerateOptions,
+        abort: &dyn Fn() -> bool,
+        on_chunk: &mut dyn FnMut(&Chunk),
+    ) -> Result<Generation> {
+        let mut g = self.start(prompt_ids, opts, abort).await?;
+        while let Some(c) = self.step(&mut g, abort).await? {
+            on_chunk(&c);
+        }
+        Ok(g)
+    }
+
+    /// Teacher-forced: for every position of `ids`, the `k` best `(id, logit)` of the next
+    /// token. The LM head runs chunk by chunk, so 600 positions never hold 600 × 262 144 logits.
+    pub async fn logits_top_k(&mut self, ids: &[u32], k: usize) -> Result<Vec<Vec<(u32, f32)>>> {
+        if ids.len() > self.model.cfg.n_ctx {
+            return Err(Error::ContextFull {
+                needed: ids.len(),
+                n_ctx: self.model.cfg.n_ctx,
+            });
+        }
+        self.reset();
+        let mut out = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(PREFILL_CHUNK / 2) {
+            let h = self.model.forward(&mut self.be, chunk, &mut self.cache)?;
+            self.cached_ids.extend_from_slice(chunk);
+            let logits = self.model.lm_head(&mut self.be, &h)?;
+            let logits = self.be.read(&logits).await?;
+            let n_vocab = self.model.cfg.n_vocab;
+            out.extend(logits.chunks_exact(n_vocab).map(|row| top_k(row, k)));
+        }
+        Ok(out)
+    }
+}
+
+/// Holds back text that may be the start of a stop string.
+struct StopStrings {
+    stops: Vec<String>,
+    held: String,
+    hit: bool,
+}
+
+impl StopStrings {
+    fn new(stops: Vec<String>) -> Self {
+        Self {
+            stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
+            held: String::new(),
+            hit: false,
+        }
+    }
+
+    /// Add a piece; returns the text safe to emit and whether a stop string was found.
+    fn push(&mut self, piece: &str) -> (String, bool) {
+        self.held.push_str(piece);
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
+            let out = self.held[..at].to_string();
+            self.held.clear();
+            self.hit = true;
+            return (out, true);
+        }
+        // Keep the longest suffix of `held` that is a proper prefix of some stop string.
+        let keep = self
+            .stops
+            .iter()
+            .flat_map(|s| s.char_indices().skip(1).map(move |(i, _)| &s[..i]))
+            .filter(|p| self.held.ends_with(p))
+            .map(str::len)
+            .max()
+            .unwrap_or(0);
+        let cut = self.held.len() - keep;
+        let out = self.held[..cut].to_string();
+        self.held.drain(..cut);
+        (out, false)
+    }
+
+    /// Everything still held, plus `tail`.
+    fn finish(&mut self, tail: &str) -> String {
+        let mut s = std::mem::take(&mut self.held);
+        s.push_str(tail);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StopStrings;
+
+    #[test]
+    fn stop_strings_hold_back_prefixes() {
+        let mut s = StopStrings::new(vec!["\n\nUser:".into()]);
+        assert_eq!(s.push("Hello"), ("Hello".into(), false));
+        assert_eq!(s.push(" world\n"), (" world".into(), false));
+        assert_eq!(s.push("\nUs"), (String::new(), false));
+        assert_eq!(s.push("er: hi"), (String::new(), true));
+        let mut s = StopStrings::new(vec!["STOP".into()]);
+        assert_eq!(s.push("ST"), (String::new(), false));
+        assert_eq!(s.push("ay"), ("STay".into(), false));
+        assert_eq!(s.finish("x"), "x");
+    }
+}

@@ -1,0 +1,822 @@
+//! GGUF: header, metadata and tensor index, read from any byte source.
+//!
+//! Owns: parsing and validating the container, and writing it (for the synthetic test
+//! models). Does not own: what the metadata means (config.rs, tokenizer.rs) or where tensors
+//! go (the backends). Every count, length, offset and size is checked against the bytes that
+//! are really there before anything is allocated, so a truncated or hostile file is an
+//! [`Error::Gguf`], never a panic, a hang or an allocation larger than the file.
+
+use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+
+const MAGIC: &[u8; 4] = b"GGUF";
+const DEFAULT_ALIGNMENT: u64 = 32;
+/// Arrays nested deeper than this are refused (no real model nests at all).
+const MAX_DEPTH: usize = 3;
+const MAX_DIMS: usize = 4;
+
+/// Random access to the bytes of a model file: a slice in memory, a file natively, a JS
+/// `Uint8Array` in the browser. Tensors are copied out of it once, into their final place.
+pub trait ByteSource {
+    /// Length of the whole file in bytes.
+    fn len(&self) -> u64;
+    /// Fill `buf` with the bytes at `offset..offset + buf.len()`.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// True when the file is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ByteSource for [u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let start =
+            usize::try_from(offset).map_err(|_| Error::Gguf("offset out of range".into()))?;
+        let src = start
+            .checked_add(buf.len())
+            .and_then(|end| self.get(start..end))
+            .ok_or_else(|| {
+                Error::Gguf(format!(
+                    "read of {} bytes at {offset} passes the end of the file ({} bytes)",
+                    buf.len(),
+                    <[u8]>::len(self)
+                ))
+            })?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+}
+
+impl ByteSource for Vec<u8> {
+    fn len(&self) -> u64 {
+        self.as_slice().len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.as_slice().read_at(offset, buf)
+    }
+}
+
+/// A model file on disk, read tensor by tensor (native only).
+#[cfg(not(target_arch = "wasm32"))]
+pub struct FileSource {
+    file: std::fs::File,
+    len: u64,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl FileSource {
+    /// Open `path`.
+    pub fn open(path: &std::path::Path) -> Result<Self> {
+        let file = std::fs::File::open(path)
+            .map_err(|e| Error::Model(format!("cannot open {}: {e}", path.display())))?;
+        let len = file.metadata()?.len();
+        Ok(Self { file, len })
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl ByteSource for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            self.file.read_exact_at(buf, offset)?;
+        }
+        #[cfg(not(unix))]
+        {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut f = &self.file;
+            f.seek(SeekFrom::Start(offset))?;
+            f.read_exact(buf)?;
+        }
+        Ok(())
+    }
+}
+
+/// The tensor element types of ggml that kerze knows by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum GgmlType {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q8_1,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+    Q8_K,
+    I8,
+    I16,
+    I32,
+    I64,
+    F64,
+    BF16,
+}
+
+impl GgmlType {
+    /// The type for a ggml type id, or `None` for ids without a fixed block layout kerze knows.
+    pub fn from_id(id: u32) -> Option<Self> {
+        use GgmlType::*;
+        Some(match id {
+            0 => F32,
+            1 => F16,
+            2 => Q4_0,
+            3 => Q4_1,
+            6 => Q5_0,
+            7 => Q5_1,
+            8 => Q8_0,
+            9 => Q8_1,
+            10 => Q2_K,
+            11 => Q3_K,
+            12 => Q4_K,
+            13 => Q5_K,
+            14 => Q6_K,
+            15 => Q8_K,
+            24 => I8,
+            25 => I16,
+            26 => I32,
+            27 => I64,
+            28 => F64,
+            30 => BF16,
+            _ => return None,
+        })
+    }
+
+    /// The ggml type id.
+    pub fn id(self) -> u32 {
+        use GgmlType::*;
+        match self {
+            F32 => 0,
+            F16 => 1,
+            Q4_0 => 2,
+            Q4_1 => 3,
+            Q5_0 => 6,
+            Q5_1 => 7,
+            Q8_0 => 8,
+            Q8_1 => 9,
+            Q2_K => 10,
+            Q3_K => 11,
+            Q4_K => 12,
+            Q5_K => 13,
+            Q6_K => 14,
+            Q8_K => 15,
+            I8 => 24,
+            I16 => 25,
+            I32 => 26,
+            I64 => 27,
+            F64 => 28,
+            BF16 => 30,
+        }
+    }
+
+    /// (elements per block, bytes per block).
+    pub fn block(self) -> (u64, u64) {
+        use GgmlType::*;
+        match self {
+            F32 | I32 => (1, 4),
+            F16 | BF16 | I16 => (1, 2),
+            I8 => (1, 1),
+            I64 | F64 => (1, 8),
+            Q4_0 => (32, 18),
+            Q4_1 => (32, 20),
+            Q5_0 => (32, 22),
+            Q5_1 => (32, 24),
+            Q8_0 => (32, 34),
+            Q8_1 => (32, 36),
+            Q2_K => (256, 84),
+            Q3_K => (256, 110),
+            Q4_K => (256, 144),
+            Q5_K => (256, 176),
+            Q6_K => (256, 210),
+            Q8_K => (256, 292),
+        }
+    }
+
+    /// The name ggml and llama.cpp use.
+    pub fn name(self) -> &'static str {
+        use GgmlType::*;
+        match self {
+            F32 => "F32",
+            F16 => "F16",
+            Q4_0 => "Q4_0",
+            Q4_1 => "Q4_1",
+            Q5_0 => "Q5_0",
+            Q5_1 => "Q5_1",
+            Q8_0 => "Q8_0",
+            Q8_1 => "Q8_1",
+            Q2_K => "Q2_K",
+            Q3_K => "Q3_K",
+            Q4_K => "Q4_K",
+            Q5_K => "Q5_K",
+            Q6_K => "Q6_K",
+            Q8_K => "Q8_K",
+            I8 => "I8",
+            I16 => "I16",
+            I32 => "I32",
+            I64 => "I64",
+            F64 => "F64",
+            BF16 => "BF16",
+        }
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A metadata value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    Bool(bool),
+    String(String),
+    Array(Vec<Value>),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+}
+
+impl Value {
+    fn type_id(&self) -> u32 {
+        match self {
+            Value::U8(_) => 0,
+            Value::I8(_) => 1,
+            Value::U16(_) => 2,
+            Value::I16(_) => 3,
+            Value::U32(_) => 4,
+            Value::I32(_) => 5,
+            Value::F32(_) => 6,
+            Value::Bool(_) => 7,
+            Value::String(_) => 8,
+            Value::Array(_) => 9,
+            Value::U64(_) => 10,
+            Value::I64(_) => 11,
+            Value::F64(_) => 12,
+        }
+    }
+
+    /// The value as an unsigned integer, if it is a non-negative integer of any width.
+    pub fn as_u64(&self) -> Option<u64> {
+        match *self {
+            Value::U8(v) => Some(v.into()),
+            Value::U16(v) => Some(v.into()),
+            Value::U32(v) => Some(v.into()),
+            Value::U64(v) => Some(v),
+            Value::I8(v) => u64::try_from(v).ok(),
+            Value::I16(v) => u64::try_from(v).ok(),
+            Value::I32(v) => u64::try_from(v).ok(),
+            Value::I64(v) => u64::try_from(v).ok(),
+            Value::Bool(v) => Some(v.into()),
+            _ => None,
+        }
+    }
+
+    /// The value as a float, if it is any number.
+    pub fn as_f64(&self) -> Option<f64> {
+        match *self {
+            Value::F32(v) => Some(v.into()),
+            Value::F64(v) => Some(v),
+            Value::I8(v) => Some(v.into()),
+            Value::I16(v) => Some(v.into()),
+            Value::I32(v) => Some(v.into()),
+            Value::I64(v) => Some(v as f64),
+            _ => self.as_u64().map(|v| v as f64),
+        }
+    }
+
+    /// The value as a string slice.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value as an array.
+    pub fn as_array(&self) -> Option<&[Value]> {
+        match self {
+            Value::Array(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of the tensor index.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub ty: GgmlType,
+    /// ggml order: `dims[0]` is the innermost (row length), as in the file.
+    pub dims: Vec<u64>,
+    /// Absolute offset of the first byte in the file.
+    pub offset: u64,
+    /// Number of bytes of the tensor's data.
+    pub n_bytes: u64,
+}
+
+impl TensorInfo {
+    /// Number of elements.
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+
+    /// (rows, row length) for a matrix; a vector is one row.
+    pub fn rows_cols(&self) -> (usize, usize) {
+        let cols = self.dims.first().copied().unwrap_or(1);
+        let rows: u64 = self.dims.iter().skip(1).product();
+        (rows as usize, cols as usize)
+    }
+}
+
+/// A parsed GGUF header: version, metadata and the validated tensor index.
+#[derive(Clone, Debug)]
+pub struct Gguf {
+    pub version: u32,
+    pub metadata: BTreeMap<String, Value>,
+    pub tensors: Vec<TensorInfo>,
+    /// Absolute offset where tensor data begins.
+    pub data_offset: u64,
+    /// Length of the whole file.
+    pub file_len: u64,
+}
+
+impl Gguf {
+    /// Parse the header of `src`, reading only as much of it as the header needs.
+    pub fn read(src: &(impl ByteSource + ?Sized)) -> Result<Self> {
+        let file_len = src.len();
+        // Gemma 3's header (with a 262 144-token vocabulary) is about 6.5 MB: start at 8 MiB
+        // and grow only if the header really is longer.
+        let mut window = file_len.min(8 << 20);
+        loop {
+            let len = usize::try_from(window).map_err(|_| Error::Gguf("file too large".into()))?;
+            let mut buf = vec![0u8; len];
+            src.read_at(0, &mut buf)?;
+            match parse_header(&buf, file_len) {
+                Err(ParseError::NeedMore) if window < file_len => {
+                    window = file_len.min(window.saturating_mul(4));
+                }
+                Err(ParseError::NeedMore) => {
+                    return Err(Error::Gguf(format!(
+                        "the header runs past the end of the file ({file_len} bytes): the file is truncated"
+                    )))
+                }
+                Err(ParseError::Bad(msg)) => return Err(Error::Gguf(msg)),
+                Ok(g) => return Ok(g),
+            }
+        }
+    }
+
+    /// A metadata value by key.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    /// A tensor by name.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The general.architecture string.
+    pub fn architecture(&self) -> Result<&str> {
+        self.get("general.architecture")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Error::Gguf("metadata has no general.architecture".into()))
+    }
+}
+
+enum ParseError {
+    /// The buffer ended inside the header; more of the file may complete it.
+    NeedMore,
+    Bad(String),
+}
+
+impl From<String> for ParseError {
+    fn from(s: String) -> Self {
+        ParseError::Bad(s)
+    }
+}
+
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    /// Bytes in the whole file: counts are checked against what the file could still hold.
+    file_len: u64,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ParseError> {
+        let end = self.pos.checked_add(n).ok_or(ParseError::NeedMore)?;
+        match self.buf.get(self.pos..end) {
+            Some(s) => {
+                self.pos = end;
+                Ok(s)
+            }
+            None if (end as u64) <= self.file_len => Err(ParseError::NeedMore),
+            None => Err(ParseError::Bad(format!(
+                "the header needs byte {end} but the file has {} bytes: the file is truncated",
+                self.file_len
+            ))),
+        }
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], ParseError> {
+        let s = self.take(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+    fn u32(&mut self) -> Result<u32, ParseError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, ParseError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    /// Bytes left in the file after the cursor: the bound for every count read here.
+    fn remaining_in_file(&self) -> u64 {
+        self.file_len.saturating_sub(self.pos as u64)
+    }
+    /// A count of items each at least `min_size` bytes, refused if the file cannot hold them.
+    fn count(&mut self, what: &str, min_size: u64) -> Result<usize, ParseError> {
+        let n = self.u64()?;
+        if n.saturating_mul(min_size) > self.remaining_in_file() {
+            return Err(ParseError::Bad(format!(
+                "{what} count {n} at byte {} cannot fit in the {} bytes left in the file",
+                self.pos - 8,
+                self.remaining_in_file()
+            )));
+        }
+        Ok(n as usize)
+    }
+    fn string(&mut self, what: &str) -> Result<String, ParseError> {
+        let n = self.count(what, 1)?;
+        let bytes = self.take(n)?;
+        Ok(String::from_utf8_lossy(bytes).into_owned())
+    }
+    fn value(&mut self, ty: u32, depth: usize) -> Result<Value, ParseError> {
+        Ok(match ty {
+            0 => Value::U8(self.array::<1>()?[0]),
+            1 => Value::I8(i8::from_le_bytes(self.array()?)),
+            2 => Value::U16(u16::from_le_bytes(self.array()?)),
+            3 => Value::I16(i16::from_le_bytes(self.array()?)),
+            4 => Value::U32(self.u32()?),
+            5 => Value::I32(i32::from_le_bytes(self.array()?)),
+            6 => Value::F32(f32::from_le_bytes(self.array()?)),
+            7 => match self.array::<1>()?[0] {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                b => {
+                    return Err(format!(
+                        "bool value {b} at byte {} is neither 0 nor 1",
+                        self.pos - 1
+                    )
+                    .into())
+                }
+            },
+            8 => Value::String(self.string("string length")?),
+            9 => {
+                if depth >= MAX_DEPTH {
+                    return Err(format!(
+                        "arrays nested deeper than {MAX_DEPTH} at byte {}",
+                        self.pos
+                    )
+                    .into());
+                }
+                let elem_ty = self.u32()?;
+                let min = min_value_size(elem_ty).ok_or_else(|| {
+                    format!(
+                        "unknown array element type {elem_ty} at byte {}",
+                        self.pos - 4
+                    )
+                })?;
+                let n = self.count("array element", min)?;
+                let mut items = Vec::with_capacity(n);
+                for _ in 0..n {
+                    items.push(self.value(elem_ty, depth + 1)?);
+                }
+                Value::Array(items)
+            }
+            10 => Value::U64(self.u64()?),
+            11 => Value::I64(i64::from_le_bytes(self.array()?)),
+            12 => Value::F64(f64::from_le_bytes(self.array()?)),
+            t => {
+                return Err(
+                    format!("unknown metadata value type {t} at byte {}", self.pos - 4).into(),
+                )
+            }
+        })
+    }
+}
+
+/// The fewest bytes a value of type `ty` takes in the file.
+fn min_value_size(ty: u32) -> Option<u64> {
+    Some(match ty {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        8 => 8,
+        9 => 12,
+        10..=12 => 8,
+        _ => return None,
+    })
+}
+
+fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf, ParseError> {
+    let mut c = Cursor {
+        buf,
+        pos: 0,
+        file_len,
+    };
+    let magic = c.take(4).map_err(|e| match e {
+        ParseError::NeedMore => ParseError::Bad("file too short to be GGUF".into()),
+        other => other,
+    })?;
+    if magic != MAGIC {
+        return Err(format!(
+            "the file does not start with the GGUF magic (found {:02x?}): it is not a GGUF model",
+            magic
+        )
+        .into());
+    }
+    let version = c.u32()?;
+    if !(2..=3).contains(&version) {
+        return Err(format!("GGUF version {version} is not supported (2 and 3 are)").into());
+    }
+    // The smallest tensor entry: name length 8 + n_dims 4 + one dim 8 + type 4 + offset 8.
+    let n_tensors = c.count("tensor", 32)?;
+    let n_kv = c.count("metadata entry", 12)?;
+
+    let mut metadata = BTreeMap::new();
+    for _ in 0..n_kv {
+        let key = c.string("key length")?;
+        let ty = c.u32()?;
+        let v = c.value(ty, 0)?;
+        if metadata.insert(key.clone(), v).is_some() {
+            return Err(format!("metadata key {key} appears twice").into());
+        }
+    }
+    let alignment = match metadata.get("general.alignment") {
+        None => DEFAULT_ALIGNMENT,
+        Some(v) => match v.as_u64() {
+            Some(a) if a.is_power_of_two() && a <= 1 << 20 => a,
+            _ => {
+                return Err(
+                    format!("general.alignment {v:?} is not a power of two up to 1 MiB").into(),
+                )
+            }
+        },
+    };
+
+    struct Raw {
+        name: String,
+        ty: GgmlType,
+        dims: Vec<u64>,
+        rel_offset: u64,
+        n_bytes: u64,
+    }
+    let mut raw = Vec::with_capacity(n_tensors);
+    let mut names = std::collections::HashSet::with_capacity(n_tensors);
+    for _ in 0..n_tensors {
+        let name = c.string("tensor name length")?;
+        let n_dims = c.u32()? as usize;
+        if n_dims == 0 || n_dims > MAX_DIMS {
+            return Err(format!(
+                "tensor {name} has {n_dims} dimensions (1 to {MAX_DIMS} are valid)"
+            )
+            .into());
+        }
+        let mut dims = Vec::with_capacity(n_dims);
+        for _ in 0..n_dims {
+            dims.push(c.u64()?);
+        }
+        let ty_id = c.u32()?;
+        let rel_offset = c.u64()?;
+        let ty = GgmlType::from_id(ty_id).ok_or_else(|| {
+            format!("tensor {name} has ggml type id {ty_id}, which kerze does not know")
+        })?;
+        let n_bytes = tensor_bytes(&name, ty, &dims)?;
+        if rel_offset % alignment != 0 {
+            return Err(format!("tensor {name} starts at offset {rel_offset}, not a multiple of the alignment {alignment}").into());
+        }
+        if !names.insert(name.clone()) {
+            return Err(format!("tensor {name} appears twice").into());
+        }
+        raw.push(Raw {
+            name,
+            ty,
+            dims,
+            rel_offset,
+            n_bytes,
+        });
+    }
+    let header_end = c.pos as u64;
+    let data_offset = header_end.div_ceil(alignment) * alignment;
+    let mut tensors = Vec::with_capacity(raw.len());
+    for r in raw {
+        let offset = data_offset
+            .checked_add(r.rel_offset)
+            .ok_or_else(|| format!("tensor {} offset overflows", r.name))?;
+        let end = offset
+            .checked_add(r.n_bytes)
+            .ok_or_else(|| format!("tensor {} size overflows", r.name))?;
+        if end > file_len {
+            return Err(format!(
+                "tensor {} ends at byte {end}, past the end of the file ({file_len} bytes): the file is truncated",
+                r.name
+            )
+            .into());
+        }
+        tensors.push(TensorInfo {
+            name: r.name,
+            ty: r.ty,
+            dims: r.dims,
+            offset,
+            n_bytes: r.n_bytes,
+        });
+    }
+    Ok(Gguf {
+        version,
+        metadata,
+        tensors,
+        data_offset,
+        file_len,
+    })
+}
+
+fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64, ParseError> {
+    let mut n: u64 = 1;
+    for &d in dims {
+        if d == 0 {
+            return Err(format!("tensor {name} has a zero dimension {dims:?}").into());
+        }
+        n = n
+            .checked_mul(d)
+            .filter(|&n| n <= 1 << 40)
+            .ok_or_else(|| format!("tensor {name} dimensions {dims:?} are absurd"))?;
+    }
+    let (block, size) = ty.block();
+    if dims[0] % block != 0 {
+        return Err(format!(
+            "tensor {name} rows of {} elements are not whole {ty} blocks of {block}",
+            dims[0]
+        )
+        .into());
+    }
+    Ok(n / block * size)
+}
+
+/// Builds GGUF files: the synthetic test models and the fuzz corpus are made with it.
+#[derive(Default)]
+pub struct Writer {
+    metadata: Vec<(String, Value)>,
+    tensors: Vec<(String, GgmlType, Vec<u64>, Vec<u8>)>,
+}
+
+impl Writer {
+    /// An empty file.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a metadata entry.
+    pub fn kv(&mut self, key: &str, v: Value) -> &mut Self {
+        self.metadata.push((key.to_string(), v));
+        self
+    }
+
+    /// Add a tensor; `dims` in ggml order (row length first); `data` already encoded.
+    pub fn tensor(&mut self, name: &str, ty: GgmlType, dims: &[u64], data: Vec<u8>) -> &mut Self {
+        self.tensors
+            .push((name.to_string(), ty, dims.to_vec(), data));
+        self
+    }
+
+    /// The file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&3u32.to_le_bytes());
+        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (k, v) in &self.metadata {
+            write_str(&mut out, k);
+            out.extend_from_slice(&v.type_id().to_le_bytes());
+            write_value(&mut out, v);
+        }
+        let mut rel = 0u64;
+        let mut offsets = Vec::new();
+        for (name, ty, dims, data) in &self.tensors {
+            write_str(&mut out, name);
+            out.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+            for d in dims {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            out.extend_from_slice(&ty.id().to_le_bytes());
+            out.extend_from_slice(&rel.to_le_bytes());
+            offsets.push(rel);
+            rel = (rel + data.len() as u64).div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT;
+        }
+        let data_start = (out.len() as u64).div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT;
+        out.resize(data_start as usize, 0);
+        for ((_, _, _, data), off) in self.tensors.iter().zip(offsets) {
+            out.resize((data_start + off) as usize, 0);
+            out.extend_from_slice(data);
+        }
+        out
+    }
+}
+
+fn write_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn write_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => out.push(u8::from(*x)),
+        Value::String(s) => write_str(out, s),
+        Value::Array(items) => {
+            let elem_ty = items.first().map_or(4, Value::type_id);
+            out.extend_from_slice(&elem_ty.to_le_bytes());
+            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
+            for it in items {
+                write_value(out, it);
+            }
+        }
+        Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> Vec<u8> {
+        let mut w = Writer::new();
+        w.kv("general.architecture", Value::String("gemma3".into()))
+            .kv(
+                "a.list",
+                Value::Array(vec![Value::F32(1.0), Value::F32(-2.5)]),
+            )
+            .tensor("t", GgmlType::F32, &[3, 2], vec![0u8; 24])
+            .tensor("q", GgmlType::Q8_0, &[32], vec![1u8; 34]);
+        w.to_bytes()
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = small();
+        let g = Gguf::read(bytes.as_slice()).unwrap();
+        assert_eq!(g.architecture().unwrap(), "gemma3");
+        assert_eq!(g.tensors.len(), 2);
+        let q = g.tensor("q").unwrap();
+        assert_eq!(q.n_bytes, 34);
+        assert_eq!(q.offset % 32, 0);
+        assert_eq!(g.tensor("t").unwrap().rows_cols(), (2, 3));
+        assert_eq!(g.get("a.list").unwrap().as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn every_truncation_is_an_error() {
+        let bytes = small();
+        for cut in 0..bytes.len() {
+            assert!(Gguf::read(&bytes[..cut]).is_err(), "cut at {cut} parsed");
+        }
+    }
+
+    #[test]
+    fn huge_counts_are_refused_before_allocation() {
+        let mut b = small();
+        // tensor count at byte 8
+        b[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        let e = Gguf::read(b.as_slice()).unwrap_err().to_string();
+        assert!(e.contains("cannot fit"), "{e}");
+    }
+}

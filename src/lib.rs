@@ -1,0 +1,42 @@
+//! kerze: small quantized language models in the visitor's browser — WebGPU when the device
+//! has it, SIMD CPU otherwise — from GGUF files.
+//!
+//! The crate owns: GGUF parsing and validation ([`gguf`]), model configs ([`config`]), the
+//! tokenizer ([`tokenizer`]), sampling ([`sampler`]), the forward pass written once per
+//! architecture ([`model`]) over the [`Backend`] trait, the CPU backend ([`cpu`]), generation
+//! ([`generate`]) and the device choice ([`engine`]). It does not own: downloading in the
+//! browser, caching, workers or UI (the JS package in `pkg/`), nor model files.
+
+#[cfg(all(target_arch = "wasm32", not(target_feature = "simd128")))]
+compile_error!(
+    "kerze for wasm32 needs SIMD: build with -C target-feature=+simd128 (set in .cargo/config.toml; \
+     an exported RUSTFLAGS, even an empty one, replaces it)"
+);
+
+pub mod backend;
+pub mod clock;
+pub mod config;
+pub mod cpu;
+pub mod engine;
+pub mod error;
+pub mod generate;
+pub mod gguf;
+pub mod model;
+pub mod sampler;
+pub mod synth;
+pub mod tokenizer;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod catalog;
+
+#[cfg(target_arch = "wasm32")]
+pub mod wasm;
+
+pub use backend::{AttnParams, Backend};
+pub use config::ModelConfig;
+pub use engine::{Device, Engine, EngineInfo, LoadOptions};
+pub use error::{Error, Result};
+pub use generate::{Chunk, FinishReason, GenerateOptions, Generation, Session, Usage};
+pub use gguf::{ByteSource, GgmlType, Gguf, TensorInfo};
+pub use sampler::{Sampler, SamplerConfig};
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,213 @@
+//! Gemma 3, decoder only: sliding-window attention in 5 of every 6 layers, QK-norm, GELU-tanh
+//! gated FFN, norms before and after both attention and FFN, embeddings × sqrt(n_embd), LM
+//! head tied to the token embedding. The (1 + w) of Gemma's RMSNorm is already baked into the
+//! GGUF norm weights.
+
+use crate::backend::{AttnParams, Backend};
+use crate::config::ModelConfig;
+use crate::error::{Error, Result};
+use crate::gguf::{ByteSource, Gguf, TensorInfo};
+
+/// One transformer block's weights.
+pub struct Layer<B: Backend> {
+    pub attn_norm: B::Weight,      // (n_embd)
+    pub wq: B::Weight,             // (n_head * head_dim, n_embd)
+    pub wk: B::Weight,             // (n_head_kv * head_dim, n_embd)
+    pub wv: B::Weight,             // (n_head_kv * head_dim, n_embd)
+    pub q_norm: B::Weight,         // (head_dim)
+    pub k_norm: B::Weight,         // (head_dim)
+    pub wo: B::Weight,             // (n_embd, n_head * head_dim)
+    pub post_attn_norm: B::Weight, // (n_embd)
+    pub ffn_norm: B::Weight,       // (n_embd)
+    pub w_gate: B::Weight,         // (n_ff, n_embd)
+    pub w_up: B::Weight,           // (n_ff, n_embd)
+    pub w_down: B::Weight,         // (n_embd, n_ff)
+    pub post_ffn_norm: B::Weight,  // (n_embd)
+}
+
+/// The model: config and weights.
+pub struct Gemma3<B: Backend> {
+    pub cfg: ModelConfig,
+    pub token_embd: B::Weight,  // (n_vocab, n_embd), also the LM head
+    pub output_norm: B::Weight, // (n_embd)
+    pub layers: Vec<Layer<B>>,
+}
+
+/// The KV caches of all layers and how many positions they hold.
+pub struct Cache<B: Backend> {
+    pub layers: Vec<B::Kv>,
+    pub n_past: usize,
+}
+
+/// Load progress: bytes copied so far, of all tensor bytes.
+pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
+
+impl<B: Backend> Gemma3<B> {
+    /// Check every tensor's presence and shape, then copy the weights tensor by tensor.
+    pub fn load(
+        be: &mut B,
+        g: &Gguf,
+        src: &dyn ByteSource,
+        cfg: ModelConfig,
+        progress: Progress,
+    ) -> Result<Self> {
+        let c = &cfg;
+        let q_w = c.n_head * c.head_dim;
+        let kv_w = c.n_head_kv * c.head_dim;
+        let mut wanted: Vec<(String, Vec<u64>)> = vec![
+            (
+                "token_embd.weight".into(),
+                vec![c.n_embd as u64, c.n_vocab as u64],
+            ),
+            ("output_norm.weight".into(), vec![c.n_embd as u64]),
+        ];
+        for il in 0..c.n_layer {
+            let t = |n: &str, d: &[usize]| {
+                (
+                    format!("blk.{il}.{n}.weight"),
+                    d.iter().map(|&x| x as u64).collect(),
+                )
+            };
+            wanted.extend([
+                t("attn_norm", &[c.n_embd]),
+                t("attn_q", &[c.n_embd, q_w]),
+                t("attn_k", &[c.n_embd, kv_w]),
+                t("attn_v", &[c.n_embd, kv_w]),
+                t("attn_q_norm", &[c.head_dim]),
+                t("attn_k_norm", &[c.head_dim]),
+                t("attn_output", &[q_w, c.n_embd]),
+                t("post_attention_norm", &[c.n_embd]),
+                t("ffn_norm", &[c.n_embd]),
+                t("ffn_gate", &[c.n_embd, c.n_ff]),
+                t("ffn_up", &[c.n_embd, c.n_ff]),
+                t("ffn_down", &[c.n_ff, c.n_embd]),
+                t("post_ffw_norm", &[c.n_embd]),
+            ]);
+        }
+        let mut infos: Vec<&TensorInfo> = Vec::with_capacity(wanted.len());
+        for (name, dims) in &wanted {
+            let info = g
+                .tensor(name)
+                .ok_or_else(|| Error::Config(format!("tensor {name} is missing")))?;
+            if &info.dims != dims {
+                return Err(Error::Config(format!(
+                    "tensor {name} has shape {:?}, expected {dims:?}",
+                    info.dims
+                )));
+            }
+            infos.push(info);
+        }
+        let total: u64 = infos.iter().map(|t| t.n_bytes).sum();
+        let mut done = 0u64;
+        let mut it = infos.into_iter();
+        let mut next = || -> Result<B::Weight> {
+            let info = it
+                .next()
+                .ok_or_else(|| Error::Config("tensor list exhausted".into()))?;
+            let w = be.load_weight(info, src)?;
+            done += info.n_bytes;
+            progress(done, total);
+            Ok(w)
+        };
+        let token_embd = next()?;
+        let output_norm = next()?;
+        let mut layers = Vec::with_capacity(c.n_layer);
+        for _ in 0..c.n_layer {
+            layers.push(Layer {
+                attn_norm: next()?,
+                wq: next()?,
+                wk: next()?,
+                wv: next()?,
+                q_norm: next()?,
+                k_norm: next()?,
+                wo: next()?,
+                post_attn_norm: next()?,
+                ffn_norm: next()?,
+                w_gate: next()?,
+                w_up: next()?,
+                w_down: next()?,
+                post_ffn_norm: next()?,
+            });
+        }
+        Ok(Self {
+            cfg,
+            token_embd,
+            output_norm,
+            layers,
+        })
+    }
+
+    /// Empty KV caches: a ring of `sliding_window` slots for sliding layers, `n_ctx` for global.
+    pub fn new_cache(&self, be: &mut B) -> Result<Cache<B>> {
+        let c = &self.cfg;
+        let layers = (0..c.n_layer)
+            .map(|il| {
+                let n_slots = if c.is_global(il) {
+                    c.n_ctx
+                } else {
+                    c.sliding_window.min(c.n_ctx)
+                };
+                be.new_kv(n_slots, c.n_head_kv, c.head_dim)
+            })
+            .collect::<Result<_>>()?;
+        Ok(Cache { layers, n_past: 0 })
+    }
+
+    /// Run `ids` at positions `cache.n_past..` and return the final-normed hidden states
+    /// `(n_tok, n_embd)`. The caller chunks long prompts.
+    pub fn forward(&self, be: &mut B, ids: &[u32], cache: &mut Cache<B>) -> Result<B::Tensor> {
+        let c = &self.cfg;
+        let needed = cache.n_past + ids.len();
+        if needed > c.n_ctx {
+            return Err(Error::ContextFull {
+                needed,
+                n_ctx: c.n_ctx,
+            });
+        }
+        let pos: Vec<usize> = (cache.n_past..needed).collect();
+        let mut x = be.embed(&self.token_embd, ids, c.embd_scale)?; // (n_tok, n_embd)
+        for (il, (l, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
+            let global = c.is_global(il);
+            // attention
+            let h = be.rms_norm(&x, &l.attn_norm, c.rms_eps)?; // (n_tok, n_embd)
+            let q = be.matmul(&h, &l.wq)?; // (n_tok, n_head * head_dim)
+            let k = be.matmul(&h, &l.wk)?; // (n_tok, n_head_kv * head_dim)
+            let v = be.matmul(&h, &l.wv)?; // (n_tok, n_head_kv * head_dim)
+            let q = be.rms_norm(&q, &l.q_norm, c.rms_eps)?; // per head
+            let k = be.rms_norm(&k, &l.k_norm, c.rms_eps)?; // per head
+            let base = if global {
+                c.rope_base_global
+            } else {
+                c.rope_base_local
+            };
+            let q = be.rope(&q, &pos, c.head_dim, base)?;
+            let k = be.rope(&k, &pos, c.head_dim, base)?;
+            let p = AttnParams {
+                n_head: c.n_head,
+                n_head_kv: c.n_head_kv,
+                head_dim: c.head_dim,
+                scale: c.attn_scale,
+                window: if global { usize::MAX } else { c.sliding_window },
+            };
+            let a = be.attention(&q, &k, &v, kv, &pos, p)?; // (n_tok, n_head * head_dim)
+            let a = be.matmul(&a, &l.wo)?; // (n_tok, n_embd)
+            let a = be.rms_norm(&a, &l.post_attn_norm, c.rms_eps)?;
+            x = be.add(&x, &a)?; // residual
+                                 // feed-forward
+            let h = be.rms_norm(&x, &l.ffn_norm, c.rms_eps)?;
+            let gate = be.matmul(&h, &l.w_gate)?; // (n_tok, n_ff)
+            let up = be.matmul(&h, &l.w_up)?; // (n_tok, n_ff)
+            let f = be.gelu_mul(&gate, &up)?; // (n_tok, n_ff)
+            let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
+            let f = be.rms_norm(&f, &l.post_ffn_norm, c.rms_eps)?;
+            x = be.add(&x, &f)?; // residual
+        }
+        cache.n_past = needed;
+        be.rms_norm(&x, &self.output_norm, c.rms_eps)
+    }
+
+    /// Logits of hidden rows: the LM head is the token embedding (63% of a decode step's work).
+    pub fn lm_head(&self, be: &mut B, hidden: &B::Tensor) -> Result<B::Tensor> {
+        be.matmul(hidden, &self.token_embd) // (n_tok, n_vocab)
+    }
+}

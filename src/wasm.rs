@@ -1,0 +1,1 @@
+//! wasm-bindgen surface (filled by the browser-package work).
