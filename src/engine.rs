@@ -150,9 +150,14 @@ impl Engine {
     }
 
     /// See [`Session::logits_top_k`].
-    pub async fn logits_top_k(&mut self, ids: &[u32], k: usize) -> Result<Vec<Vec<(u32, f32)>>> {
+    pub async fn logits_top_k(
+        &mut self,
+        ids: &[u32],
+        k: usize,
+        first: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
         match self {
-            Engine::Cpu(s) => s.logits_top_k(ids, k).await,
+            Engine::Cpu(s) => s.logits_top_k(ids, k, first).await,
         }
     }
 

@@ -307,9 +307,15 @@ impl<B: Backend> Session<B> {
         Ok(g)
     }
 
-    /// Teacher-forced: for every position of `ids`, the `k` best `(id, logit)` of the next
-    /// token. The LM head runs chunk by chunk, so 600 positions never hold 600 × 262 144 logits.
-    pub async fn logits_top_k(&mut self, ids: &[u32], k: usize) -> Result<Vec<Vec<(u32, f32)>>> {
+    /// Teacher-forced: for every position of `ids` from `first` on, the `k` best `(id, logit)`
+    /// of the next token. The LM head runs chunk by chunk (and only from `first`), so 600
+    /// positions never hold 600 × 262 144 logits.
+    pub async fn logits_top_k(
+        &mut self,
+        ids: &[u32],
+        k: usize,
+        first: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
         if ids.len() > self.model.cfg.n_ctx {
             return Err(Error::ContextFull {
                 needed: ids.len(),
@@ -317,10 +323,16 @@ impl<B: Backend> Session<B> {
             });
         }
         self.reset();
-        let mut out = Vec::with_capacity(ids.len());
+        let mut out = Vec::with_capacity(ids.len().saturating_sub(first));
         for chunk in ids.chunks(PREFILL_CHUNK / 2) {
+            let start = self.cache.n_past;
             let h = self.model.forward(&mut self.be, chunk, &mut self.cache)?;
             self.cached_ids.extend_from_slice(chunk);
+            if start + chunk.len() <= first {
+                continue;
+            }
+            let skip = first.saturating_sub(start);
+            let h = self.be.rows(&h, skip, chunk.len() - skip)?;
             let logits = self.model.lm_head(&mut self.be, &h)?;
             let logits = self.be.read(&logits).await?;
             let n_vocab = self.model.cfg.n_vocab;

@@ -11,8 +11,6 @@ use std::collections::BTreeMap;
 
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
-/// Arrays nested deeper than this are refused (no real model nests at all).
-const MAX_DEPTH: usize = 3;
 const MAX_DIMS: usize = 4;
 
 /// Random access to the bytes of a model file: a slice in memory, a file natively, a JS
@@ -250,7 +248,7 @@ pub enum Value {
     F32(f32),
     Bool(bool),
     String(String),
-    Array(Vec<Value>),
+    Array(Array),
     U64(u64),
     I64(i64),
     F64(f64),
@@ -313,10 +311,133 @@ impl Value {
     }
 
     /// The value as an array.
-    pub fn as_array(&self) -> Option<&[Value]> {
+    pub fn as_array(&self) -> Option<&Array> {
         match self {
             Value::Array(a) => Some(a),
             _ => None,
+        }
+    }
+}
+
+/// A metadata array, stored by element type: a file's bytes never grow by more than the
+/// element's in-memory size over its on-disk size (strings share one buffer).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Array {
+    U8(Vec<u8>),
+    I8(Vec<i8>),
+    U16(Vec<u16>),
+    I16(Vec<i16>),
+    U32(Vec<u32>),
+    I32(Vec<i32>),
+    F32(Vec<f32>),
+    Bool(Vec<bool>),
+    Str(Strings),
+    U64(Vec<u64>),
+    I64(Vec<i64>),
+    F64(Vec<f64>),
+}
+
+/// An array of strings in one buffer (262 144 tokens would otherwise be 262 144 allocations).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Strings {
+    data: String,
+    ends: Vec<usize>,
+}
+
+impl Strings {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+    pub fn get(&self, i: usize) -> Option<&str> {
+        let end = *self.ends.get(i)?;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        self.data.get(start..end)
+    }
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+    pub fn push(&mut self, s: &str) {
+        self.data.push_str(s);
+        self.ends.push(self.data.len());
+    }
+}
+
+impl<'a> FromIterator<&'a str> for Strings {
+    fn from_iter<I: IntoIterator<Item = &'a str>>(it: I) -> Self {
+        let mut s = Strings::default();
+        it.into_iter().for_each(|x| s.push(x));
+        s
+    }
+}
+
+impl Array {
+    pub fn len(&self) -> usize {
+        match self {
+            Array::U8(v) => v.len(),
+            Array::I8(v) => v.len(),
+            Array::U16(v) => v.len(),
+            Array::I16(v) => v.len(),
+            Array::U32(v) => v.len(),
+            Array::I32(v) => v.len(),
+            Array::F32(v) => v.len(),
+            Array::Bool(v) => v.len(),
+            Array::Str(v) => v.len(),
+            Array::U64(v) => v.len(),
+            Array::I64(v) => v.len(),
+            Array::F64(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every element as f64, if the array holds numbers.
+    pub fn to_f64s(&self) -> Option<Vec<f64>> {
+        fn conv<T: Copy + Into<f64>>(v: &[T]) -> Vec<f64> {
+            v.iter().map(|&x| x.into()).collect()
+        }
+        Some(match self {
+            Array::U8(v) => conv(v),
+            Array::I8(v) => conv(v),
+            Array::U16(v) => conv(v),
+            Array::I16(v) => conv(v),
+            Array::U32(v) => conv(v),
+            Array::I32(v) => conv(v),
+            Array::F32(v) => conv(v),
+            Array::F64(v) => v.clone(),
+            Array::U64(v) => v.iter().map(|&x| x as f64).collect(),
+            Array::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            Array::Bool(v) => v.iter().map(|&x| f64::from(u8::from(x))).collect(),
+            Array::Str(_) => return None,
+        })
+    }
+
+    /// The strings, if it is an array of strings.
+    pub fn strings(&self) -> Option<&Strings> {
+        match self {
+            Array::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn elem_type_id(&self) -> u32 {
+        match self {
+            Array::U8(_) => 0,
+            Array::I8(_) => 1,
+            Array::U16(_) => 2,
+            Array::I16(_) => 3,
+            Array::U32(_) => 4,
+            Array::I32(_) => 5,
+            Array::F32(_) => 6,
+            Array::Bool(_) => 7,
+            Array::Str(_) => 8,
+            Array::U64(_) => 10,
+            Array::I64(_) => 11,
+            Array::F64(_) => 12,
         }
     }
 }
@@ -471,7 +592,63 @@ impl<'a> Cursor<'a> {
         let bytes = self.take(n)?;
         Ok(String::from_utf8_lossy(bytes).into_owned())
     }
-    fn value(&mut self, ty: u32, depth: usize) -> Result<Value, ParseError> {
+    fn array_value(&mut self) -> Result<Array, ParseError> {
+        let elem_ty = self.u32()?;
+        let min = min_value_size(elem_ty).ok_or_else(|| {
+            format!(
+                "unknown array element type {elem_ty} at byte {}",
+                self.pos - 4
+            )
+        })?;
+        if elem_ty == 9 {
+            return Err(format!("nested arrays at byte {} are not supported", self.pos - 4).into());
+        }
+        let n = self.count("array element", min)?;
+        // Every element is in the file (count checked above), and each in-memory element is
+        // no larger than on disk: the vectors below never outgrow the bytes really there.
+        macro_rules! prim {
+            ($variant:ident, $t:ty) => {{
+                let mut v: Vec<$t> = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(<$t>::from_le_bytes(self.array()?));
+                }
+                Array::$variant(v)
+            }};
+        }
+        Ok(match elem_ty {
+            0 => prim!(U8, u8),
+            1 => prim!(I8, i8),
+            2 => prim!(U16, u16),
+            3 => prim!(I16, i16),
+            4 => prim!(U32, u32),
+            5 => prim!(I32, i32),
+            6 => prim!(F32, f32),
+            7 => {
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(self.array::<1>()?[0] != 0);
+                }
+                Array::Bool(v)
+            }
+            8 => {
+                let mut s = Strings {
+                    data: String::new(),
+                    ends: Vec::with_capacity(n),
+                };
+                for _ in 0..n {
+                    let len = self.count("string length", 1)?;
+                    let bytes = self.take(len)?;
+                    s.push(&String::from_utf8_lossy(bytes));
+                }
+                Array::Str(s)
+            }
+            10 => prim!(U64, u64),
+            11 => prim!(I64, i64),
+            _ => prim!(F64, f64),
+        })
+    }
+
+    fn value(&mut self, ty: u32) -> Result<Value, ParseError> {
         Ok(match ty {
             0 => Value::U8(self.array::<1>()?[0]),
             1 => Value::I8(i8::from_le_bytes(self.array()?)),
@@ -492,28 +669,7 @@ impl<'a> Cursor<'a> {
                 }
             },
             8 => Value::String(self.string("string length")?),
-            9 => {
-                if depth >= MAX_DEPTH {
-                    return Err(format!(
-                        "arrays nested deeper than {MAX_DEPTH} at byte {}",
-                        self.pos
-                    )
-                    .into());
-                }
-                let elem_ty = self.u32()?;
-                let min = min_value_size(elem_ty).ok_or_else(|| {
-                    format!(
-                        "unknown array element type {elem_ty} at byte {}",
-                        self.pos - 4
-                    )
-                })?;
-                let n = self.count("array element", min)?;
-                let mut items = Vec::with_capacity(n);
-                for _ in 0..n {
-                    items.push(self.value(elem_ty, depth + 1)?);
-                }
-                Value::Array(items)
-            }
+            9 => Value::Array(self.array_value()?),
             10 => Value::U64(self.u64()?),
             11 => Value::I64(i64::from_le_bytes(self.array()?)),
             12 => Value::F64(f64::from_le_bytes(self.array()?)),
@@ -568,7 +724,7 @@ fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf, ParseError> {
     for _ in 0..n_kv {
         let key = c.string("key length")?;
         let ty = c.u32()?;
-        let v = c.value(ty, 0)?;
+        let v = c.value(ty)?;
         if metadata.insert(key.clone(), v).is_some() {
             return Err(format!("metadata key {key} appears twice").into());
         }
@@ -592,8 +748,9 @@ fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf, ParseError> {
         rel_offset: u64,
         n_bytes: u64,
     }
-    let mut raw = Vec::with_capacity(n_tensors);
-    let mut names = std::collections::HashSet::with_capacity(n_tensors);
+    // Capacity is a hint only: a lying count must not reserve memory before entries are read.
+    let mut raw = Vec::with_capacity(n_tensors.min(4096));
+    let mut names = std::collections::HashSet::with_capacity(n_tensors.min(4096));
     for _ in 0..n_tensors {
         let name = c.string("tensor name length")?;
         let n_dims = c.u32()? as usize;
@@ -760,12 +917,28 @@ fn write_value(out: &mut Vec<u8>, v: &Value) {
         Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
         Value::Bool(x) => out.push(u8::from(*x)),
         Value::String(s) => write_str(out, s),
-        Value::Array(items) => {
-            let elem_ty = items.first().map_or(4, Value::type_id);
-            out.extend_from_slice(&elem_ty.to_le_bytes());
-            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
-            for it in items {
-                write_value(out, it);
+        Value::Array(a) => {
+            out.extend_from_slice(&a.elem_type_id().to_le_bytes());
+            out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+            macro_rules! each {
+                ($v:expr) => {
+                    $v.iter()
+                        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()))
+                };
+            }
+            match a {
+                Array::U8(v) => out.extend_from_slice(v),
+                Array::I8(v) => each!(v),
+                Array::U16(v) => each!(v),
+                Array::I16(v) => each!(v),
+                Array::U32(v) => each!(v),
+                Array::I32(v) => each!(v),
+                Array::F32(v) => each!(v),
+                Array::Bool(v) => v.iter().for_each(|&b| out.push(u8::from(b))),
+                Array::Str(v) => v.iter().for_each(|x| write_str(out, x)),
+                Array::U64(v) => each!(v),
+                Array::I64(v) => each!(v),
+                Array::F64(v) => each!(v),
             }
         }
         Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
@@ -781,10 +954,7 @@ mod tests {
     fn small() -> Vec<u8> {
         let mut w = Writer::new();
         w.kv("general.architecture", Value::String("gemma3".into()))
-            .kv(
-                "a.list",
-                Value::Array(vec![Value::F32(1.0), Value::F32(-2.5)]),
-            )
+            .kv("a.list", Value::Array(Array::F32(vec![1.0, -2.5])))
             .tensor("t", GgmlType::F32, &[3, 2], vec![0u8; 24])
             .tensor("q", GgmlType::Q8_0, &[32], vec![1u8; 34]);
         w.to_bytes()

@@ -28,6 +28,8 @@ pub mod tokenizer;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod catalog;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cli;
 
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;

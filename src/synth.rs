@@ -4,7 +4,7 @@
 //! real 270M file uses (Q8_0, Q5_0, Q4_K, Q6_K, F32).
 
 use crate::error::Result;
-use crate::gguf::{GgmlType, Value, Writer};
+use crate::gguf::{Array, GgmlType, Value, Writer};
 use crate::sampler::Rng;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -109,15 +109,15 @@ pub fn tiny_gemma3() -> Result<Vec<u8>> {
         .kv("tokenizer.ggml.model", Value::String("llama".into()))
         .kv(
             "tokenizer.ggml.tokens",
-            Value::Array(voc.iter().map(|t| Value::String(t.0.clone())).collect()),
+            Value::Array(Array::Str(voc.iter().map(|t| t.0.as_str()).collect())),
         )
         .kv(
             "tokenizer.ggml.scores",
-            Value::Array(voc.iter().map(|t| Value::F32(t.1)).collect()),
+            Value::Array(Array::F32(voc.iter().map(|t| t.1).collect())),
         )
         .kv(
             "tokenizer.ggml.token_type",
-            Value::Array(voc.iter().map(|t| Value::I32(t.2)).collect()),
+            Value::Array(Array::I32(voc.iter().map(|t| t.2).collect())),
         )
         .kv("tokenizer.ggml.bos_token_id", Value::U32(2))
         .kv("tokenizer.ggml.eos_token_id", Value::U32(1))

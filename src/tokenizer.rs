@@ -23,6 +23,10 @@ const TYPE_UNKNOWN: i64 = 2;
 const TYPE_CONTROL: i64 = 3;
 const TYPE_USER_DEFINED: i64 = 4;
 
+/// User-defined pieces that are markers, not text: Hugging Face's Gemma 3 file makes them
+/// special, so user text must not produce them either.
+const MARKERS: &[&str] = &["<start_of_image>", "<end_of_image>"];
+
 /// The word-boundary marker of SentencePiece vocabularies.
 const SPACE: &str = "\u{2581}";
 
@@ -58,44 +62,52 @@ impl Tokenizer {
                 "tokenizer.ggml.model `{model}` is not supported: kerze builds SentencePiece-style (`llama`) vocabularies"
             )));
         }
-        let arr = |k: &str| {
-            g.get(k)
-                .and_then(Value::as_array)
-                .ok_or_else(|| Error::Tokenizer(format!("metadata {k} is missing or not an array")))
-        };
-        let tokens = arr("tokenizer.ggml.tokens")?;
+        let tokens = g
+            .get("tokenizer.ggml.tokens")
+            .and_then(Value::as_array)
+            .and_then(|a| a.strings())
+            .ok_or_else(|| {
+                tk_err("metadata tokenizer.ggml.tokens is missing or not an array of strings")
+            })?;
         let n = tokens.len();
-        let tokens: Vec<&str> = tokens
+        let types_early = g
+            .get("tokenizer.ggml.token_type")
+            .and_then(Value::as_array)
+            .and_then(|a| a.to_f64s());
+        // llama.cpp's converter writes the spaces of user-defined tokens ("▁▁" → "  ");
+        // Hugging Face keeps the SentencePiece marker. Put it back so both agree.
+        let owned: Vec<String> = tokens
             .iter()
-            .map(|v| {
-                v.as_str()
-                    .ok_or_else(|| tk_err("tokenizer.ggml.tokens holds a non-string"))
+            .enumerate()
+            .map(|(i, t)| {
+                let user_defined = types_early
+                    .as_ref()
+                    .and_then(|ty| ty.get(i))
+                    .is_some_and(|&ty| ty as i64 == TYPE_USER_DEFINED);
+                if user_defined {
+                    t.replace(' ', SPACE)
+                } else {
+                    t.to_string()
+                }
             })
-            .collect::<Result<_>>()?;
-        let scores: Vec<f32> = match g.get("tokenizer.ggml.scores") {
-            Some(v) => v
-                .as_array()
-                .ok_or_else(|| tk_err("tokenizer.ggml.scores is not an array"))?
-                .iter()
-                .map(|v| {
-                    v.as_f64()
-                        .map(|x| x as f32)
-                        .ok_or_else(|| tk_err("a score is not a number"))
-                })
-                .collect::<Result<_>>()?,
+            .collect();
+        let tokens: Vec<&str> = owned.iter().map(String::as_str).collect();
+        let numbers = |k: &str| -> Result<Option<Vec<f64>>> {
+            match g.get(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_array()
+                    .and_then(|a| a.to_f64s())
+                    .map(Some)
+                    .ok_or_else(|| tk_err(format!("metadata {k} is not an array of numbers"))),
+            }
+        };
+        let scores: Vec<f32> = match numbers("tokenizer.ggml.scores")? {
+            Some(v) => v.into_iter().map(|x| x as f32).collect(),
             None => (0..n).map(|i| -(i as f32)).collect(),
         };
-        let types: Vec<i64> = match g.get("tokenizer.ggml.token_type") {
-            Some(v) => v
-                .as_array()
-                .ok_or_else(|| tk_err("tokenizer.ggml.token_type is not an array"))?
-                .iter()
-                .map(|v| {
-                    v.as_f64()
-                        .map(|x| x as i64)
-                        .ok_or_else(|| tk_err("a token type is not a number"))
-                })
-                .collect::<Result<_>>()?,
+        let types: Vec<i64> = match numbers("tokenizer.ggml.token_type")? {
+            Some(v) => v.into_iter().map(|x| x as i64).collect(),
             None => vec![TYPE_NORMAL; n],
         };
         if scores.len() != n || types.len() != n {
@@ -306,37 +318,77 @@ struct VocabSpec<'a> {
 impl VocabSpec<'_> {
     /// The Hugging Face construction of a SentencePiece BPE: merges derived from the scores.
     fn build(&self) -> Result<HfTokenizer> {
+        let dbg = std::env::var_os("KERZE_DEBUG_TOKENIZER").is_some();
+        let t0 = crate::clock::now_ms();
+        let lap = |what: &str| {
+            if dbg {
+                eprintln!("{what}: {:.0} ms", crate::clock::now_ms() - t0)
+            }
+        };
         let index: HashMap<&str, u32> = self
             .tokens
             .iter()
             .enumerate()
             .map(|(i, t)| (*t, i as u32))
             .collect();
-        // Every normal token of two or more characters, split every way into two pieces that
-        // are both tokens, is a merge; merges rank by the whole token's score (highest
-        // first), then by the ids of the two parts.
-        let mut merges: Vec<(u32, u32, u32)> = Vec::new(); // (token, left, right)
+        // Every normal or user-defined token of two or more characters, split every way into
+        // two pieces that are both tokens, is a merge (user-defined runs of spaces, tabs and
+        // newlines merge too: "▁▁" is reachable from two spaces). As in Hugging Face's
+        // converter, merges rank by the whole token's score (highest first), then by the
+        // lengths in characters of the left and right parts (longest first), then in
+        // vocabulary order.
+        struct Merge {
+            token: u32,
+            left: u32,
+            right: u32,
+            left_len: usize,
+            right_len: usize,
+        }
+        let mut merges: Vec<Merge> = Vec::new();
         for (i, tok) in self.tokens.iter().enumerate() {
-            if self.types[i] != TYPE_NORMAL {
+            if self.types[i] != TYPE_NORMAL && self.types[i] != TYPE_USER_DEFINED {
                 continue;
             }
-            let start = merges.len();
-            for (split, _) in tok.char_indices().skip(1) {
+            let n_chars = tok.chars().count();
+            for (k, (split, _)) in tok.char_indices().skip(1).enumerate() {
                 let (l, r) = tok.split_at(split);
-                if let (Some(&li), Some(&ri)) = (index.get(l), index.get(r)) {
-                    merges.push((i as u32, li, ri));
+                if let (Some(&left), Some(&right)) = (index.get(l), index.get(r)) {
+                    merges.push(Merge {
+                        token: i as u32,
+                        left,
+                        right,
+                        left_len: k + 1,
+                        right_len: n_chars - k - 1,
+                    });
                 }
             }
-            merges[start..].sort_unstable_by_key(|&(_, l, r)| (l, r));
         }
-        let score = |id: u32| self.scores[id as usize];
-        merges.sort_by(|a, b| score(b.0).total_cmp(&score(a.0)).then(a.0.cmp(&b.0)));
+        // SentencePiece gives user-defined pieces score 0, above every normal piece (scores are
+        // -rank); GGUF files carry -1000 for them.
+        let score = |id: u32| {
+            if self.types[id as usize] == TYPE_USER_DEFINED {
+                0.0
+            } else {
+                self.scores[id as usize]
+            }
+        };
+        if std::env::var_os("KERZE_DEBUG_TOKENIZER").is_some() {
+            eprintln!("{} merges", merges.len());
+        }
+        merges.sort_by(|a, b| {
+            score(b.token)
+                .total_cmp(&score(a.token))
+                .then(b.left_len.cmp(&a.left_len))
+                .then(b.right_len.cmp(&a.right_len))
+                .then(a.token.cmp(&b.token))
+                .then((a.left, a.right).cmp(&(b.left, b.right)))
+        });
         let merges: Vec<(String, String)> = merges
             .into_iter()
-            .map(|(_, l, r)| {
+            .map(|m| {
                 (
-                    self.tokens[l as usize].to_string(),
-                    self.tokens[r as usize].to_string(),
+                    self.tokens[m.left as usize].to_string(),
+                    self.tokens[m.right as usize].to_string(),
                 )
             })
             .collect();
@@ -358,7 +410,9 @@ impl VocabSpec<'_> {
         if let Some(unk) = unk {
             bpe = bpe.unk_token(unk);
         }
+        lap("merges derived");
         let bpe = bpe.build().map_err(tk_err)?;
+        lap("bpe built");
 
         let mut tk = HfTokenizer::new(bpe);
         tk.with_normalizer(Some(Replace::new(" ", SPACE).map_err(tk_err)?))
@@ -392,18 +446,23 @@ impl VocabSpec<'_> {
             .types
             .iter()
             .enumerate()
-            .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_UNKNOWN)
+            .filter(|(i, &t)| {
+                t == TYPE_CONTROL || t == TYPE_UNKNOWN || MARKERS.contains(&self.tokens[*i])
+            })
             .map(|(i, _)| AddedToken::from(self.tokens[i], true))
             .collect();
+        lap("pipeline");
         tk.add_special_tokens(control).map_err(tk_err)?;
+        lap("special added");
         let user_defined: Vec<AddedToken> = self
             .types
             .iter()
             .enumerate()
-            .filter(|(_, &t)| t == TYPE_USER_DEFINED)
+            .filter(|(i, &t)| t == TYPE_USER_DEFINED && !MARKERS.contains(&self.tokens[*i]))
             .map(|(i, _)| AddedToken::from(self.tokens[i], false).normalized(false))
             .collect();
         tk.add_tokens(user_defined).map_err(tk_err)?;
+        lap("user-defined added");
         Ok(tk)
     }
 }

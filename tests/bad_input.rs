@@ -1,0 +1,294 @@
+//! Bad input gets a typed error, never a panic or an allocation beyond the file's size:
+//! non-GGUF bytes, the real file truncated at 100 cut points, mutated headers (a sample here;
+//! 100 000+ cases with `KERZE_FUZZ_CASES=100000`, run by `make fuzz`), absurd dimensions,
+//! unknown architecture, unsupported tensor type.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+
+use kerze::gguf::{ByteSource, FileSource, GgmlType, Gguf, Value, Writer};
+use kerze::{Engine, Error, LoadOptions};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+/// Records the largest single allocation of this thread (tests run in parallel threads), to
+/// prove no count in a file is trusted.
+struct Counting;
+
+thread_local! {
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn note(size: usize) {
+    // try_with: the allocator may be called while this thread's locals are torn down.
+    let _ = LARGEST.try_with(|c| c.set(c.get().max(size)));
+}
+
+fn reset_largest() {
+    LARGEST.with(|c| c.set(0));
+}
+
+fn largest() -> usize {
+    LARGEST.with(Cell::get)
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        note(l.size());
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, new: usize) -> *mut u8 {
+        note(new);
+        // SAFETY: forwarded unchanged to the system allocator.
+        unsafe { System.realloc(p, l, new) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// The file cut to its first `len` bytes, without copying it.
+struct Prefix<'a, S: ByteSource>(&'a S, u64);
+
+impl<S: ByteSource> ByteSource for Prefix<'_, S> {
+    fn len(&self) -> u64 {
+        self.1
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> kerze::Result<()> {
+        if offset + buf.len() as u64 > self.1 {
+            return Err(Error::Gguf("read past the end".into()));
+        }
+        self.0.read_at(offset, buf)
+    }
+}
+
+fn load(src: &dyn ByteSource) -> kerze::Result<()> {
+    Engine::load(src, &LoadOptions::default(), &mut |_, _| {}).map(|_| ())
+}
+
+/// Parse and load mutated copies of `base`; every outcome must be Ok or a typed error,
+/// never a panic, and no allocation may exceed `limit` bytes.
+fn fuzz(base: &[u8], cases: usize, seed: u64, limit: usize) -> (usize, usize) {
+    let mut rng = kerze::sampler::Rng::new(seed);
+    let header_len = Gguf::read(base).unwrap().data_offset as usize;
+    let (mut ok, mut err) = (0, 0);
+    for i in 0..cases {
+        let mut b = base.to_vec();
+        let n_mut = 1 + (rng.next_u64() % 8) as usize;
+        for _ in 0..n_mut {
+            let at = (rng.next_u64() as usize) % header_len;
+            match rng.next_u64() % 4 {
+                0 => b[at] = rng.next_u64() as u8,
+                1 => b[at] ^= 1 << (rng.next_u64() % 8),
+                2 => b[at] = [0x00, 0xFF, 0x7F, 0x80][(rng.next_u64() % 4) as usize],
+                _ => {
+                    // an 8-byte little-endian count or length set to something extreme
+                    let v: u64 = [u64::MAX, 1 << 40, 1 << 31, 0, 7][(rng.next_u64() % 5) as usize];
+                    let at = at.min(b.len() - 8);
+                    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+        if i % 3 == 0 {
+            let cut = (rng.next_u64() as usize) % b.len();
+            b.truncate(cut);
+        }
+        reset_largest();
+        let r = std::panic::catch_unwind(|| {
+            // Parsing alone is cheap: always. Loading builds a tokenizer: a sample.
+            let parsed = Gguf::read(b.as_slice());
+            if parsed.is_ok() && i % 16 == 0 {
+                load(&b)
+            } else {
+                parsed.map(|_| ())
+            }
+        });
+        let largest = largest();
+        match r {
+            Ok(Ok(())) => ok += 1,
+            Ok(Err(_)) => err += 1,
+            Err(_) => panic!("case {i} (seed {seed}) panicked"),
+        }
+        if largest > limit {
+            let cfg = Gguf::read(b.as_slice())
+                .ok()
+                .and_then(|g| kerze::ModelConfig::from_gguf(&g, None).ok());
+            panic!("case {i}: allocated {largest} bytes at once (limit {limit}); config {cfg:?}");
+        }
+    }
+    (ok, err)
+}
+
+#[test]
+fn mutated_headers_give_typed_errors() {
+    let base = kerze::synth::tiny_gemma3().unwrap();
+    let cases: usize = std::env::var("KERZE_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3000);
+    // Allocation bound: no single allocation beyond twice the bytes in the file (+1 MiB for
+    // fixed-size buffers): counts in a header are never trusted.
+    let (ok, err) = fuzz(&base, cases, 11, 2 * base.len() + (1 << 20));
+    eprintln!("{cases} mutated files: {ok} loaded, {err} typed errors");
+    assert!(
+        err > cases / 2,
+        "mutations should mostly be caught: {ok} ok / {err} errors"
+    );
+}
+
+#[test]
+fn non_gguf_bytes_are_refused() {
+    for bytes in [
+        &b""[..],
+        b"GGU",
+        b"PK\x03\x04 this is a zip",
+        b"<!DOCTYPE html><html>404</html>",
+        &[0u8; 64],
+    ] {
+        match Gguf::read(bytes) {
+            Err(Error::Gguf(m)) => assert!(m.contains("GGUF") || m.contains("truncated"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn the_real_file_truncated_at_100_points_is_an_error() {
+    let src = FileSource::open(&common::model_path()).unwrap();
+    let len = src.len();
+    let header = Gguf::read(&src).unwrap().data_offset;
+    for i in 0..100u64 {
+        // 50 cuts inside the header, 50 inside the tensor data, and the last byte.
+        let cut = if i < 50 {
+            header * i / 50
+        } else if i < 99 {
+            header + (len - header) * (i - 50) / 49
+        } else {
+            len - 1
+        };
+        let p = Prefix(&src, cut);
+        reset_largest();
+        let r = Gguf::read(&p);
+        assert!(r.is_err(), "cut at {cut} parsed");
+        assert!(
+            largest() as u64 <= cut.max(1 << 20) + (8 << 20),
+            "cut at {cut}"
+        );
+        if i > 50 {
+            let m = r.unwrap_err().to_string();
+            assert!(m.contains("truncated"), "cut at {cut}: {m}");
+        }
+    }
+}
+
+fn rewrite(
+    f: impl Fn(&mut Vec<(String, Value)>, &mut Vec<(String, GgmlType, Vec<u64>, Vec<u8>)>),
+) -> Vec<u8> {
+    // Re-emit the tiny model with edited metadata/tensors.
+    let base = kerze::synth::tiny_gemma3().unwrap();
+    let g = Gguf::read(base.as_slice()).unwrap();
+    let mut kv: Vec<(String, Value)> = g.metadata.clone().into_iter().collect();
+    let mut ts: Vec<(String, GgmlType, Vec<u64>, Vec<u8>)> = g
+        .tensors
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                t.ty,
+                t.dims.clone(),
+                base[t.offset as usize..(t.offset + t.n_bytes) as usize].to_vec(),
+            )
+        })
+        .collect();
+    f(&mut kv, &mut ts);
+    let mut w = Writer::new();
+    for (k, v) in kv {
+        w.kv(&k, v);
+    }
+    for (n, ty, d, data) in ts {
+        w.tensor(&n, ty, &d, data);
+    }
+    w.to_bytes()
+}
+
+#[test]
+fn unknown_architecture_names_what_is_supported() {
+    let b = rewrite(|kv, _| {
+        for (k, v) in kv.iter_mut() {
+            if k == "general.architecture" {
+                *v = Value::String("mamba".into());
+            }
+        }
+    });
+    let e = load(&b).unwrap_err();
+    assert!(
+        matches!(&e, Error::UnsupportedArch { arch, .. } if arch == "mamba"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("gemma3"));
+}
+
+#[test]
+fn unsupported_tensor_type_names_the_tensor_and_the_supported_types() {
+    let b = rewrite(|_, ts| {
+        for t in ts.iter_mut() {
+            if t.0 == "blk.2.attn_output.weight" {
+                // Same bytes per row of 256 as Q4_K would not be: re-size for Q5_K blocks.
+                t.1 = GgmlType::Q5_K;
+                let rows: u64 = t.2[1];
+                t.3 = vec![0u8; (rows * 176) as usize];
+            }
+        }
+    });
+    let e = load(&b).unwrap_err();
+    let m = e.to_string();
+    assert!(matches!(e, Error::UnsupportedTensorType { .. }), "{m}");
+    assert!(
+        m.contains("blk.2.attn_output.weight") && m.contains("Q5_K") && m.contains("Q4_K"),
+        "{m}"
+    );
+}
+
+#[test]
+fn absurd_dimensions_are_refused() {
+    for (key, v) in [
+        ("gemma3.embedding_length", Value::U64(1 << 40)),
+        ("gemma3.attention.head_count", Value::U32(0)),
+        ("gemma3.attention.head_count_kv", Value::U32(3)),
+        ("gemma3.block_count", Value::U32(100_000)),
+        ("gemma3.context_length", Value::U64(u64::MAX)),
+        (
+            "gemma3.attention.layer_norm_rms_epsilon",
+            Value::F32(f32::NAN),
+        ),
+    ] {
+        let b = rewrite(|kv, _| {
+            for (k, val) in kv.iter_mut() {
+                if k == key {
+                    *val = v.clone();
+                }
+            }
+        });
+        let e = load(&b).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{key}: {e}");
+    }
+    // A tensor whose dims multiply past any file.
+    let b = rewrite(|_, ts| ts[0].2 = vec![256, 1 << 40]);
+    assert!(matches!(Gguf::read(b.as_slice()), Err(Error::Gguf(_))));
+    // A tensor shape that disagrees with the config.
+    let b = rewrite(|_, ts| {
+        let t = ts
+            .iter_mut()
+            .find(|t| t.0 == "blk.0.attn_q_norm.weight")
+            .unwrap();
+        t.2 = vec![32];
+        t.3.truncate(128);
+    });
+    let e = load(&b).unwrap_err();
+    assert!(e.to_string().contains("blk.0.attn_q_norm.weight"), "{e}");
+}

@@ -1,0 +1,194 @@
+//! The slow, obvious Gemma 3 forward pass in f64: weights dequantized by candle from their
+//! original GGUF types (Q5_0 included, so the Q5_0 → Q8_0 conversion is checked too), no KV
+//! cache, every position recomputed. The engine's fast path is tested against it.
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::Device;
+use kerze::gguf::{ByteSource, GgmlType, Gguf};
+use kerze::ModelConfig;
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+pub struct RefModel {
+    pub cfg: ModelConfig,
+    w: HashMap<String, (Vec<f64>, usize, usize)>,
+}
+
+fn dequant(bytes: &[u8], ty: GgmlType, rows: usize, cols: usize) -> Vec<f64> {
+    let dt = match ty {
+        GgmlType::F32 => GgmlDType::F32,
+        GgmlType::F16 => GgmlDType::F16,
+        GgmlType::Q4_0 => GgmlDType::Q4_0,
+        GgmlType::Q5_0 => GgmlDType::Q5_0,
+        GgmlType::Q8_0 => GgmlDType::Q8_0,
+        GgmlType::Q4_K => GgmlDType::Q4K,
+        GgmlType::Q6_K => GgmlDType::Q6K,
+        t => panic!("reference: no dequantizer for {t}"),
+    };
+    let aligned: Vec<u64> = bytes
+        .chunks(8)
+        .map(|c| {
+            let mut a = [0u8; 8];
+            a[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(a)
+        })
+        .collect();
+    // SAFETY: reinterpreting initialised u64s as bytes.
+    let view = unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), bytes.len()) };
+    let s = QStorage::from_data(Cow::Borrowed(view), &Device::Cpu, dt).unwrap();
+    let t = QTensor::new(s, (rows, cols))
+        .unwrap()
+        .dequantize(&Device::Cpu)
+        .unwrap();
+    t.flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
+impl RefModel {
+    pub fn load(bytes: &[u8]) -> Self {
+        let g = Gguf::read(bytes).unwrap();
+        let cfg = ModelConfig::from_gguf(&g, None).unwrap();
+        let mut w = HashMap::new();
+        for t in &g.tensors {
+            let mut buf = vec![0u8; t.n_bytes as usize];
+            bytes.read_at(t.offset, &mut buf).unwrap();
+            let (rows, cols) = t.rows_cols();
+            w.insert(
+                t.name.clone(),
+                (dequant(&buf, t.ty, rows, cols), rows, cols),
+            );
+        }
+        Self { cfg, w }
+    }
+
+    fn get(&self, name: &str) -> &(Vec<f64>, usize, usize) {
+        &self.w[name]
+    }
+
+    /// x (n, k) @ W(rows=m, cols=k)ᵀ → (n, m)
+    fn mm(&self, x: &[f64], name: &str) -> Vec<f64> {
+        let (w, m, k) = self.get(name);
+        let n = x.len() / k;
+        let mut y = vec![0.0; n * m];
+        for i in 0..n {
+            for j in 0..*m {
+                y[i * m + j] = (0..*k).map(|l| x[i * k + l] * w[j * k + l]).sum();
+            }
+        }
+        y
+    }
+
+    fn rms(&self, x: &[f64], name: &str) -> Vec<f64> {
+        let (w, _, d) = self.get(name);
+        let d = *d;
+        let eps = f64::from(self.cfg.rms_eps);
+        x.chunks(d)
+            .flat_map(|g| {
+                let r = 1.0 / (g.iter().map(|v| v * v).sum::<f64>() / d as f64 + eps).sqrt();
+                g.iter()
+                    .zip(w)
+                    .map(move |(v, wi)| v * r * wi)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn rope(&self, x: &mut [f64], width: usize, base: f64) {
+        let hd = self.cfg.head_dim;
+        let half = hd / 2;
+        for (p, row) in x.chunks_mut(width).enumerate() {
+            for h in row.chunks_mut(hd) {
+                for i in 0..half {
+                    let ang = p as f64 * base.powf(-2.0 * i as f64 / hd as f64);
+                    let (s, c) = ang.sin_cos();
+                    let (a, b) = (h[i], h[i + half]);
+                    h[i] = a * c - b * s;
+                    h[i + half] = a * s + b * c;
+                }
+            }
+        }
+    }
+
+    /// Logits (n_vocab) after every position of `ids`.
+    pub fn logits(&self, ids: &[u32]) -> Vec<Vec<f64>> {
+        let c = &self.cfg;
+        let t = ids.len();
+        let (emb, _, d) = self.get("token_embd.weight");
+        let mut x: Vec<f64> = ids
+            .iter()
+            .flat_map(|&id| {
+                emb[id as usize * d..(id as usize + 1) * d]
+                    .iter()
+                    .map(|v| v * f64::from(c.embd_scale))
+            })
+            .collect();
+        let (hd, nh, nkv) = (c.head_dim, c.n_head, c.n_head_kv);
+        for il in 0..c.n_layer {
+            let p = |n: &str| format!("blk.{il}.{n}.weight");
+            let global = c.is_global(il);
+            let h = self.rms(&x, &p("attn_norm"));
+            let mut q = self.rms(&self.mm(&h, &p("attn_q")), &p("attn_q_norm"));
+            let mut k = self.rms(&self.mm(&h, &p("attn_k")), &p("attn_k_norm"));
+            let v = self.mm(&h, &p("attn_v"));
+            let base = f64::from(if global {
+                c.rope_base_global
+            } else {
+                c.rope_base_local
+            });
+            self.rope(&mut q, nh * hd, base);
+            self.rope(&mut k, nkv * hd, base);
+            let mut out = vec![0.0; t * nh * hd];
+            for i in 0..t {
+                for hh in 0..nh {
+                    let kh = hh * nkv / nh;
+                    let qv = &q[(i * nh + hh) * hd..(i * nh + hh + 1) * hd];
+                    let mut s: Vec<f64> = (0..t)
+                        .map(|j| {
+                            let visible = j <= i && (global || i - j < c.sliding_window);
+                            if !visible {
+                                return f64::NEG_INFINITY;
+                            }
+                            let kv = &k[(j * nkv + kh) * hd..(j * nkv + kh + 1) * hd];
+                            qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f64>()
+                                * f64::from(c.attn_scale)
+                        })
+                        .collect();
+                    let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    s.iter_mut().for_each(|v| *v = (*v - m).exp());
+                    let sum: f64 = s.iter().sum();
+                    for j in 0..t {
+                        for e in 0..hd {
+                            out[(i * nh + hh) * hd + e] += s[j] / sum * v[(j * nkv + kh) * hd + e];
+                        }
+                    }
+                }
+            }
+            let a = self.rms(&self.mm(&out, &p("attn_output")), &p("post_attention_norm"));
+            x.iter_mut().zip(&a).for_each(|(xi, ai)| *xi += ai);
+            let h = self.rms(&x, &p("ffn_norm"));
+            let gate = self.mm(&h, &p("ffn_gate"));
+            let up = self.mm(&h, &p("ffn_up"));
+            let f: Vec<f64> = gate
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| {
+                    0.5 * g
+                        * (1.0
+                            + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g))
+                                .tanh())
+                        * u
+                })
+                .collect();
+            let f = self.rms(&self.mm(&f, &p("ffn_down")), &p("post_ffw_norm"));
+            x.iter_mut().zip(&f).for_each(|(xi, fi)| *xi += fi);
+        }
+        let x = self.rms(&x, "output_norm.weight");
+        let l = self.mm(&x, "token_embd.weight");
+        l.chunks(c.n_vocab).map(|r| r.to_vec()).collect()
+    }
+}

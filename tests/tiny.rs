@@ -1,0 +1,292 @@
+//! The tiny synthetic Gemma 3: the engine (chunked prefill, ring KV cache, decode loop)
+//! against the slow f64 reference, and the golden file the browser test checks against.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod common;
+#[path = "common/reference_model.rs"]
+mod reference_model;
+
+use common::TinyGolden;
+use kerze::{Engine, GenerateOptions, LoadOptions, SamplerConfig};
+
+const PROMPT: &str =
+    "the cat is in the garden and the dog is on the sofa, <start_of_turn> is text here; \
+    then the rain falls on the hills and the river runs to the sea, is it not? ünïcödé 🙂";
+
+fn never() -> bool {
+    false
+}
+
+fn engine(bytes: &Vec<u8>) -> Engine {
+    Engine::load(bytes, &LoadOptions::default(), &mut |_, _| {})
+        .unwrap()
+        .0
+}
+
+fn nmse_f64(a: &[f32], b: &[f64]) -> f64 {
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - y).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    num / den
+}
+
+#[test]
+fn engine_matches_f64_reference_with_ring_and_chunks() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut e = engine(&bytes);
+    let ids = e.tokenizer().encode_user(PROMPT, true).unwrap();
+    assert!(
+        ids.len() > 64 + kerze::synth::SLIDING_WINDOW,
+        "prompt must span chunks and wrap the ring: {}",
+        ids.len()
+    );
+    assert!(!ids.contains(&5), "user text became <start_of_turn>");
+    let n_vocab = e.config().n_vocab;
+    let top = pollster::block_on(e.logits_top_k(&ids, n_vocab, 0)).unwrap();
+    let reference = reference_model::RefModel::load(&bytes).logits(&ids);
+    let mut worst: f64 = 0.0;
+    for (pos, (mine, want)) in top.iter().zip(&reference).enumerate() {
+        let mut full = vec![0f32; n_vocab];
+        for &(id, l) in mine {
+            full[id as usize] = l;
+        }
+        let e = nmse_f64(&full, want);
+        worst = worst.max(e);
+        if std::env::var_os("KERZE_DEBUG").is_some() {
+            eprintln!("pos {pos} nmse {e:.2e}");
+        }
+        // See common::TINY_NMSE; the error is flat over positions (the first included), so it
+        // is rounding, not attention.
+        assert!(e < common::TINY_NMSE, "position {pos}: NMSE {e}");
+    }
+    eprintln!(
+        "tiny model vs f64 reference: worst NMSE {worst:.2e} over {} positions",
+        ids.len()
+    );
+}
+
+#[test]
+fn decode_step_by_step_equals_teacher_forced() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut e = engine(&bytes);
+    let ids = e
+        .tokenizer()
+        .encode_user("the rain in the hills", true)
+        .unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 20,
+        sampler: SamplerConfig::greedy(),
+        stop: vec![],
+        stop_tokens: Some(vec![]),
+    };
+    let g = pollster::block_on(e.generate(ids.clone(), &opts, &never, &mut |_| {})).unwrap();
+    assert_eq!(g.generated().len(), 20);
+    let seq = g.ids.clone();
+    let top = pollster::block_on(e.logits_top_k(&seq, 2, ids.len() - 1)).unwrap();
+    for (k, &id) in g.generated().iter().enumerate() {
+        let t = &top[k];
+        // Greedy choice equals the teacher-forced argmax unless the two are a near-tie.
+        assert!(
+            t[0].0 == id || (t[0].1 - t[1].1).abs() < 1e-3,
+            "step {k}: generated {id}, teacher-forced {t:?}"
+        );
+    }
+}
+
+#[test]
+fn reusing_the_cache_for_an_extended_prompt_gives_the_same_tokens() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut e = engine(&bytes);
+    let opts = GenerateOptions {
+        max_tokens: 12,
+        sampler: SamplerConfig::greedy(),
+        stop: vec![],
+        stop_tokens: Some(vec![]),
+    };
+    let ids = e
+        .tokenizer()
+        .encode_user("the sea and the river", true)
+        .unwrap();
+    let first = pollster::block_on(e.generate(ids, &opts, &never, &mut |_| {})).unwrap();
+    // Continue from everything so far: only the new token is computed.
+    let cont = first.ids.clone();
+    let a = pollster::block_on(e.generate(cont.clone(), &opts, &never, &mut |_| {})).unwrap();
+    assert_eq!(
+        a.usage.prefill_tokens, 1,
+        "the cache should hold all but the last token"
+    );
+    e.reset();
+    let b = pollster::block_on(e.generate(cont, &opts, &never, &mut |_| {})).unwrap();
+    assert_eq!(a.generated(), b.generated());
+}
+
+fn golden_now(bytes: &Vec<u8>) -> TinyGolden {
+    let e = engine(bytes);
+    let prompt = PROMPT.to_string();
+    let prompt_ids = e.tokenizer().encode_user(&prompt, true).unwrap();
+    let reference = reference_model::RefModel::load(bytes).logits(&prompt_ids);
+    let positions: Vec<usize> = (0..prompt_ids.len())
+        .step_by(9)
+        .chain([prompt_ids.len() - 1])
+        .collect();
+    let logits = positions
+        .iter()
+        .map(|&p| reference[p].iter().map(|&x| x as f32).collect())
+        .collect();
+    TinyGolden {
+        made_by: "the f64 reference forward pass (tests/common/reference_model.rs) on kerze::synth::tiny_gemma3(); regenerate with KERZE_BLESS=1 cargo test --release --test tiny".into(),
+        prompt,
+        prompt_ids,
+        positions,
+        logits,
+    }
+}
+
+#[test]
+fn golden_file_is_current_and_the_engine_meets_it() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let now = golden_now(&bytes);
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/tiny_golden.json"
+    );
+    if std::env::var_os("KERZE_BLESS").is_some() {
+        std::fs::write(path, serde_json::to_string(&now).unwrap()).unwrap();
+    }
+    let golden: TinyGolden = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(golden.prompt_ids, now.prompt_ids);
+    assert_eq!(golden.positions, now.positions);
+    for (a, b) in golden.logits.iter().zip(&now.logits) {
+        assert!(
+            common::nmse(a, b) < 1e-10,
+            "the synthetic model or the reference changed: bless again"
+        );
+    }
+    let mut e = engine(&bytes);
+    let n_vocab = e.config().n_vocab;
+    let rows = pollster::block_on(e.logits_top_k(&golden.prompt_ids, n_vocab, 0)).unwrap();
+    common::check_tiny_logits(&golden, &rows);
+}
+
+#[test]
+fn sampling_is_seeded_and_stop_strings_cut() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut e = engine(&bytes);
+    let ids = e.tokenizer().encode_user("the", true).unwrap();
+    let opts = |seed| GenerateOptions {
+        max_tokens: 16,
+        sampler: SamplerConfig {
+            temperature: 1.0,
+            seed,
+            ..SamplerConfig::default()
+        },
+        stop: vec![],
+        stop_tokens: Some(vec![]),
+    };
+    let run = |e: &mut Engine, o: &GenerateOptions| {
+        let mut text = String::new();
+        let g =
+            pollster::block_on(e.generate(ids.clone(), o, &never, &mut |c| text.push_str(&c.text)))
+                .unwrap();
+        (g.generated().to_vec(), text)
+    };
+    let (a, text_a) = run(&mut e, &opts(1));
+    let (b, _) = run(&mut e, &opts(1));
+    let (c, _) = run(&mut e, &opts(2));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    // Streamed pieces concatenate to the decoded text. (Random weights also emit invalid
+    // byte sequences; their U+FFFD placement depends on how far one looks ahead.)
+    let decoded = e.tokenizer().decode(&a, false).unwrap();
+    if !decoded.contains('\u{FFFD}') {
+        assert_eq!(text_a, decoded);
+    }
+    // A stop string taken from the middle of that text ends the generation before it.
+    let chars: Vec<char> = text_a.chars().collect();
+    if chars.len() > 6 {
+        let stop: String = chars[3..6].iter().collect();
+        let o = GenerateOptions {
+            stop: vec![stop.clone()],
+            ..opts(1)
+        };
+        let (_, t) = run(&mut e, &o);
+        assert!(
+            !t.contains(&stop) && text_a.starts_with(&t),
+            "stop {stop:?}: {t:?} vs {text_a:?}"
+        );
+    }
+}
+
+#[test]
+fn abort_stops_between_steps_and_the_engine_stays_usable() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut e = engine(&bytes);
+    let ids = e.tokenizer().encode_user("the cat", true).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 50,
+        sampler: SamplerConfig::greedy(),
+        stop: vec![],
+        stop_tokens: Some(vec![]),
+    };
+    let steps = std::cell::Cell::new(0);
+    let abort = || steps.get() >= 3;
+    let mut g = pollster::block_on(e.start(ids.clone(), &opts, &abort)).unwrap();
+    let mut err = None;
+    loop {
+        match pollster::block_on(e.step(&mut g, &abort)) {
+            Ok(Some(_)) => steps.set(steps.get() + 1),
+            Ok(None) => break,
+            Err(x) => {
+                err = Some(x);
+                break;
+            }
+        }
+    }
+    assert!(matches!(err, Some(kerze::Error::Aborted)), "{err:?}");
+    assert_eq!(steps.get(), 3);
+    let g = pollster::block_on(e.generate(
+        ids,
+        &GenerateOptions {
+            max_tokens: 5,
+            ..opts
+        },
+        &never,
+        &mut |_| {},
+    ))
+    .unwrap();
+    assert_eq!(g.generated().len(), 5);
+}
+
+#[test]
+fn context_overflow_is_a_typed_error() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let (mut e, _) = Engine::load(
+        &bytes,
+        &LoadOptions {
+            n_ctx: Some(16),
+            ..Default::default()
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let ids = e
+        .tokenizer()
+        .encode_user(&"the cat ".repeat(20), true)
+        .unwrap();
+    let r = pollster::block_on(e.start(ids, &GenerateOptions::default(), &never));
+    assert!(matches!(r, Err(kerze::Error::ContextFull { .. })));
+    // A prompt that fits, with max_tokens past the context: ends with ContextFull, no error.
+    let ids = e.tokenizer().encode_user("the cat", true).unwrap();
+    let opts = GenerateOptions {
+        max_tokens: 100,
+        sampler: SamplerConfig::greedy(),
+        stop: vec![],
+        stop_tokens: Some(vec![]),
+    };
+    let g = pollster::block_on(e.generate(ids, &opts, &never, &mut |_| {})).unwrap();
+    assert_eq!(g.finish, Some(kerze::FinishReason::ContextFull));
+    assert_eq!(g.ids.len(), 16);
+}
