@@ -170,6 +170,6 @@ impl ModelConfig {
 
     /// Gemma 3: layers 5, 11, 17, ... attend globally, the rest through a sliding window.
     pub fn is_global(&self, il: usize) -> bool {
-        (il + 1) % self.sliding_pattern == 0
+        (il + 1).is_multiple_of(self.sliding_pattern)
     }
 }

@@ -48,6 +48,15 @@ impl ByteSource for [u8] {
     }
 }
 
+impl ByteSource for &[u8] {
+    fn len(&self) -> u64 {
+        <[u8]>::len(self) as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_at(offset, buf)
+    }
+}
+
 impl ByteSource for Vec<u8> {
     fn len(&self) -> u64 {
         self.as_slice().len() as u64
@@ -830,7 +839,7 @@ fn tensor_bytes(name: &str, ty: GgmlType, dims: &[u64]) -> Result<u64, ParseErro
             .ok_or_else(|| format!("tensor {name} dimensions {dims:?} are absurd"))?;
     }
     let (block, size) = ty.block();
-    if dims[0] % block != 0 {
+    if !dims[0].is_multiple_of(block) {
         return Err(format!(
             "tensor {name} rows of {} elements are not whole {ty} blocks of {block}",
             dims[0]

@@ -7,6 +7,8 @@
 //! ([`generate`]) and the device choice ([`engine`]). It does not own: downloading in the
 //! browser, caching, workers or UI (the JS package in `pkg/`), nor model files.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 #[cfg(all(target_arch = "wasm32", not(target_feature = "simd128")))]
 compile_error!(
     "kerze for wasm32 needs SIMD: build with -C target-feature=+simd128 (set in .cargo/config.toml; \

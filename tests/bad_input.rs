@@ -3,6 +3,7 @@
 //! 100 000+ cases with `KERZE_FUZZ_CASES=100000`, run by `make fuzz`), absurd dimensions,
 //! unknown architecture, unsupported tensor type.
 #![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

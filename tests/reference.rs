@@ -3,6 +3,7 @@
 //! itself (tests/fixtures/llamacpp_gemma3_270m.json), teacher-forced position by position;
 //! plus free-running greedy text where the continuation is nearly certain.
 #![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

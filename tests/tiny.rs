@@ -1,6 +1,7 @@
 //! The tiny synthetic Gemma 3: the engine (chunked prefill, ring KV cache, decode loop)
 //! against the slow f64 reference, and the golden file the browser test checks against.
 #![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 #[path = "common/reference_model.rs"]
@@ -17,8 +18,8 @@ fn never() -> bool {
     false
 }
 
-fn engine(bytes: &Vec<u8>) -> Engine {
-    Engine::load(bytes, &LoadOptions::default(), &mut |_, _| {})
+fn engine(bytes: &[u8]) -> Engine {
+    Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {})
         .unwrap()
         .0
 }
@@ -123,7 +124,7 @@ fn reusing_the_cache_for_an_extended_prompt_gives_the_same_tokens() {
     assert_eq!(a.generated(), b.generated());
 }
 
-fn golden_now(bytes: &Vec<u8>) -> TinyGolden {
+fn golden_now(bytes: &[u8]) -> TinyGolden {
     let e = engine(bytes);
     let prompt = PROMPT.to_string();
     let prompt_ids = e.tokenizer().encode_user(&prompt, true).unwrap();

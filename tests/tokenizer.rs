@@ -1,6 +1,7 @@
 //! The tokenizer built from the GGUF's own vocabulary against Hugging Face's Gemma 3
 //! `tokenizer.json` on the committed corpus (tests/fixtures/tokenizer_corpus.json).
 #![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

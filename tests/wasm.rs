@@ -2,6 +2,7 @@
 //! against golden values computed natively, and the real model teacher-forced against the
 //! float64 reference, with the model fetched from the local test server.
 #![cfg(target_arch = "wasm32")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use kerze::gguf::ByteSource;
 use kerze::{Engine, GenerateOptions, LoadOptions, SamplerConfig};

@@ -2,6 +2,7 @@
 //! greedy tokens, as `kerze bench` does natively. Prints JSON; asserts nothing about speed
 //! (shared machines are noisy). Runs only when built with KERZE_BENCH set.
 #![cfg(target_arch = "wasm32")]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use kerze::{Engine, GenerateOptions, LoadOptions, SamplerConfig};
 use wasm_bindgen::JsCast;
@@ -15,10 +16,12 @@ fn never() -> bool {
 
 #[wasm_bindgen_test]
 async fn bench_prefill_128_decode_64() {
-    if option_env!("KERZE_BENCH").is_none() {
+    let (Some(_), Some(url)) = (
+        option_env!("KERZE_BENCH"),
+        option_env!("KERZE_TEST_MODEL_URL"),
+    ) else {
         return;
-    }
-    let url = option_env!("KERZE_TEST_MODEL_URL").expect("KERZE_TEST_MODEL_URL");
+    };
     let window = js_sys::global().unchecked_into::<web_sys::Window>();
     let resp: web_sys::Response = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(url))
         .await

@@ -96,8 +96,8 @@ pub fn attend(
                     scores.push(f32::NEG_INFINITY);
                 }
             }
-            for j in 0..=t {
-                if visible(pq, pos[j]) {
+            for (j, &pk) in pos.iter().enumerate().take(t + 1) {
+                if visible(pq, pk) {
                     scores.push(
                         dot(qv, &k.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd]) * p.scale,
                     );
@@ -127,9 +127,9 @@ pub fn attend(
             }
         }
     }
-    for t in 0..n_tok {
+    for (t, &p) in pos.iter().enumerate() {
         kv.write(
-            pos[t],
+            p,
             &k.data[t * kv_w..(t + 1) * kv_w],
             &v.data[t * kv_w..(t + 1) * kv_w],
         );

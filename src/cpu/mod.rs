@@ -188,7 +188,7 @@ impl Backend for CpuBackend {
         let CpuWeight::Vector(w) = w else {
             return Err(Error::Backend("norm weight is not a vector".into()));
         };
-        if w.is_empty() || x.width % w.len() != 0 {
+        if w.is_empty() || !x.width.is_multiple_of(w.len()) {
             return Err(Error::Backend(format!(
                 "rms_norm: width {} is not a multiple of {}",
                 x.width,
@@ -222,7 +222,7 @@ impl Backend for CpuBackend {
     }
 
     fn rope(&mut self, x: &Act, pos: &[usize], head_dim: usize, base: f32) -> Result<Act> {
-        if pos.len() != x.n_tok() || head_dim == 0 || x.width % head_dim != 0 {
+        if pos.len() != x.n_tok() || head_dim == 0 || !x.width.is_multiple_of(head_dim) {
             return Err(Error::Backend("rope: shape mismatch".into()));
         }
         let mut data = x.data.clone();

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The slow, obvious Gemma 3 forward pass in f64: weights dequantized by candle from their
 //! original GGUF types (Q5_0 included, so the Q5_0 → Q8_0 conversion is checked too), no KV
 //! cache, every position recomputed. The engine's fast path is tested against it.
