@@ -11,9 +11,12 @@ mod ops;
 use crate::backend::{AttnParams, Backend};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
-use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
+use candle_core::quantized::k_quants::{
+    BlockQ4K, BlockQ4_0, BlockQ6K, BlockQ8_0, GgmlType as Block,
+};
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, QuantizedType};
 use candle_core::{Device, Module, Tensor};
-use std::borrow::Cow;
+
 use std::sync::Arc;
 
 pub use attention::KvCache;
@@ -73,6 +76,33 @@ fn ggml_dtype(info: &TensorInfo) -> Result<GgmlDType> {
             })
         }
     })
+}
+
+/// A zeroed vector of candle blocks covering exactly `n_bytes` of file data.
+fn zeroed_blocks<T: Block>(n_bytes: usize) -> Result<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if !n_bytes.is_multiple_of(size) {
+        return Err(Error::Backend(format!(
+            "{n_bytes} bytes are not whole {}-byte blocks",
+            size
+        )));
+    }
+    Ok(vec![T::zeros(); n_bytes / size])
+}
+
+fn blocks_as_bytes_mut<T: Block>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: candle's block types are `repr(C)` structs of f16/f32 scales and integer
+    // arrays (and f32/f16 themselves): every byte pattern is a valid value, and the slice
+    // covers exactly the vector's initialised memory.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// Read a tensor's bytes straight into candle's block storage: the only copy of the weights
+/// (a second full-size buffer would double the peak memory in a browser tab).
+fn read_blocks<T: Block>(src: &dyn ByteSource, offset: u64, n_bytes: usize) -> Result<Vec<T>> {
+    let mut v = zeroed_blocks::<T>(n_bytes)?;
+    src.read_at(offset, blocks_as_bytes_mut(&mut v))?;
+    Ok(v)
 }
 
 /// Read `n` bytes at `offset` into an 8-byte-aligned buffer (candle views it as blocks with
@@ -145,17 +175,29 @@ impl Backend for CpuBackend {
             };
             return Ok(CpuWeight::Vector(floats));
         }
-        let dtype = ggml_dtype(info)?;
-        let buf = read_aligned(src, info.offset, n)?;
-        let storage = if info.ty == GgmlType::Q5_0 {
-            let n8 = n / 22 * 34;
-            let mut q8 = vec![0u64; n8.div_ceil(8)];
-            q5_0_to_q8_0(bytes_of(&buf, n), &mut bytemuck_bytes_mut(&mut q8)[..n8]);
-            drop(buf);
-            QStorage::from_data(Cow::Borrowed(bytes_of(&q8, n8)), &Device::Cpu, dtype)?
-        } else {
-            QStorage::from_data(Cow::Borrowed(bytes_of(&buf, n)), &Device::Cpu, dtype)?
+        ggml_dtype(info)?;
+        let storage: Box<dyn QuantizedType> = match info.ty {
+            GgmlType::F32 => Box::new(read_blocks::<f32>(src, info.offset, n)?),
+            GgmlType::F16 => Box::new(read_blocks::<half::f16>(src, info.offset, n)?),
+            GgmlType::Q4_0 => Box::new(read_blocks::<BlockQ4_0>(src, info.offset, n)?),
+            GgmlType::Q8_0 => Box::new(read_blocks::<BlockQ8_0>(src, info.offset, n)?),
+            GgmlType::Q4_K => Box::new(read_blocks::<BlockQ4K>(src, info.offset, n)?),
+            GgmlType::Q6_K => Box::new(read_blocks::<BlockQ6K>(src, info.offset, n)?),
+            GgmlType::Q5_0 => {
+                let q5 = read_aligned(src, info.offset, n)?;
+                let mut q8 = zeroed_blocks::<BlockQ8_0>(n / 22 * 34)?;
+                q5_0_to_q8_0(bytes_of(&q5, n), blocks_as_bytes_mut(&mut q8));
+                Box::new(q8)
+            }
+            other => {
+                return Err(Error::UnsupportedTensorType {
+                    tensor: info.name.clone(),
+                    ty: other.name().to_string(),
+                    supported: SUPPORTED_TYPES,
+                })
+            }
         };
+        let storage = QStorage::Cpu(storage);
         let q = Arc::new(QTensor::new(storage, (rows, cols))?);
         let mm = QMatMul::from_arc(q.clone())?;
         Ok(CpuWeight::Matrix { q, mm, rows, cols })
@@ -293,6 +335,7 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::borrow::Cow;
 
     #[test]
     fn q5_0_to_q8_0_is_exact() {

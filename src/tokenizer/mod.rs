@@ -1,0 +1,398 @@
+//! Text ⇄ token ids, built from the GGUF's own vocabulary with the `tokenizers` crate.
+//!
+//! Owns: the SentencePiece-style (`tokenizer.ggml.model = llama`) construction that gives the
+//! same ids as the model's Hugging Face `tokenizer.json`, the rule that user text never turns
+//! into control tokens, and streaming decode in whole UTF-8 characters. Does not own: chat
+//! templates (chat.rs) or stop conditions (generate.rs).
+
+mod bpe;
+
+use crate::error::{Error, Result};
+use crate::gguf::{Gguf, Value};
+use bpe::{GgufBpe, Vocab};
+use std::sync::Mutex;
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::normalizers::replace::Replace;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{
+    AddedToken, DecoderWrapper, NormalizerWrapper, PostProcessorWrapper, PreTokenizerWrapper,
+    SplitDelimiterBehavior, TokenizerImpl,
+};
+
+/// The `tokenizers` pipeline (added tokens, normalizer, pre-tokenizer, post-processor,
+/// decoder) around our BPE model.
+type Pipeline = TokenizerImpl<
+    GgufBpe,
+    NormalizerWrapper,
+    PreTokenizerWrapper,
+    PostProcessorWrapper,
+    DecoderWrapper,
+>;
+
+/// SentencePiece token types as GGUF stores them.
+const TYPE_NORMAL: i64 = 1;
+const TYPE_UNKNOWN: i64 = 2;
+const TYPE_CONTROL: i64 = 3;
+const TYPE_USER_DEFINED: i64 = 4;
+
+/// User-defined pieces that are markers, not text: Hugging Face's Gemma 3 file makes them
+/// special, so user text must not produce them either.
+const MARKERS: &[&str] = &["<start_of_image>", "<end_of_image>"];
+
+/// The word-boundary marker of SentencePiece vocabularies.
+const SPACE: &str = "\u{2581}";
+
+fn tk_err(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(e.to_string())
+}
+
+/// A tokenizer with two faces: `encode_raw` parses control tokens written in the text (as
+/// Hugging Face's `encode` does), `encode_user` never does, so a visitor who types
+/// `<start_of_turn>` gets plain text, not a turn marker.
+pub struct Tokenizer {
+    /// One pipeline; the two faces differ only in its `encode_special_tokens` flag, set per
+    /// call under the lock (a second copy would cost its whole vocabulary again).
+    inner: Mutex<Pipeline>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    n_vocab: usize,
+    /// Ids of byte-fallback tokens (`<0x00>`..`<0xFF>`): a streamed piece may end inside a
+    /// UTF-8 character only after one of them.
+    byte_tokens: Vec<bool>,
+    /// Control tokens by id: never produced from user text.
+    control: Vec<bool>,
+}
+
+impl Tokenizer {
+    /// Build from the vocabulary in the GGUF metadata.
+    pub fn from_gguf(g: &Gguf) -> Result<Self> {
+        let t0 = crate::clock::now_ms();
+        let dbg = std::env::var_os("KERZE_DEBUG_TOKENIZER").is_some();
+        let model = g
+            .get("tokenizer.ggml.model")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if model != "llama" {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer.ggml.model `{model}` is not supported: kerze builds SentencePiece-style (`llama`) vocabularies"
+            )));
+        }
+        let tokens = g
+            .get("tokenizer.ggml.tokens")
+            .and_then(Value::as_array)
+            .and_then(|a| a.strings())
+            .ok_or_else(|| {
+                tk_err("metadata tokenizer.ggml.tokens is missing or not an array of strings")
+            })?;
+        let n = tokens.len();
+        let numbers = |k: &str| -> Result<Option<Vec<f64>>> {
+            match g.get(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_array()
+                    .and_then(|a| a.to_f64s())
+                    .map(Some)
+                    .ok_or_else(|| tk_err(format!("metadata {k} is not an array of numbers"))),
+            }
+        };
+        let scores: Vec<f32> = match numbers("tokenizer.ggml.scores")? {
+            Some(v) => v.into_iter().map(|x| x as f32).collect(),
+            None => (0..n).map(|i| -(i as f32)).collect(),
+        };
+        let types: Vec<i64> = match numbers("tokenizer.ggml.token_type")? {
+            Some(v) => v.into_iter().map(|x| x as i64).collect(),
+            None => vec![TYPE_NORMAL; n],
+        };
+        if scores.len() != n || types.len() != n {
+            return Err(tk_err(format!(
+                "{n} tokens but {} scores and {} token types",
+                scores.len(),
+                types.len()
+            )));
+        }
+        // llama.cpp's converter writes the spaces of user-defined tokens ("▁▁" → "  ");
+        // Hugging Face keeps the SentencePiece marker. Put it back so both agree.
+        let vocab = Vocab::new(
+            tokens
+                .iter()
+                .zip(&types)
+                .map(|(t, &ty)| {
+                    if ty == TYPE_USER_DEFINED && t.contains(' ') {
+                        std::borrow::Cow::Owned(t.replace(' ', SPACE))
+                    } else {
+                        std::borrow::Cow::Borrowed(t)
+                    }
+                })
+                .collect::<Vec<_>>()
+                .iter()
+                .map(|c| c.as_ref()),
+        );
+        if dbg {
+            eprintln!("vocab indexed: {:.0} ms", crate::clock::now_ms() - t0);
+        }
+        let bos = vocab.id("<bos>");
+        let eos = vocab.id("<eos>");
+        let add_bos = g
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(Value::as_u64)
+            .unwrap_or(1)
+            != 0;
+        let byte_tokens = (0..n as u32)
+            .map(|i| vocab.piece(i).and_then(parse_byte_token).is_some())
+            .collect();
+        let control = (0..n)
+            .map(|i| {
+                let t = vocab.piece(i as u32).unwrap_or("");
+                types[i] == TYPE_CONTROL || types[i] == TYPE_UNKNOWN || MARKERS.contains(&t)
+            })
+            .collect();
+        if dbg {
+            eprintln!("tables: {:.0} ms", crate::clock::now_ms() - t0);
+        }
+        let pipeline = build(vocab, &scores, &types, bos.filter(|_| add_bos))?;
+        Ok(Self {
+            inner: Mutex::new(pipeline),
+            bos,
+            eos,
+            n_vocab: n,
+            byte_tokens,
+            control,
+        })
+    }
+
+    fn encode(&self, text: &str, add_bos: bool, split_special: bool) -> Result<Vec<u32>> {
+        let mut p = self
+            .inner
+            .lock()
+            .map_err(|_| tk_err("tokenizer lock poisoned"))?;
+        p.set_encode_special_tokens(split_special);
+        Ok(p.encode_fast(text, add_bos)
+            .map_err(tk_err)?
+            .get_ids()
+            .to_vec())
+    }
+
+    /// Ids of text whose control-token strings are parsed (`<start_of_turn>` → 105), with
+    /// `<bos>` in front when the model wants it. For templates and raw tokenization.
+    pub fn encode_raw(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+        self.encode(text, add_bos, false)
+    }
+
+    /// Ids of text typed by a user: control-token strings stay plain text.
+    pub fn encode_user(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
+        self.encode(text, add_bos, true)
+    }
+
+    /// Text of ids (control tokens included as their strings unless `skip_special`).
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.check_ids(ids)?;
+        let p = self
+            .inner
+            .lock()
+            .map_err(|_| tk_err("tokenizer lock poisoned"))?;
+        p.decode(ids, skip_special).map_err(tk_err)
+    }
+
+    /// The id of a token string, if it is one token.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.lock().ok()?.token_to_id(token)
+    }
+
+    /// The piece of one id.
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.inner.lock().ok()?.id_to_token(id)
+    }
+
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// True for control tokens (`<bos>`, `<end_of_turn>`, `<unusedN>`, ...).
+    pub fn is_control(&self, id: u32) -> bool {
+        self.control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().find(|&&id| id as usize >= self.n_vocab) {
+            Some(id) => Err(Error::InvalidArgument(format!(
+                "token id {id} is outside the vocabulary of {} tokens",
+                self.n_vocab
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Streams text: each piece ends on a character boundary, so a multi-byte character spread
+/// over byte-fallback tokens comes out whole.
+#[derive(Clone, Debug, Default)]
+pub struct StreamDecoder {
+    /// Ids not yet emitted: only a run of byte tokens that does not yet form a whole character.
+    pending: Vec<u32>,
+}
+
+/// A UTF-8 character has at most 4 bytes: a longer pending run is not going to complete.
+const MAX_PENDING_BYTES: usize = 4;
+
+impl StreamDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feed one id; get the text it completes (possibly empty).
+    pub fn step(&mut self, tok: &Tokenizer, id: u32) -> Result<String> {
+        self.pending.push(id);
+        let text = tok.decode(&self.pending, false)?;
+        let is_byte = tok.byte_tokens.get(id as usize).copied().unwrap_or(false);
+        if is_byte && text.ends_with('\u{FFFD}') && self.pending.len() < MAX_PENDING_BYTES {
+            return Ok(String::new());
+        }
+        // Gemma's decoder (▁ → space, byte fallback, fuse) is concatenative across pieces that
+        // end on a character boundary, so the pending ids can be forgotten here.
+        self.pending.clear();
+        Ok(text)
+    }
+
+    /// Whatever is still pending, with U+FFFD for an incomplete character.
+    pub fn flush(&mut self, tok: &Tokenizer) -> Result<String> {
+        let text = tok.decode(&self.pending, false)?;
+        self.pending.clear();
+        Ok(text)
+    }
+}
+
+fn parse_byte_token(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// The Hugging Face construction of a SentencePiece BPE, with merges derived from the scores.
+fn build(vocab: Vocab, scores: &[f32], types: &[i64], bos: Option<u32>) -> Result<Pipeline> {
+    let dbg = std::env::var_os("KERZE_DEBUG_TOKENIZER").is_some();
+    let t0 = crate::clock::now_ms();
+    let lap = |what: &str| {
+        if dbg {
+            eprintln!("{what}: {:.0} ms", crate::clock::now_ms() - t0)
+        }
+    };
+    // Every normal or user-defined token of two or more characters, split every way into
+    // two pieces that are both tokens, is a merge (user-defined runs of spaces, tabs and
+    // newlines merge too: "▁▁" is reachable from two spaces). As in Hugging Face's
+    // converter, merges rank by the whole token's score (highest first), then by the
+    // lengths in characters of the left and right parts (longest first), then in
+    // vocabulary order.
+    // SentencePiece gives user-defined pieces score 0, above every normal piece (scores are
+    // -rank); GGUF files carry -1000 for them.
+    let score = |id: usize| {
+        if types[id] == TYPE_USER_DEFINED {
+            0.0
+        } else {
+            scores[id]
+        }
+    };
+    // One sort key: score (descending), left length (descending), right length (descending),
+    // token id; a token's splits differ in left length, so the key is unique.
+    let key = |token: usize, left_len: u32, right_len: u32| -> u128 {
+        let bits = score(token).to_bits();
+        let ascending = if bits >> 31 == 1 {
+            !bits
+        } else {
+            bits | 1 << 31
+        };
+        (u128::from(!ascending) << 96)
+            | (u128::from(u16::MAX - left_len.min(0xFFFF) as u16) << 80)
+            | (u128::from(u16::MAX - right_len.min(0xFFFF) as u16) << 64)
+            | token as u128
+    };
+    let mut merges: Vec<(u128, u32, u32)> = Vec::new(); // (key, left, right)
+    for (i, &ty) in types.iter().enumerate() {
+        if ty != TYPE_NORMAL && ty != TYPE_USER_DEFINED {
+            continue;
+        }
+        let Some(tok) = vocab.piece(i as u32) else {
+            continue;
+        };
+        let n_chars = tok.chars().count() as u32;
+        for (k, (split, _)) in tok.char_indices().skip(1).enumerate() {
+            let (l, r) = tok.split_at(split);
+            let Some(left) = vocab.id(l) else { continue };
+            if let Some(right) = vocab.id(r) {
+                let k = k as u32;
+                merges.push((key(i, k + 1, n_chars - k - 1), left, right));
+            }
+        }
+    }
+    lap("merges derived");
+    merges.sort_unstable_by_key(|m| m.0);
+    lap("merges sorted");
+    if dbg {
+        eprintln!("{} merges", merges.len());
+    }
+    let triples: Vec<(u32, u32, u32)> = merges.iter().map(|m| (m.1, m.2, m.0 as u32)).collect();
+    drop(merges);
+    let unk = vocab.id("<unk>");
+    let piece = |id: u32| vocab.piece(id).unwrap_or("").to_string();
+    let bos_str = bos.map(piece);
+    let control: Vec<AddedToken> = (0..types.len())
+        .filter(|&i| {
+            let t = vocab.piece(i as u32).unwrap_or("");
+            types[i] == TYPE_CONTROL || types[i] == TYPE_UNKNOWN || MARKERS.contains(&t)
+        })
+        .map(|i| AddedToken::from(piece(i as u32), true))
+        .collect();
+    let user_defined: Vec<AddedToken> = (0..types.len())
+        .filter(|&i| {
+            types[i] == TYPE_USER_DEFINED && !MARKERS.contains(&vocab.piece(i as u32).unwrap_or(""))
+        })
+        .map(|i| AddedToken::from(piece(i as u32), false).normalized(false))
+        .collect();
+    let model = GgufBpe::new(vocab, &triples, unk);
+    drop(triples);
+    lap("bpe built");
+
+    let mut tk = Pipeline::new(model);
+    tk.with_normalizer(Some(Replace::new(" ", SPACE).map_err(tk_err)?))
+        .map_err(tk_err)?;
+    tk.with_pre_tokenizer(Some(
+        Split::new(
+            SplitPattern::String(" ".into()),
+            SplitDelimiterBehavior::MergedWithPrevious,
+            false,
+        )
+        .map_err(tk_err)?,
+    ));
+    tk.with_decoder(Some(DecoderSequence::new(vec![
+        Replace::new(SPACE, " ").map_err(tk_err)?.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ])));
+    if let (Some(bos), Some(bos_str)) = (bos, bos_str) {
+        let post = TemplateProcessing::builder()
+            .try_single(format!("{bos_str} $A"))
+            .map_err(tk_err)?
+            .try_pair(format!("{bos_str} $A {bos_str} $B"))
+            .map_err(tk_err)?
+            .special_tokens(vec![(bos_str, bos)])
+            .build()
+            .map_err(tk_err)?;
+        tk.with_post_processor(Some(post));
+    }
+    tk.add_special_tokens(control).map_err(tk_err)?;
+    tk.add_tokens(user_defined).map_err(tk_err)?;
+    lap("added tokens");
+    Ok(tk)
+}
