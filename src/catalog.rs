@@ -56,7 +56,8 @@ pub fn models_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("models"))
 }
 
-fn cache_dir() -> Option<PathBuf> {
+/// The shared cache of verified model files: `$KERZE_CACHE/models`.
+pub fn cache_dir() -> Option<PathBuf> {
     std::env::var_os("KERZE_CACHE").map(|d| PathBuf::from(d).join("models"))
 }
 
@@ -93,7 +94,7 @@ pub fn resolve(model: &str, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
         return Ok(p.to_path_buf());
     }
     match find(model)? {
-        Some(e) => fetch(&e, &models_dir(), log),
+        Some(e) => fetch(&e, &models_dir(), cache_dir().as_deref(), log),
         None if model.ends_with(".gguf") => Err(Error::Model(format!("no file at {model}"))),
         None => {
             let ids: Vec<String> = entries()?.into_iter().map(|e| e.id).collect();
@@ -105,8 +106,14 @@ pub fn resolve(model: &str, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     }
 }
 
-/// Put the model at `dir/<file>`, verified. A no-op when it is already there.
-pub fn fetch(e: &Entry, dir: &Path, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
+/// Put the model at `dir/<file>`, verified. A no-op when it is already there. A verified
+/// copy in `cache` is used first, and a fresh download is copied there.
+pub fn fetch(
+    e: &Entry,
+    dir: &Path,
+    cache: Option<&Path>,
+    log: &mut dyn FnMut(&str),
+) -> Result<PathBuf> {
     let dest = dir.join(&e.file);
     if dest.is_file() {
         if std::fs::metadata(&dest)?.len() == e.bytes {
@@ -120,7 +127,7 @@ pub fn fetch(e: &Entry, dir: &Path, log: &mut dyn FnMut(&str)) -> Result<PathBuf
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".{}.partial", e.file));
     let mut failures = Vec::new();
-    if let Some(c) = cache_dir().map(|d| d.join(&e.file)) {
+    if let Some(c) = cache.map(|d| d.join(&e.file)) {
         if verified(&c, e)? {
             log(&format!(
                 "copying {} from the cache {}",
@@ -147,7 +154,7 @@ pub fn fetch(e: &Entry, dir: &Path, log: &mut dyn FnMut(&str)) -> Result<PathBuf
             }
         };
         match got.and_then(|()| check(e, &tmp)) {
-            Ok(()) => return finish(e, &tmp, &dest, cache_dir()),
+            Ok(()) => return finish(e, &tmp, &dest, cache),
             Err(err) => {
                 let _ = std::fs::remove_file(&tmp);
                 log(&format!("  failed: {err}"));
@@ -188,12 +195,12 @@ fn check(e: &Entry, tmp: &Path) -> Result<()> {
     Ok(())
 }
 
-fn finish(e: &Entry, tmp: &Path, dest: &Path, cache: Option<PathBuf>) -> Result<PathBuf> {
+fn finish(e: &Entry, tmp: &Path, dest: &Path, cache: Option<&Path>) -> Result<PathBuf> {
     check(e, tmp)?;
     std::fs::rename(tmp, dest)?;
     if let Some(c) = cache {
         let target = c.join(&e.file);
-        if !target.is_file() && std::fs::create_dir_all(&c).is_ok() {
+        if !target.is_file() && std::fs::create_dir_all(c).is_ok() {
             let _ = std::fs::copy(dest, &target);
         }
     }

@@ -318,7 +318,12 @@ fn cmd_fetch(a: &Args) -> Result<()> {
         .unwrap_or("gemma-3-270m");
     let e =
         catalog::find(id)?.ok_or_else(|| Error::Model(format!("`{id}` is not in the catalog")))?;
-    let path = catalog::fetch(&e, &catalog::models_dir(), &mut |s| log(s))?;
+    let path = catalog::fetch(
+        &e,
+        &catalog::models_dir(),
+        catalog::cache_dir().as_deref(),
+        &mut |s| log(s),
+    )?;
     println!("{}", path.display());
     Ok(())
 }

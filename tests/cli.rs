@@ -1,0 +1,212 @@
+//! The `kerze` command line as a script would use it: JSON shapes, stdin, typed failures,
+//! and `fetch` trying each source in order (exercised with local `file://` sources).
+#![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn kerze() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kerze"))
+}
+
+#[test]
+fn tokenize_reads_stdin_like_text() {
+    let model = common::model_path();
+    let text = "Grüße aus Köln 🙂\n<start_of_turn>user";
+    let a = kerze()
+        .args(["tokenize", "--json", "--text", text])
+        .arg("--model")
+        .arg(&model)
+        .output()
+        .unwrap();
+    let mut child = kerze()
+        .args(["tokenize", "--json", "--model"])
+        .arg(&model)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let b = child.wait_with_output().unwrap();
+    assert!(a.status.success() && b.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(v["ids"].clone()).unwrap();
+    assert_eq!(ids[0], 2, "<bos> first");
+    assert!(
+        ids.contains(&105),
+        "raw tokenization parses <start_of_turn>: {ids:?}"
+    );
+}
+
+#[test]
+fn inspect_and_generate_json_shapes() {
+    let model = common::model_path();
+    let out = kerze()
+        .args(["inspect", "--json", "--model"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["config"]["n_layer"], 18);
+    assert_eq!(v["config"]["n_vocab"], 262_144);
+    assert_eq!(v["tensor_types"]["Q5_0"]["count"], 81);
+    let out = kerze()
+        .args([
+            "generate",
+            "--json",
+            "--prompt",
+            "Hello",
+            "--max-tokens",
+            "3",
+            "--temperature",
+            "0",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "prompt_ids",
+        "ids",
+        "text",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+    ] {
+        assert!(!v[key].is_null(), "generate --json lacks {key}: {v}");
+    }
+    assert_eq!(v["ids"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn bad_arguments_fail_with_a_clear_message() {
+    let cases: &[(&[&str], i32, &str)] = &[
+        (
+            &[
+                "generate",
+                "--model",
+                "/nonexistent/x.gguf",
+                "--prompt",
+                "hi",
+            ],
+            1,
+            "no file at /nonexistent/x.gguf",
+        ),
+        (
+            &["generate", "--model", "gemma-9000", "--prompt", "hi"],
+            1,
+            "known ids: gemma-3-270m",
+        ),
+        (
+            &["logits", "--model", "gemma-3-270m", "--ids", "2,abc"],
+            2,
+            "`abc` is not a token id",
+        ),
+        (&["frobnicate"], 2, "unknown command"),
+        (&["generate", "--prompt"], 2, "--prompt needs a value"),
+    ];
+    for (args, code, msg) in cases {
+        let out = kerze().args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(*code), "{args:?}: {err}");
+        assert!(err.contains(msg), "{args:?}: {err}");
+    }
+    let model = common::model_path();
+    let out = kerze()
+        .args([
+            "generate",
+            "--prompt",
+            "hi",
+            "--temperature",
+            "-1",
+            "--model",
+        ])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("temperature -1 must be ≥ 0"));
+}
+
+#[test]
+fn fetch_tries_sources_in_order_verifies_and_is_then_a_no_op() {
+    use kerze::catalog::{fetch, Entry, Source};
+    let dir = std::env::temp_dir().join(format!("kerze-fetch-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    let right = dir.join("src/right.bin");
+    let wrong = dir.join("src/wrong.bin");
+    std::fs::write(&right, b"the model bytes").unwrap();
+    std::fs::write(&wrong, b"not the model!!").unwrap();
+    let entry = |sources: Vec<Source>| Entry {
+        id: "t".into(),
+        name: "t".into(),
+        file: "t.gguf".into(),
+        bytes: 15,
+        sha256: kerze::catalog::sha256_file(&right).unwrap(),
+        license: "test".into(),
+        sources,
+    };
+    let url = |p: &std::path::Path| Source::Url {
+        url: format!("file://{}", p.display()),
+    };
+    let out = dir.join("out");
+    let mut log = Vec::new();
+    let got = fetch(
+        &entry(vec![url(&dir.join("missing")), url(&wrong), url(&right)]),
+        &out,
+        None,
+        &mut |s| log.push(s.to_string()),
+    )
+    .unwrap();
+    assert_eq!(std::fs::read(&got).unwrap(), b"the model bytes");
+    assert_eq!(
+        log.iter().filter(|l| l.contains("failed")).count(),
+        2,
+        "{log:?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("sha256")),
+        "the wrong file must fail its checksum: {log:?}"
+    );
+    // Present: a no-op, even with no source that works.
+    log.clear();
+    fetch(
+        &entry(vec![url(&dir.join("missing"))]),
+        &out,
+        None,
+        &mut |s| log.push(s.to_string()),
+    )
+    .unwrap();
+    assert!(log.is_empty(), "{log:?}");
+    // Nothing works: one error naming every source, and no partial file left behind.
+    let err = fetch(
+        &entry(vec![url(&dir.join("missing")), url(&wrong)]),
+        &dir.join("out2"),
+        None,
+        &mut |_| {},
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("could not fetch t") && err.contains("missing") && err.contains("wrong.bin"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read_dir(dir.join("out2"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "partial file left"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
