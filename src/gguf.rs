@@ -750,16 +750,10 @@ fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf, ParseError> {
         },
     };
 
-    struct Raw {
-        name: String,
-        ty: GgmlType,
-        dims: Vec<u64>,
-        rel_offset: u64,
-        n_bytes: u64,
-    }
-    // Capacity is a hint only: a lying count must not reserve memory before entries are read.
-    let mut raw = Vec::with_capacity(n_tensors.min(4096));
-    let mut names = std::collections::HashSet::with_capacity(n_tensors.min(4096));
+    // `n_tensors` entries of at least 32 bytes each are in the file (checked by `count`), so
+    // this reserves at most ~2.3× the bytes really there; `offset` is relative until the end
+    // of the header is known.
+    let mut tensors: Vec<TensorInfo> = Vec::with_capacity(n_tensors);
     for _ in 0..n_tensors {
         let name = c.string("tensor name length")?;
         let n_dims = c.u32()? as usize;
@@ -780,43 +774,41 @@ fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf, ParseError> {
         })?;
         let n_bytes = tensor_bytes(&name, ty, &dims)?;
         if rel_offset % alignment != 0 {
-            return Err(format!("tensor {name} starts at offset {rel_offset}, not a multiple of the alignment {alignment}").into());
-        }
-        if !names.insert(name.clone()) {
-            return Err(format!("tensor {name} appears twice").into());
-        }
-        raw.push(Raw {
-            name,
-            ty,
-            dims,
-            rel_offset,
-            n_bytes,
-        });
-    }
-    let header_end = c.pos as u64;
-    let data_offset = header_end.div_ceil(alignment) * alignment;
-    let mut tensors = Vec::with_capacity(raw.len());
-    for r in raw {
-        let offset = data_offset
-            .checked_add(r.rel_offset)
-            .ok_or_else(|| format!("tensor {} offset overflows", r.name))?;
-        let end = offset
-            .checked_add(r.n_bytes)
-            .ok_or_else(|| format!("tensor {} size overflows", r.name))?;
-        if end > file_len {
             return Err(format!(
-                "tensor {} ends at byte {end}, past the end of the file ({file_len} bytes): the file is truncated",
-                r.name
+                "tensor {name} starts at offset {rel_offset}, not a multiple of the alignment {alignment}"
             )
             .into());
         }
         tensors.push(TensorInfo {
-            name: r.name,
-            ty: r.ty,
-            dims: r.dims,
-            offset,
-            n_bytes: r.n_bytes,
+            name,
+            ty,
+            dims,
+            offset: rel_offset,
+            n_bytes,
         });
+    }
+    let mut names = std::collections::HashSet::with_capacity(tensors.len());
+    if let Some(dup) = tensors.iter().find(|t| !names.insert(t.name.as_str())) {
+        return Err(format!("tensor {} appears twice", dup.name).into());
+    }
+    drop(names);
+    let header_end = c.pos as u64;
+    let data_offset = header_end.div_ceil(alignment) * alignment;
+    for t in &mut tensors {
+        let offset = data_offset
+            .checked_add(t.offset)
+            .ok_or_else(|| format!("tensor {} offset overflows", t.name))?;
+        let end = offset
+            .checked_add(t.n_bytes)
+            .ok_or_else(|| format!("tensor {} size overflows", t.name))?;
+        if end > file_len {
+            return Err(format!(
+                "tensor {} ends at byte {end}, past the end of the file ({file_len} bytes): the file is truncated",
+                t.name
+            )
+            .into());
+        }
+        t.offset = offset;
     }
     Ok(Gguf {
         version,

@@ -132,9 +132,11 @@ fn mutated_headers_give_typed_errors() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(3000);
-    // Allocation bound: no single allocation beyond twice the bytes in the file (+1 MiB for
-    // fixed-size buffers): counts in a header are never trusted.
-    let (ok, err) = fuzz(&base, cases, 11, 2 * base.len() + (1 << 20));
+    // Allocation bound: no single allocation beyond 3× the bytes in the file (+1 MiB for
+    // fixed-size buffers): a count in a header reserves memory only for entries the file can
+    // hold, and an entry in memory (a tensor's name, type, dims, offset) is at most ~2.3× its
+    // smallest encoding.
+    let (ok, err) = fuzz(&base, cases, 11, 3 * base.len() + (1 << 20));
     eprintln!("{cases} mutated files: {ok} loaded, {err} typed errors");
     assert!(
         err > cases / 2,
