@@ -54,7 +54,7 @@ fn float64_reference_gate() {
     );
     let stats = teacher_forced(&r);
     eprintln!("vs float64 reference: {}", stats.summary());
-    stats.assert_gate();
+    stats.assert_exact();
 }
 
 #[test]

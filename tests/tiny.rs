@@ -59,8 +59,7 @@ fn engine_matches_f64_reference_with_ring_and_chunks() {
         if std::env::var_os("KERZE_DEBUG").is_some() {
             eprintln!("pos {pos} nmse {e:.2e}");
         }
-        // See common::TINY_NMSE; the error is flat over positions (the first included), so it
-        // is rounding, not attention.
+        // See common::TINY_NMSE: rounding only, flat over positions (the first included).
         assert!(e < common::TINY_NMSE, "position {pos}: NMSE {e}");
     }
     eprintln!(

@@ -102,5 +102,5 @@ async fn real_model_teacher_forced_against_reference() {
         stats.add_case(case, &top);
     }
     web_sys::console::log_1(&stats.summary().into());
-    stats.assert_gate();
+    stats.assert_exact();
 }

@@ -1,20 +1,18 @@
-//! The CPU backend: quantized matmuls and embeddings through candle-core (SIMD natively and
-//! with `+simd128` in wasm), the small element-wise ops and attention in plain Rust.
+//! The CPU backend. Quantized matrices (Q8_0, Q5_0, Q4_K, Q6_K) run on our int8 kernel
+//! with 16-bit activations (int8.rs: SIMD natively and with `+simd128` in wasm); F32, F16 and
+//! Q4_0 matrices through candle-core; norms, RoPE and attention in plain Rust.
 //!
-//! Weights are copied once from the file into candle's block storage. Q5_0 is converted to
-//! Q8_0 at load: exact (same f16 scale, values q − 16 as i8), and candle has no SIMD kernel
-//! for Q5_0 in wasm, while Q8_0 has one everywhere.
+//! Every weight is copied once, from the byte source straight into its final place.
 
 mod attention;
+mod int8;
 mod ops;
 
 use crate::backend::{AttnParams, Backend};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
-use candle_core::quantized::k_quants::{
-    BlockQ4K, BlockQ4_0, BlockQ6K, BlockQ8_0, GgmlType as Block,
-};
-use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, QuantizedType};
+use candle_core::quantized::k_quants::{BlockQ4_0, GgmlType as Block};
+use candle_core::quantized::{QMatMul, QStorage, QTensor, QuantizedType};
 use candle_core::{Device, Module, Tensor};
 
 use std::sync::Arc;
@@ -41,13 +39,15 @@ impl Act {
 pub enum CpuWeight {
     /// A vector (norm weights), f32.
     Vector(Vec<f32>),
-    /// A matrix `(rows, cols)`, quantized (or f32/f16) in candle's storage.
+    /// A matrix `(rows, cols)` in candle's storage (F32, F16, Q4_0).
     Matrix {
         q: Arc<QTensor>,
         mm: QMatMul,
         rows: usize,
         cols: usize,
     },
+    /// A quantized matrix unpacked to int8 for our kernel.
+    Int8(int8::QMatrix),
 }
 
 /// The CPU backend.
@@ -58,24 +58,6 @@ impl CpuBackend {
     pub fn new() -> Self {
         Self
     }
-}
-
-fn ggml_dtype(info: &TensorInfo) -> Result<GgmlDType> {
-    Ok(match info.ty {
-        GgmlType::F32 => GgmlDType::F32,
-        GgmlType::F16 => GgmlDType::F16,
-        GgmlType::Q4_0 => GgmlDType::Q4_0,
-        GgmlType::Q5_0 | GgmlType::Q8_0 => GgmlDType::Q8_0,
-        GgmlType::Q4_K => GgmlDType::Q4K,
-        GgmlType::Q6_K => GgmlDType::Q6K,
-        other => {
-            return Err(Error::UnsupportedTensorType {
-                tensor: info.name.clone(),
-                ty: other.name().to_string(),
-                supported: SUPPORTED_TYPES,
-            })
-        }
-    })
 }
 
 /// A zeroed vector of candle blocks covering exactly `n_bytes` of file data.
@@ -105,41 +87,6 @@ fn read_blocks<T: Block>(src: &dyn ByteSource, offset: u64, n_bytes: usize) -> R
     Ok(v)
 }
 
-/// Read `n` bytes at `offset` into an 8-byte-aligned buffer (candle views it as blocks with
-/// f16 and f32 fields).
-fn read_aligned(src: &dyn ByteSource, offset: u64, n: usize) -> Result<Vec<u64>> {
-    let mut buf = vec![0u64; n.div_ceil(8)];
-    src.read_at(offset, &mut bytemuck_bytes_mut(&mut buf)[..n])?;
-    Ok(buf)
-}
-
-fn bytemuck_bytes_mut(v: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u8 has no alignment or validity requirements and the length covers exactly the
-    // same memory as the u64 slice.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-}
-
-fn bytes_of(v: &[u64], n: usize) -> &[u8] {
-    // SAFETY: as above, read-only; n ≤ 8 · v.len() by construction in read_aligned.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), n) }
-}
-
-/// Q5_0 blocks (f16 d, u32 high bits, 16 bytes of low nibbles) → Q8_0 blocks (f16 d,
-/// 32 × i8). Exact: element j is `(low | high << 4) - 16` times the same d.
-pub fn q5_0_to_q8_0(src: &[u8], out: &mut [u8]) {
-    for (b, o) in src.chunks_exact(22).zip(out.chunks_exact_mut(34)) {
-        o[..2].copy_from_slice(&b[..2]);
-        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-        let qs = &b[6..22];
-        for j in 0..16 {
-            let lo = (qs[j] & 0x0F) | ((((qh >> j) << 4) & 0x10) as u8);
-            let hi = (qs[j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
-            o[2 + j] = (lo as i8 - 16) as u8;
-            o[2 + 16 + j] = (hi as i8 - 16) as u8;
-        }
-    }
-}
-
 impl Backend for CpuBackend {
     type Tensor = Act;
     type Weight = CpuWeight;
@@ -149,56 +96,38 @@ impl Backend for CpuBackend {
         let n = usize::try_from(info.n_bytes)
             .map_err(|_| Error::Config(format!("tensor {} is too large", info.name)))?;
         let (rows, cols) = info.rows_cols();
+        let unsupported = |ty: &str, supported: &'static str| Error::UnsupportedTensorType {
+            tensor: info.name.clone(),
+            ty: ty.to_string(),
+            supported,
+        };
         if info.dims.len() == 1 {
             let floats = match info.ty {
-                GgmlType::F32 => {
-                    let buf = read_aligned(src, info.offset, n)?;
-                    bytes_of(&buf, n)
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect()
-                }
-                GgmlType::F16 => {
-                    let buf = read_aligned(src, info.offset, n)?;
-                    bytes_of(&buf, n)
-                        .chunks_exact(2)
-                        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                        .collect()
-                }
-                other => {
-                    return Err(Error::UnsupportedTensorType {
-                        tensor: info.name.clone(),
-                        ty: format!("{other} (as a vector)"),
-                        supported: "F32, F16",
-                    })
-                }
+                GgmlType::F32 => read_blocks::<f32>(src, info.offset, n)?,
+                GgmlType::F16 => read_blocks::<half::f16>(src, info.offset, n)?
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect(),
+                other => return Err(unsupported(&format!("{other} (as a vector)"), "F32, F16")),
             };
             return Ok(CpuWeight::Vector(floats));
         }
-        ggml_dtype(info)?;
         let storage: Box<dyn QuantizedType> = match info.ty {
+            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K => {
+                return Ok(CpuWeight::Int8(int8::QMatrix::load(
+                    src,
+                    info.offset,
+                    rows,
+                    cols,
+                    info.ty,
+                )?));
+            }
             GgmlType::F32 => Box::new(read_blocks::<f32>(src, info.offset, n)?),
             GgmlType::F16 => Box::new(read_blocks::<half::f16>(src, info.offset, n)?),
             GgmlType::Q4_0 => Box::new(read_blocks::<BlockQ4_0>(src, info.offset, n)?),
-            GgmlType::Q8_0 => Box::new(read_blocks::<BlockQ8_0>(src, info.offset, n)?),
-            GgmlType::Q4_K => Box::new(read_blocks::<BlockQ4K>(src, info.offset, n)?),
-            GgmlType::Q6_K => Box::new(read_blocks::<BlockQ6K>(src, info.offset, n)?),
-            GgmlType::Q5_0 => {
-                let q5 = read_aligned(src, info.offset, n)?;
-                let mut q8 = zeroed_blocks::<BlockQ8_0>(n / 22 * 34)?;
-                q5_0_to_q8_0(bytes_of(&q5, n), blocks_as_bytes_mut(&mut q8));
-                Box::new(q8)
-            }
-            other => {
-                return Err(Error::UnsupportedTensorType {
-                    tensor: info.name.clone(),
-                    ty: other.name().to_string(),
-                    supported: SUPPORTED_TYPES,
-                })
-            }
+            other => return Err(unsupported(other.name(), SUPPORTED_TYPES)),
         };
-        let storage = QStorage::Cpu(storage);
-        let q = Arc::new(QTensor::new(storage, (rows, cols))?);
+        let q = Arc::new(QTensor::new(QStorage::Cpu(storage), (rows, cols))?);
         let mm = QMatMul::from_arc(q.clone())?;
         Ok(CpuWeight::Matrix { q, mm, rows, cols })
     }
@@ -212,6 +141,12 @@ impl Backend for CpuBackend {
     }
 
     fn embed(&mut self, table: &CpuWeight, ids: &[u32], scale: f32) -> Result<Act> {
+        if let CpuWeight::Int8(m) = table {
+            return Ok(Act {
+                data: m.rows_f32(ids, scale)?,
+                width: m.cols,
+            });
+        }
         let CpuWeight::Matrix { q, rows, cols, .. } = table else {
             return Err(Error::Backend("embedding table is not a matrix".into()));
         };
@@ -246,6 +181,18 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&mut self, x: &Act, w: &CpuWeight) -> Result<Act> {
+        if let CpuWeight::Int8(m) = w {
+            if x.width != m.cols {
+                return Err(Error::Backend(format!(
+                    "matmul: input width {} ≠ weight columns {}",
+                    x.width, m.cols
+                )));
+            }
+            return Ok(Act {
+                data: m.matmul(&x.data, x.n_tok()),
+                width: m.rows,
+            });
+        }
         let CpuWeight::Matrix { mm, rows, cols, .. } = w else {
             return Err(Error::Backend("matmul weight is not a matrix".into()));
         };
@@ -329,36 +276,5 @@ impl Backend for CpuBackend {
 
     async fn read(&mut self, x: &Act) -> Result<Vec<f32>> {
         Ok(x.data.clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::borrow::Cow;
-
-    #[test]
-    fn q5_0_to_q8_0_is_exact() {
-        // Quantize random values to Q5_0 with candle, convert, and compare dequantized values.
-        let mut rng = crate::sampler::Rng::new(3);
-        let xs: Vec<f32> = (0..32 * 8).map(|_| rng.normal()).collect();
-        let t = Tensor::from_vec(xs, (8, 32), &Device::Cpu).unwrap();
-        let q5 = QTensor::quantize(&t, GgmlDType::Q5_0).unwrap();
-        let want = q5
-            .dequantize(&Device::Cpu)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        let q5b = q5.data().unwrap();
-        let mut q8 = vec![0u8; q5b.len() / 22 * 34];
-        q5_0_to_q8_0(&q5b, &mut q8);
-        let s = QStorage::from_data(Cow::Owned(q8), &Device::Cpu, GgmlDType::Q8_0).unwrap();
-        let got = QTensor::new(s, (8, 32))
-            .unwrap()
-            .dequantize(&Device::Cpu)
-            .unwrap();
-        assert_eq!(got.flatten_all().unwrap().to_vec1::<f32>().unwrap(), want);
     }
 }
