@@ -220,12 +220,7 @@ fn cmd_bench(a: &Args) -> Result<()> {
     let text = "The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. ".repeat(64);
     let mut ids = engine.tokenizer().encode_user(&text, true)?;
     ids.truncate(n_prompt);
-    let opts = GenerateOptions {
-        max_tokens: n_gen,
-        sampler: SamplerConfig::greedy(),
-        stop: vec![],
-        stop_tokens: Some(vec![]),
-    };
+    let opts = GenerateOptions::greedy_tokens(n_gen);
     let g = pollster::block_on(engine.generate(ids, &opts, &never, &mut |_| {}))?;
     let rss = peak_rss_mb();
     let v = serde_json::json!({

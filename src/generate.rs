@@ -26,6 +26,18 @@ pub struct GenerateOptions {
     pub stop_tokens: Option<Vec<u32>>,
 }
 
+impl GenerateOptions {
+    /// Exactly `n` greedy tokens, end-of-sequence ignored: benchmarks and tests.
+    pub fn greedy_tokens(n: usize) -> Self {
+        Self {
+            max_tokens: n,
+            sampler: SamplerConfig::greedy(),
+            stop: Vec::new(),
+            stop_tokens: Some(Vec::new()),
+        }
+    }
+}
+
 impl Default for GenerateOptions {
     fn default() -> Self {
         Self {

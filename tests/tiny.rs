@@ -76,12 +76,7 @@ fn decode_step_by_step_equals_teacher_forced() {
         .tokenizer()
         .encode_user("the rain in the hills", true)
         .unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 20,
-        sampler: SamplerConfig::greedy(),
-        stop: vec![],
-        stop_tokens: Some(vec![]),
-    };
+    let opts = GenerateOptions::greedy_tokens(20);
     let g = pollster::block_on(e.generate(ids.clone(), &opts, &never, &mut |_| {})).unwrap();
     assert_eq!(g.generated().len(), 20);
     let seq = g.ids.clone();
@@ -100,12 +95,7 @@ fn decode_step_by_step_equals_teacher_forced() {
 fn reusing_the_cache_for_an_extended_prompt_gives_the_same_tokens() {
     let bytes = kerze::synth::tiny_gemma3().unwrap();
     let mut e = engine(&bytes);
-    let opts = GenerateOptions {
-        max_tokens: 12,
-        sampler: SamplerConfig::greedy(),
-        stop: vec![],
-        stop_tokens: Some(vec![]),
-    };
+    let opts = GenerateOptions::greedy_tokens(12);
     let ids = e
         .tokenizer()
         .encode_user("the sea and the river", true)
@@ -225,12 +215,7 @@ fn abort_stops_between_steps_and_the_engine_stays_usable() {
     let bytes = kerze::synth::tiny_gemma3().unwrap();
     let mut e = engine(&bytes);
     let ids = e.tokenizer().encode_user("the cat", true).unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 50,
-        sampler: SamplerConfig::greedy(),
-        stop: vec![],
-        stop_tokens: Some(vec![]),
-    };
+    let opts = GenerateOptions::greedy_tokens(50);
     let steps = std::cell::Cell::new(0);
     let abort = || steps.get() >= 3;
     let mut g = pollster::block_on(e.start(ids.clone(), &opts, &abort)).unwrap();
@@ -280,12 +265,7 @@ fn context_overflow_is_a_typed_error() {
     assert!(matches!(r, Err(kerze::Error::ContextFull { .. })));
     // A prompt that fits, with max_tokens past the context: ends with ContextFull, no error.
     let ids = e.tokenizer().encode_user("the cat", true).unwrap();
-    let opts = GenerateOptions {
-        max_tokens: 100,
-        sampler: SamplerConfig::greedy(),
-        stop: vec![],
-        stop_tokens: Some(vec![]),
-    };
+    let opts = GenerateOptions::greedy_tokens(100);
     let g = pollster::block_on(e.generate(ids, &opts, &never, &mut |_| {})).unwrap();
     assert_eq!(g.finish, Some(kerze::FinishReason::ContextFull));
     assert_eq!(g.ids.len(), 16);

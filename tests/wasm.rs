@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use kerze::gguf::ByteSource;
-use kerze::{Engine, GenerateOptions, LoadOptions, SamplerConfig};
+use kerze::{Engine, GenerateOptions, LoadOptions};
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
@@ -34,12 +34,7 @@ async fn tiny_model_meets_the_f64_golden_and_decodes_consistently() {
         &format!("tiny model in wasm vs f64 reference: worst NMSE {worst:.2e}").into(),
     );
     // Greedy decoding step by step picks the teacher-forced argmax (up to near-ties).
-    let opts = GenerateOptions {
-        max_tokens: 16,
-        sampler: SamplerConfig::greedy(),
-        stop: vec![],
-        stop_tokens: Some(vec![]),
-    };
+    let opts = GenerateOptions::greedy_tokens(16);
     let g = engine
         .generate(ids.clone(), &opts, &never, &mut |_| {})
         .await
@@ -54,26 +49,12 @@ async fn tiny_model_meets_the_f64_golden_and_decodes_consistently() {
     }
 }
 
-async fn fetch_bytes(url: &str) -> js_sys::Uint8Array {
-    use wasm_bindgen::JsCast;
-    let global = js_sys::global().unchecked_into::<web_sys::Window>();
-    let resp = wasm_bindgen_futures::JsFuture::from(global.fetch_with_str(url))
-        .await
-        .unwrap();
-    let resp: web_sys::Response = resp.dyn_into().unwrap();
-    assert!(resp.ok(), "GET {url} → {}", resp.status());
-    let buf = wasm_bindgen_futures::JsFuture::from(resp.array_buffer().unwrap())
-        .await
-        .unwrap();
-    js_sys::Uint8Array::new(&buf)
-}
-
 #[wasm_bindgen_test]
 async fn real_model_teacher_forced_against_reference() {
     let Some(url) = option_env!("KERZE_TEST_MODEL_URL") else {
         panic!("KERZE_TEST_MODEL_URL was not set at build time: run this test through `make test`");
     };
-    let bytes = kerze::wasm::JsBytes(fetch_bytes(url).await);
+    let bytes = kerze::wasm::JsBytes(common::fetch_bytes(url).await);
     assert_eq!(bytes.len(), 253_113_024);
     let t0 = kerze::clock::now_ms();
     let (mut engine, info) = Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {}).unwrap();

@@ -4,11 +4,13 @@
 #![cfg(target_arch = "wasm32")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use kerze::{Engine, GenerateOptions, LoadOptions, SamplerConfig};
+use kerze::{Engine, GenerateOptions, LoadOptions};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 
 wasm_bindgen_test_configure!(run_in_browser);
+
+mod common;
 
 fn never() -> bool {
     false
@@ -22,28 +24,14 @@ async fn bench_prefill_128_decode_64() {
     ) else {
         return;
     };
-    let window = js_sys::global().unchecked_into::<web_sys::Window>();
-    let resp: web_sys::Response = wasm_bindgen_futures::JsFuture::from(window.fetch_with_str(url))
-        .await
-        .unwrap()
-        .dyn_into()
-        .unwrap();
-    let buf = wasm_bindgen_futures::JsFuture::from(resp.array_buffer().unwrap())
-        .await
-        .unwrap();
-    let bytes = kerze::wasm::JsBytes(js_sys::Uint8Array::new(&buf));
+    let bytes = kerze::wasm::JsBytes(common::fetch_bytes(url).await);
     let t0 = kerze::clock::now_ms();
     let (mut engine, info) = Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {}).unwrap();
     let load_ms = kerze::clock::now_ms() - t0;
     let text = "The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. ".repeat(64);
     let mut ids = engine.tokenizer().encode_user(&text, true).unwrap();
     ids.truncate(128);
-    let opts = GenerateOptions {
-        max_tokens: 64,
-        sampler: SamplerConfig::greedy(),
-        stop: vec![],
-        stop_tokens: Some(vec![]),
-    };
+    let opts = GenerateOptions::greedy_tokens(64);
     let g = engine
         .generate(ids, &opts, &never, &mut |_| {})
         .await

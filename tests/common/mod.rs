@@ -176,3 +176,19 @@ pub fn model_path() -> std::path::PathBuf {
     );
     p
 }
+
+/// GET `url` from the page (the test server on 127.0.0.1) as bytes held by JS.
+#[cfg(target_arch = "wasm32")]
+pub async fn fetch_bytes(url: &str) -> js_sys::Uint8Array {
+    use wasm_bindgen::JsCast;
+    let global = js_sys::global().unchecked_into::<web_sys::Window>();
+    let resp = wasm_bindgen_futures::JsFuture::from(global.fetch_with_str(url))
+        .await
+        .unwrap();
+    let resp: web_sys::Response = resp.dyn_into().unwrap();
+    assert!(resp.ok(), "GET {url} → {}", resp.status());
+    let buf = wasm_bindgen_futures::JsFuture::from(resp.array_buffer().unwrap())
+        .await
+        .unwrap();
+    js_sys::Uint8Array::new(&buf)
+}
