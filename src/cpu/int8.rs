@@ -124,46 +124,43 @@ impl QMatrix {
     /// `x (m × cols) @ selfᵀ → (m × rows)`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         let act = Activations::quantize(x, m, self.cols, self.offsets.is_some());
-        let threads = n_threads();
-        // Split weight rows across threads only when there is real work (the LM head, prefill):
-        // a thread start costs tens of microseconds.
-        if threads <= 1 || m * self.rows * self.cols < 1 << 22 {
-            let mut y = vec![0f32; m * self.rows];
-            self.rows_into(&act, 0..self.rows, &mut y);
-            return y;
+        // Computed as (rows × m), so that a range of weight rows owns one contiguous slice.
+        let mut yt = vec![0f32; self.rows * m];
+        if m * self.rows * self.cols < PARALLEL_MIN_MACS {
+            self.rows_into(&act, 0..self.rows, &mut yt);
+        } else {
+            // candle's persistent pool (CANDLE_NUM_THREADS, else the physical cores; no
+            // workers in wasm, where this runs inline): row chunks handed out by a cursor.
+            let out = SharedOut(yt.as_mut_ptr());
+            let n_chunks = self.rows.div_ceil(ROW_CHUNK);
+            candle_core::utils::barrier_pool().execute_chunked(n_chunks, |chunks| {
+                let r = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
+                // SAFETY: the pool hands out disjoint chunk ranges, so these row ranges of
+                // `yt` (r.len() × m values from r.start × m) are disjoint and in bounds, and
+                // `yt` outlives `execute_chunked`, which returns only when all are done.
+                let part = unsafe {
+                    std::slice::from_raw_parts_mut(out.get().add(r.start * m), r.len() * m)
+                };
+                self.rows_into(&act, r, part);
+            });
         }
-        let per = self.rows.div_ceil(threads);
-        let parts: Vec<(std::ops::Range<usize>, Vec<f32>)> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let r = (t * per).min(self.rows)..((t + 1) * per).min(self.rows);
-                    let act = &act;
-                    s.spawn(move || {
-                        let mut part = vec![0f32; m * r.len()];
-                        self.rows_into(act, r.clone(), &mut part);
-                        (r, part)
-                    })
-                })
-                .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
+        if m == 1 {
+            return yt;
+        }
         let mut y = vec![0f32; m * self.rows];
-        for (r, part) in parts {
-            let w = r.len();
-            for i in 0..m {
-                y[i * self.rows + r.start..i * self.rows + r.end]
-                    .copy_from_slice(&part[i * w..(i + 1) * w]);
+        for (j, row) in yt.chunks_exact(m).enumerate() {
+            for (i, &v) in row.iter().enumerate() {
+                y[i * self.rows + j] = v;
             }
         }
         y
     }
 
-    /// Output columns `rows` for all activation rows, into `out (m × rows.len())`. Each weight
-    /// row is read once and meets every activation tile while it is in cache.
+    /// Output columns `rows` for all activation rows, into `out (rows.len() × m)`. Each
+    /// weight row is read once and meets every activation tile while it is in cache.
     fn rows_into(&self, act: &Activations, rows: std::ops::Range<usize>, out: &mut [f32]) {
         let (k, m) = (self.cols, act.m);
         let (nb, ng) = (k / QK, k / self.group);
-        let width = rows.len();
         for (jj, j) in rows.enumerate() {
             let w = &self.qs[j * k..(j + 1) * k];
             let ws = &self.scales[j * ng..(j + 1) * ng];
@@ -190,14 +187,29 @@ impl QMatrix {
                         *a -= corr;
                     }
                 }
-                for (r, a) in acc.iter().enumerate().take(t) {
-                    out[(i + r) * width + jj] = *a;
-                }
+                out[jj * m + i..jj * m + i + t].copy_from_slice(&acc[..t]);
                 i += t;
             }
         }
     }
 }
+
+/// Below this many multiply-adds a matmul runs on the calling thread.
+const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// Weight rows per work item of the pool.
+const ROW_CHUNK: usize = 64;
+
+/// The output pointer shared by the pool's workers, each writing its own rows.
+struct SharedOut(*mut f32);
+
+impl SharedOut {
+    fn get(&self) -> *mut f32 {
+        self.0
+    }
+}
+
+// SAFETY: workers write disjoint ranges through it (see `QMatrix::matmul`).
+unsafe impl Sync for SharedOut {}
 
 fn unpack_q8_0(blk: &[u8], q: &mut [i8], s: &mut [f32]) {
     s[0] = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
@@ -270,22 +282,6 @@ fn unpack_q6_k(blk: &[u8], q: &mut [i8], s: &mut [f32]) {
             out[l + 96] = ((ql[l + 32] >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
         }
     }
-}
-
-/// Threads for large matmuls: 1 in wasm (the threads build comes with its own pool), natively
-/// `KERZE_THREADS`, else `CANDLE_NUM_THREADS`, else the cores available.
-fn n_threads() -> usize {
-    if cfg!(target_arch = "wasm32") {
-        return 1;
-    }
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| {
-        ["KERZE_THREADS", "CANDLE_NUM_THREADS"]
-            .iter()
-            .find_map(|k| std::env::var(k).ok().and_then(|v| v.parse().ok()))
-            .filter(|&n: &usize| n > 0)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-    })
 }
 
 /// Activation rows quantized to 16 bits per 32-value block: scale = max|x| / 32 767.
@@ -551,53 +547,55 @@ mod tests {
     #[test]
     fn every_type_unpacks_exactly_and_multiplies_near_exactly() {
         let mut rng = crate::sampler::Rng::new(5);
-        let (rows, cols, m) = (37, 512, 6);
-        let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
-        let x: Vec<f32> = (0..m * cols).map(|_| rng.normal() * 3.0).collect();
-        let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
-        let xt = Tensor::from_vec(x.clone(), (m, cols), &Device::Cpu).unwrap();
-        for (dt, ty) in [
-            (GgmlDType::Q8_0, GgmlType::Q8_0),
-            (GgmlDType::Q5_0, GgmlType::Q5_0),
-            (GgmlDType::Q4K, GgmlType::Q4_K),
-            (GgmlDType::Q6K, GgmlType::Q6_K),
-        ] {
-            let q = QTensor::quantize(&wt, dt).unwrap();
-            let bytes = q.data().unwrap().into_owned();
-            let mat = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
-            let deq = q.dequantize(&Device::Cpu).unwrap();
-            let ids: Vec<u32> = (0..rows as u32).collect();
-            let mine_rows = mat.rows_f32(&ids, 1.0).unwrap();
-            let want_rows = deq.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            for (a, b) in mine_rows.iter().zip(&want_rows) {
+        // The second shape is large enough for the thread pool and the (rows × m) transpose.
+        for (rows, cols, m) in [(37, 512, 6), (333, 1024, 5)] {
+            let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.normal() * 3.0).collect();
+            let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+            let xt = Tensor::from_vec(x.clone(), (m, cols), &Device::Cpu).unwrap();
+            for (dt, ty) in [
+                (GgmlDType::Q8_0, GgmlType::Q8_0),
+                (GgmlDType::Q5_0, GgmlType::Q5_0),
+                (GgmlDType::Q4K, GgmlType::Q4_K),
+                (GgmlDType::Q6K, GgmlType::Q6_K),
+            ] {
+                let q = QTensor::quantize(&wt, dt).unwrap();
+                let bytes = q.data().unwrap().into_owned();
+                let mat = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
+                let deq = q.dequantize(&Device::Cpu).unwrap();
+                let ids: Vec<u32> = (0..rows as u32).collect();
+                let mine_rows = mat.rows_f32(&ids, 1.0).unwrap();
+                let want_rows = deq.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                for (a, b) in mine_rows.iter().zip(&want_rows) {
+                    assert!(
+                        (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                        "{ty}: unpacked {a} vs {b}"
+                    );
+                }
+                let mine = mat.matmul(&x, m);
+                let exact = xt
+                    .matmul(&deq.t().unwrap())
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .to_vec1::<f32>()
+                    .unwrap();
+                let candle = QMatMul::from_qtensor(q).unwrap().forward(&xt).unwrap();
+                let candle = candle.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let err = |v: &[f32]| {
+                    v.iter()
+                        .zip(&exact)
+                        .map(|(a, b)| (a - b).powi(2))
+                        .sum::<f32>()
+                };
+                let scale: f32 = exact.iter().map(|v| v * v).sum();
+                let (e_mine, e_candle) = (err(&mine) / scale, err(&candle) / scale);
+                assert!(e_mine < 1e-8, "{ty}: NMSE {e_mine}");
                 assert!(
-                    (a - b).abs() <= 1e-6 * b.abs().max(1.0),
-                    "{ty}: unpacked {a} vs {b}"
+                    e_mine < e_candle / 100.0,
+                    "{ty}: ours {e_mine} vs candle {e_candle}"
                 );
             }
-            let mine = mat.matmul(&x, m);
-            let exact = xt
-                .matmul(&deq.t().unwrap())
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1::<f32>()
-                .unwrap();
-            let candle = QMatMul::from_qtensor(q).unwrap().forward(&xt).unwrap();
-            let candle = candle.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            let err = |v: &[f32]| {
-                v.iter()
-                    .zip(&exact)
-                    .map(|(a, b)| (a - b).powi(2))
-                    .sum::<f32>()
-            };
-            let scale: f32 = exact.iter().map(|v| v * v).sum();
-            let (e_mine, e_candle) = (err(&mine) / scale, err(&candle) / scale);
-            assert!(e_mine < 1e-8, "{ty}: NMSE {e_mine}");
-            assert!(
-                e_mine < e_candle / 100.0,
-                "{ty}: ours {e_mine} vs candle {e_candle}"
-            );
         }
     }
 }
