@@ -178,13 +178,7 @@ impl QMatrix {
                     // w = s·q − o: subtract o · Σx over each group (Σx from the quantized x).
                     let off = &off[j * ng..(j + 1) * ng];
                     for (r, a) in acc.iter_mut().enumerate().take(t) {
-                        let sums = &act.group_sums[(i + r) * ng..(i + r + 1) * ng];
-                        let d = &act.d[(i + r) * nb..(i + r + 1) * nb];
-                        let mut corr = 0f32;
-                        for g in 0..ng {
-                            corr += off[g] * d[g * self.group / QK] * sums[g];
-                        }
-                        *a -= corr;
+                        *a -= super::ops::dot(off, &act.group_sums[(i + r) * ng..(i + r + 1) * ng]);
                     }
                 }
                 out[jj * m + i..jj * m + i + t].copy_from_slice(&acc[..t]);
@@ -289,7 +283,8 @@ struct Activations {
     m: usize,
     q: Vec<i16>,
     d: Vec<f32>,
-    /// Σq over each 16 values (only for weights with offsets).
+    /// Σx over each 16 values, from the quantized values (scale · Σq), for weights with
+    /// offsets.
     group_sums: Vec<f32>,
 }
 
@@ -308,7 +303,8 @@ impl Activations {
         }
         let group_sums = if sums {
             q.chunks_exact(16)
-                .map(|g| g.iter().map(|&v| i32::from(v)).sum::<i32>() as f32)
+                .enumerate()
+                .map(|(g, v)| v.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * d[g * 16 / QK])
                 .collect()
         } else {
             Vec::new()
