@@ -168,6 +168,42 @@ impl ModelConfig {
         })
     }
 
+    /// KV cache slots of layer `il`: a ring of `sliding_window` for sliding layers, `n_ctx`
+    /// for global ones.
+    pub fn kv_slots(&self, il: usize) -> usize {
+        if self.is_global(il) {
+            self.n_ctx
+        } else {
+            self.sliding_window.min(self.n_ctx)
+        }
+    }
+
+    /// Bytes of the whole KV cache (f32 keys and values), saturating.
+    pub fn kv_cache_bytes(&self) -> u64 {
+        let per_slot = (self.n_head_kv * self.head_dim) as u64 * 2 * 4;
+        (0..self.n_layer)
+            .map(|il| self.kv_slots(il) as u64)
+            .sum::<u64>()
+            .saturating_mul(per_slot)
+    }
+
+    /// Refuse a KV cache out of proportion to the weights (a tiny hostile file must not make
+    /// us allocate gigabytes): at most twice the weights, or 256 MiB.
+    pub fn check_kv_cache(&self, weight_bytes: u64) -> Result<()> {
+        let need = self.kv_cache_bytes();
+        let limit = weight_bytes.saturating_mul(2).max(256 << 20);
+        if need > limit {
+            return Err(Error::Config(format!(
+                "a context of {} tokens needs {} MB of KV cache, more than this model's {} MB of weights justify (limit {} MB): load it with a smaller n_ctx",
+                self.n_ctx,
+                need >> 20,
+                weight_bytes >> 20,
+                limit >> 20
+            )));
+        }
+        Ok(())
+    }
+
     /// Gemma 3: layers 5, 11, 17, ... attend globally, the rest through a sliding window.
     pub fn is_global(&self, il: usize) -> bool {
         (il + 1).is_multiple_of(self.sliding_pattern)

@@ -65,6 +65,8 @@ impl Engine {
     ) -> Result<(Self, EngineInfo)> {
         let g = Gguf::read(src)?;
         let cfg = ModelConfig::from_gguf(&g, opts.n_ctx)?;
+        let weight_bytes: u64 = g.tensors.iter().map(|t| t.n_bytes).sum();
+        cfg.check_kv_cache(weight_bytes)?;
         let t0 = crate::clock::now_ms();
         let tok = Tokenizer::from_gguf(&g)?;
         let tokenizer_ms = crate::clock::now_ms() - t0;
@@ -94,7 +96,7 @@ impl Engine {
             n_vocab: cfg.n_vocab,
             n_layer: cfg.n_layer,
             n_embd: cfg.n_embd,
-            weight_bytes: g.tensors.iter().map(|t| t.n_bytes).sum(),
+            weight_bytes,
             tokenizer_ms,
             load_ms,
         };

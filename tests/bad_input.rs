@@ -280,6 +280,37 @@ fn absurd_dimensions_are_refused() {
         let e = load(&b).unwrap_err();
         assert!(matches!(e, Error::Config(_)), "{key}: {e}");
     }
+    // Heads that fit a small file but whose KV cache would not: refused before allocating.
+    let b = rewrite(|kv, ts| {
+        for (k, v) in kv.iter_mut() {
+            match k.as_str() {
+                "gemma3.attention.head_count_kv" => *v = Value::U32(4),
+                "gemma3.context_length" => *v = Value::U32(1 << 20),
+                _ => {}
+            }
+        }
+        // attn_k / attn_v as [n_embd, 4 * head_dim] so the shapes stay consistent.
+        for t in ts
+            .iter_mut()
+            .filter(|t| t.0.ends_with("attn_k.weight") || t.0.ends_with("attn_v.weight"))
+        {
+            let (ty, data) = (t.1, t.3.clone());
+            t.2 = vec![t.2[0], t.2[1] * 4];
+            t.3 = [data.clone(), data.clone(), data.clone(), data].concat();
+            assert!(matches!(ty, GgmlType::Q5_0 | GgmlType::Q8_0));
+        }
+    });
+    let opts = LoadOptions {
+        n_ctx: Some(1 << 20),
+        ..Default::default()
+    };
+    let e = Engine::load(&b, &opts, &mut |_, _| {})
+        .err()
+        .expect("a 1M-token context must be refused");
+    assert!(
+        matches!(e, Error::Config(_)) && e.to_string().contains("smaller n_ctx"),
+        "{e}"
+    );
     // A tensor whose dims multiply past any file.
     let b = rewrite(|_, ts| ts[0].2 = vec![256, 1 << 40]);
     assert!(matches!(Gguf::read(b.as_slice()), Err(Error::Gguf(_))));

@@ -141,14 +141,7 @@ impl<B: Backend> Gemma3<B> {
     pub fn new_cache(&self, be: &mut B) -> Result<Cache<B>> {
         let c = &self.cfg;
         let layers = (0..c.n_layer)
-            .map(|il| {
-                let n_slots = if c.is_global(il) {
-                    c.n_ctx
-                } else {
-                    c.sliding_window.min(c.n_ctx)
-                };
-                be.new_kv(n_slots, c.n_head_kv, c.head_dim)
-            })
+            .map(|il| be.new_kv(c.kv_slots(il), c.n_head_kv, c.head_dim))
             .collect::<Result<_>>()?;
         Ok(Cache { layers, n_past: 0 })
     }
