@@ -64,10 +64,14 @@ impl QMatrix {
                 "{ty} rows of {cols} are not whole blocks"
             )));
         }
-        let n_blocks = rows * cols / block;
-        let mut qs = vec![0i8; rows * cols];
-        let mut scales = vec![0f32; rows * cols / group];
-        let mut offsets = (ty == GgmlType::Q4_K).then(|| vec![0f32; rows * cols / group]);
+        // Sizes were checked against the file, but wasm's usize is 32 bits.
+        let n = rows.checked_mul(cols).ok_or_else(|| {
+            Error::Backend(format!("a {rows} × {cols} matrix does not fit in memory"))
+        })?;
+        let n_blocks = n / block;
+        let mut qs = vec![0i8; n];
+        let mut scales = vec![0f32; n / group];
+        let mut offsets = (ty == GgmlType::Q4_K).then(|| vec![0f32; n / group]);
         let mut buf = vec![0u8; LOAD_CHUNK_BLOCKS.min(n_blocks) * block_bytes];
         let mut b0 = 0;
         while b0 < n_blocks {
