@@ -246,6 +246,49 @@ fn abort_stops_between_steps_and_the_engine_stays_usable() {
 }
 
 #[test]
+fn abort_during_a_long_prefill_leaves_the_cache_consistent() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut e = engine(&bytes);
+    let ids = e
+        .tokenizer()
+        .encode_user(&"the cat and the dog ".repeat(40), true)
+        .unwrap();
+    assert!(
+        ids.len() > 2 * kerze::generate::PREFILL_CHUNK,
+        "needs several prefill chunks"
+    );
+    // Abort after the first chunk has run.
+    let calls = std::cell::Cell::new(0);
+    let abort = || {
+        calls.set(calls.get() + 1);
+        calls.get() > 1
+    };
+    let r = pollster::block_on(e.start(ids.clone(), &GenerateOptions::greedy_tokens(4), &abort));
+    assert!(matches!(r, Err(kerze::Error::Aborted)), "{:?}", r.err());
+    // The cache holds the first chunk only; a new run continues from it and equals a fresh one.
+    let a = pollster::block_on(e.generate(
+        ids.clone(),
+        &GenerateOptions::greedy_tokens(4),
+        &never,
+        &mut |_| {},
+    ))
+    .unwrap();
+    assert_eq!(
+        a.usage.prefill_tokens,
+        ids.len() - kerze::generate::PREFILL_CHUNK
+    );
+    e.reset();
+    let b = pollster::block_on(e.generate(
+        ids,
+        &GenerateOptions::greedy_tokens(4),
+        &never,
+        &mut |_| {},
+    ))
+    .unwrap();
+    assert_eq!(a.generated(), b.generated());
+}
+
+#[test]
 fn context_overflow_is_a_typed_error() {
     let bytes = kerze::synth::tiny_gemma3().unwrap();
     let (mut e, _) = Engine::load(
