@@ -26,10 +26,6 @@ impl KvCache {
         }
     }
 
-    pub fn n_slots(&self) -> usize {
-        self.pos.len()
-    }
-
     pub fn clear(&mut self) {
         self.pos.iter_mut().for_each(|p| *p = None);
     }

@@ -15,8 +15,6 @@ use candle_core::quantized::k_quants::{BlockQ4_0, GgmlType as Block};
 use candle_core::quantized::{QMatMul, QStorage, QTensor, QuantizedType};
 use candle_core::{Device, Module, Tensor};
 
-use std::sync::Arc;
-
 pub use attention::KvCache;
 
 /// Tensor types the CPU backend runs.
@@ -39,9 +37,9 @@ impl Act {
 pub enum CpuWeight {
     /// A vector (norm weights), f32.
     Vector(Vec<f32>),
-    /// A matrix `(rows, cols)` in candle's storage (F32, F16, Q4_0).
+    /// A matrix `(rows, cols)` in candle's storage (F32, F16, Q4_0). `QMatMul` holds the
+    /// only copy: the quantized tensor for Q4_0, the f32 tensor it made for F32/F16.
     Matrix {
-        q: Arc<QTensor>,
         mm: QMatMul,
         rows: usize,
         cols: usize,
@@ -127,9 +125,8 @@ impl Backend for CpuBackend {
             GgmlType::Q4_0 => Box::new(read_blocks::<BlockQ4_0>(src, info.offset, n)?),
             other => return Err(unsupported(other.name(), SUPPORTED_TYPES)),
         };
-        let q = Arc::new(QTensor::new(QStorage::Cpu(storage), (rows, cols))?);
-        let mm = QMatMul::from_arc(q.clone())?;
-        Ok(CpuWeight::Matrix { q, mm, rows, cols })
+        let mm = QMatMul::from_qtensor(QTensor::new(QStorage::Cpu(storage), (rows, cols))?)?;
+        Ok(CpuWeight::Matrix { mm, rows, cols })
     }
 
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<KvCache> {
@@ -147,7 +144,7 @@ impl Backend for CpuBackend {
                 width: m.cols,
             });
         }
-        let CpuWeight::Matrix { q, rows, cols, .. } = table else {
+        let CpuWeight::Matrix { mm, rows, cols } = table else {
             return Err(Error::Backend("embedding table is not a matrix".into()));
         };
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= *rows) {
@@ -156,7 +153,13 @@ impl Backend for CpuBackend {
             )));
         }
         let ids_t = Tensor::from_vec(ids.to_vec(), ids.len(), &Device::Cpu)?;
-        let mut data = q.embedding(&ids_t)?.flatten_all()?.to_vec1::<f32>()?;
+        let rows_t = match mm {
+            QMatMul::QTensor(q) => q.embedding(&ids_t)?,
+            QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t
+                .index_select(&ids_t, 0)?
+                .to_dtype(candle_core::DType::F32)?,
+        };
+        let mut data = rows_t.flatten_all()?.to_vec1::<f32>()?;
         ops::scale(&mut data, scale);
         Ok(Act { data, width: *cols })
     }
@@ -276,5 +279,71 @@ impl Backend for CpuBackend {
 
     async fn read(&mut self, x: &Act) -> Result<Vec<f32>> {
         Ok(x.data.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// F32, F16 and Q4_0 matrices (candle's path): the embedding rows and the product agree
+    /// with the dequantized weights.
+    #[test]
+    fn candle_matrices_embed_and_multiply() {
+        let (rows, cols) = (5usize, 64usize);
+        let mut rng = crate::sampler::Rng::new(1);
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        for (dt, ty) in [
+            (candle_core::quantized::GgmlDType::F32, GgmlType::F32),
+            (candle_core::quantized::GgmlDType::F16, GgmlType::F16),
+            (candle_core::quantized::GgmlDType::Q4_0, GgmlType::Q4_0),
+        ] {
+            let q = QTensor::quantize(&wt, dt).unwrap();
+            let bytes = q.data().unwrap().into_owned();
+            let want = q
+                .dequantize(&Device::Cpu)
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1::<f32>()
+                .unwrap();
+            let info = TensorInfo {
+                name: "w".into(),
+                ty,
+                dims: vec![cols as u64, rows as u64],
+                offset: 0,
+                n_bytes: bytes.len() as u64,
+            };
+            let mut be = CpuBackend::new();
+            let wgt = be.load_weight(&info, &bytes).unwrap();
+            let e = be.embed(&wgt, &[3, 0], 2.0).unwrap();
+            for (i, r) in [3usize, 0].iter().enumerate() {
+                for c in 0..cols {
+                    assert!(
+                        (e.data[i * cols + c] - 2.0 * want[r * cols + c]).abs() < 1e-5,
+                        "{ty}"
+                    );
+                }
+            }
+            let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.1).sin()).collect();
+            let y = be
+                .matmul(
+                    &Act {
+                        data: x.clone(),
+                        width: cols,
+                    },
+                    &wgt,
+                )
+                .unwrap();
+            for r in 0..rows {
+                let exact: f32 = (0..cols).map(|c| x[c] * want[r * cols + c]).sum();
+                assert!(
+                    (y.data[r] - exact).abs() < 0.05 * exact.abs().max(1.0),
+                    "{ty}: {} vs {exact}",
+                    y.data[r]
+                );
+            }
+        }
     }
 }
