@@ -137,23 +137,30 @@ impl<B: Backend> Session<B> {
         self.cached_ids.clear();
     }
 
-    /// Run `ids` after what the cache holds; hidden states of the last row (or all rows).
+    /// Run one chunk after what the cache holds: its hidden states `(chunk, n_embd)`.
+    fn forward_chunk(&mut self, chunk: &[u32]) -> Result<B::Tensor> {
+        match self.model.forward(&mut self.be, chunk, &mut self.cache) {
+            Ok(h) => {
+                self.cached_ids.extend_from_slice(chunk);
+                Ok(h)
+            }
+            Err(e) => {
+                // A failed step may have written part of the chunk into the cache (a
+                // sliding-window ring cannot be rolled back).
+                self.reset();
+                Err(e)
+            }
+        }
+    }
+
+    /// Run `ids` after what the cache holds, in chunks; the hidden state of the last row.
     async fn feed(&mut self, ids: &[u32], abort: &dyn Fn() -> bool) -> Result<B::Tensor> {
         let mut last = None;
         for chunk in ids.chunks(PREFILL_CHUNK) {
             if abort() {
                 return Err(Error::Aborted);
             }
-            let h = match self.model.forward(&mut self.be, chunk, &mut self.cache) {
-                Ok(h) => h,
-                Err(e) => {
-                    // A failed step may have written part of the chunk into the cache.
-                    self.reset();
-                    return Err(e);
-                }
-            };
-            self.cached_ids.extend_from_slice(chunk);
-            last = Some((h, chunk.len()));
+            last = Some((self.forward_chunk(chunk)?, chunk.len()));
         }
         let (h, n) =
             last.ok_or_else(|| Error::InvalidArgument("nothing to run: empty input".into()))?;
@@ -164,11 +171,6 @@ impl<B: Backend> Session<B> {
         let h = self.feed(ids, abort).await?;
         let logits = self.model.lm_head(&mut self.be, &h)?;
         self.be.read(&logits).await
-    }
-
-    /// Tokenize user text as a prompt: `<bos>` + ids, control-token strings kept as text.
-    pub fn encode_prompt(&self, prompt: &str) -> Result<Vec<u32>> {
-        self.tok.encode_user(prompt, true)
     }
 
     /// Prefill `prompt_ids` (reusing the cache when it holds a prefix of them) and sample the
@@ -338,8 +340,7 @@ impl<B: Backend> Session<B> {
         let mut out = Vec::with_capacity(ids.len().saturating_sub(first));
         for chunk in ids.chunks(PREFILL_CHUNK / 2) {
             let start = self.cache.n_past;
-            let h = self.model.forward(&mut self.be, chunk, &mut self.cache)?;
-            self.cached_ids.extend_from_slice(chunk);
+            let h = self.forward_chunk(chunk)?;
             if start + chunk.len() <= first {
                 continue;
             }

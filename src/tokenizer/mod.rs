@@ -69,8 +69,6 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Build from the vocabulary in the GGUF metadata.
     pub fn from_gguf(g: &Gguf) -> Result<Self> {
-        let t0 = crate::clock::now_ms();
-        let dbg = std::env::var_os("KERZE_DEBUG_TOKENIZER").is_some();
         let model = g
             .get("tokenizer.ggml.model")
             .and_then(Value::as_str)
@@ -130,9 +128,6 @@ impl Tokenizer {
                 .iter()
                 .map(|c| c.as_ref()),
         );
-        if dbg {
-            eprintln!("vocab indexed: {:.0} ms", crate::clock::now_ms() - t0);
-        }
         let bos = vocab.id("<bos>");
         let eos = vocab.id("<eos>");
         let add_bos = g
@@ -143,16 +138,13 @@ impl Tokenizer {
         let byte_tokens = (0..n as u32)
             .map(|i| vocab.piece(i).and_then(parse_byte_token).is_some())
             .collect();
-        let control = (0..n)
+        let control: Vec<bool> = (0..n)
             .map(|i| {
                 let t = vocab.piece(i as u32).unwrap_or("");
                 types[i] == TYPE_CONTROL || types[i] == TYPE_UNKNOWN || MARKERS.contains(&t)
             })
             .collect();
-        if dbg {
-            eprintln!("tables: {:.0} ms", crate::clock::now_ms() - t0);
-        }
-        let pipeline = build(vocab, &scores, &types, bos.filter(|_| add_bos))?;
+        let pipeline = build(vocab, &scores, &types, &control, bos.filter(|_| add_bos))?;
         Ok(Self {
             inner: Mutex::new(pipeline),
             bos,
@@ -281,7 +273,14 @@ fn parse_byte_token(t: &str) -> Option<u8> {
 }
 
 /// The Hugging Face construction of a SentencePiece BPE, with merges derived from the scores.
-fn build(vocab: Vocab, scores: &[f32], types: &[i64], bos: Option<u32>) -> Result<Pipeline> {
+/// `control[i]`: token i is special (never produced from user text).
+fn build(
+    vocab: Vocab,
+    scores: &[f32],
+    types: &[i64],
+    control: &[bool],
+    bos: Option<u32>,
+) -> Result<Pipeline> {
     let dbg = std::env::var_os("KERZE_DEBUG_TOKENIZER").is_some();
     let t0 = crate::clock::now_ms();
     let lap = |what: &str| {
@@ -347,17 +346,12 @@ fn build(vocab: Vocab, scores: &[f32], types: &[i64], bos: Option<u32>) -> Resul
     let unk = vocab.id("<unk>");
     let piece = |id: u32| vocab.piece(id).unwrap_or("").to_string();
     let bos_str = bos.map(piece);
-    let control: Vec<AddedToken> = (0..types.len())
-        .filter(|&i| {
-            let t = vocab.piece(i as u32).unwrap_or("");
-            types[i] == TYPE_CONTROL || types[i] == TYPE_UNKNOWN || MARKERS.contains(&t)
-        })
+    let special: Vec<AddedToken> = (0..types.len())
+        .filter(|&i| control[i])
         .map(|i| AddedToken::from(piece(i as u32), true))
         .collect();
     let user_defined: Vec<AddedToken> = (0..types.len())
-        .filter(|&i| {
-            types[i] == TYPE_USER_DEFINED && !MARKERS.contains(&vocab.piece(i as u32).unwrap_or(""))
-        })
+        .filter(|&i| types[i] == TYPE_USER_DEFINED && !control[i])
         .map(|i| AddedToken::from(piece(i as u32), false).normalized(false))
         .collect();
     let model = GgufBpe::new(vocab, &triples, unk);
@@ -391,7 +385,7 @@ fn build(vocab: Vocab, scores: &[f32], types: &[i64], bos: Option<u32>) -> Resul
             .map_err(tk_err)?;
         tk.with_post_processor(Some(post));
     }
-    tk.add_special_tokens(control).map_err(tk_err)?;
+    tk.add_special_tokens(special).map_err(tk_err)?;
     tk.add_tokens(user_defined).map_err(tk_err)?;
     lap("added tokens");
     Ok(tk)
