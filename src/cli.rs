@@ -216,10 +216,7 @@ fn cmd_bench(a: &Args) -> Result<()> {
     let t0 = std::time::Instant::now();
     let (mut engine, info) = load(a)?;
     let load_s = t0.elapsed().as_secs_f64();
-    // A fixed, ordinary English text, cut to exactly n_prompt tokens after <bos>.
-    let text = "The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. ".repeat(64);
-    let mut ids = engine.tokenizer().encode_user(&text, true)?;
-    ids.truncate(n_prompt);
+    let ids = engine.tokenizer().bench_prompt(n_prompt)?;
     let opts = GenerateOptions::greedy_tokens(n_gen);
     let g = pollster::block_on(engine.generate(ids, &opts, &never, &mut |_| {}))?;
     let rss = peak_rss_mb();

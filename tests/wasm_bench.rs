@@ -28,9 +28,7 @@ async fn bench_prefill_128_decode_64() {
     let t0 = kerze::clock::now_ms();
     let (mut engine, info) = Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {}).unwrap();
     let load_ms = kerze::clock::now_ms() - t0;
-    let text = "The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. ".repeat(64);
-    let mut ids = engine.tokenizer().encode_user(&text, true).unwrap();
-    ids.truncate(128);
+    let ids = engine.tokenizer().bench_prompt(128).unwrap();
     let opts = GenerateOptions::greedy_tokens(64);
     let g = engine
         .generate(ids, &opts, &never, &mut |_| {})

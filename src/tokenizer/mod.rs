@@ -173,6 +173,15 @@ impl Tokenizer {
         self.encode(text, add_bos, false)
     }
 
+    /// The benchmark prompt: `<bos>` and ordinary English text, exactly `n_tok` tokens long
+    /// (fewer only if `n_tok` passes ~1 500), the same natively and in the browser.
+    pub fn bench_prompt(&self, n_tok: usize) -> Result<Vec<u32>> {
+        let text = "The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. ".repeat(64);
+        let mut ids = self.encode_user(&text, true)?;
+        ids.truncate(n_tok);
+        Ok(ids)
+    }
+
     /// Ids of text typed by a user: control-token strings stay plain text.
     pub fn encode_user(&self, text: &str, add_bos: bool) -> Result<Vec<u32>> {
         self.encode(text, add_bos, true)
