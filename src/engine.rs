@@ -84,7 +84,9 @@ impl Engine {
         let model = Gemma3::load(&mut be, &g, src, cfg.clone(), progress)?;
         let load_ms = crate::clock::now_ms() - t1;
         let info = EngineInfo {
-            backend: if cfg!(target_arch = "wasm32") {
+            backend: if cfg!(all(target_arch = "wasm32", feature = "threads")) {
+                "cpu-simd-threads"
+            } else if cfg!(target_arch = "wasm32") {
                 "cpu-simd"
             } else {
                 "cpu-native"
@@ -124,6 +126,20 @@ impl Engine {
     ) -> Result<Generation> {
         match self {
             Engine::Cpu(s) => s.start(prompt_ids, opts, abort).await,
+        }
+    }
+
+    /// See [`Session::begin`].
+    pub fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation> {
+        match self {
+            Engine::Cpu(s) => s.begin(prompt_ids, opts),
+        }
+    }
+
+    /// See [`Session::prefill_step`].
+    pub async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
+        match self {
+            Engine::Cpu(s) => s.prefill_step(g).await,
         }
     }
 

@@ -93,6 +93,8 @@ pub struct Generation {
     /// Prompt and generated ids so far.
     pub ids: Vec<u32>,
     pub prompt_len: usize,
+    /// Prompt tokens in the cache so far.
+    prefilled: usize,
     /// The token sampled but not yet fed to the model.
     next: Option<u32>,
     pub finish: Option<FinishReason>,
@@ -181,6 +183,21 @@ impl<B: Backend> Session<B> {
         opts: &GenerateOptions,
         abort: &dyn Fn() -> bool,
     ) -> Result<Generation> {
+        let mut g = self.begin(prompt_ids, opts)?;
+        loop {
+            if abort() {
+                return Err(Error::Aborted);
+            }
+            if self.prefill_step(&mut g).await? {
+                return Ok(g);
+            }
+        }
+    }
+
+    /// Check `prompt_ids` and `opts` and set up a generation without computing anything: then
+    /// [`Session::prefill_step`] until it returns `true`, then [`Session::step`]. A caller
+    /// that must stay responsive (a JS worker) gets control back after every chunk.
+    pub fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation> {
         if prompt_ids.is_empty() {
             return Err(Error::InvalidArgument("the prompt has no tokens".into()));
         }
@@ -210,27 +227,55 @@ impl<B: Backend> Session<B> {
         if !reuse {
             self.reset();
         }
-        let todo = prompt_ids[self.cached_ids.len()..].to_vec();
-        let t0 = now_ms();
-        let mut logits = self.next_logits(&todo, abort).await?;
-        let prefill_ms = now_ms() - t0;
-        let mut g = Generation {
+        let prefill_tokens = prompt_ids.len() - self.cached_ids.len();
+        Ok(Generation {
             sampler,
             max_tokens: opts.max_tokens,
             stop_tokens,
             stop: StopStrings::new(opts.stop.clone()),
             decoder: StreamDecoder::new(),
             prompt_len: prompt_ids.len(),
+            prefilled: self.cached_ids.len(),
             ids: prompt_ids,
             next: None,
             finish: None,
             usage: Usage {
                 prompt_tokens: 0,
-                prefill_tokens: todo.len(),
-                prefill_ms,
-                prefill_tokens_per_s: todo.len() as f64 / (prefill_ms / 1000.0).max(1e-9),
+                prefill_tokens,
                 ..Usage::default()
             },
+        })
+    }
+
+    /// Run the next chunk of the prompt; `true` once the whole prompt is in the cache and
+    /// the first token is sampled.
+    pub async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
+        if g.prefilled >= g.prompt_len {
+            return Ok(true);
+        }
+        if self.cached_ids[..] != g.ids[..g.prefilled] {
+            return Err(Error::InvalidArgument(
+                "the session ran something else since this generation began".into(),
+            ));
+        }
+        let end = (g.prefilled + PREFILL_CHUNK).min(g.prompt_len);
+        let chunk = g.ids[g.prefilled..end].to_vec();
+        let t0 = now_ms();
+        let h = self.forward_chunk(&chunk)?;
+        g.prefilled = end;
+        let last = if end == g.prompt_len {
+            let h = self.be.rows(&h, chunk.len() - 1, 1)?;
+            let logits = self.model.lm_head(&mut self.be, &h)?;
+            Some(self.be.read(&logits).await?)
+        } else {
+            None
+        };
+        g.usage.prefill_ms += now_ms() - t0;
+        g.usage.prefill_tokens_per_s =
+            (g.prefilled + g.usage.prefill_tokens - g.prompt_len) as f64
+                / (g.usage.prefill_ms / 1000.0).max(1e-9);
+        let Some(mut logits) = last else {
+            return Ok(false);
         };
         g.usage.prompt_tokens = g.prompt_len;
         if g.max_tokens == 0 {
@@ -238,7 +283,7 @@ impl<B: Backend> Session<B> {
         } else {
             g.next = Some(g.sampler.sample(&mut logits, &g.ids));
         }
-        Ok(g)
+        Ok(true)
     }
 
     /// Emit the token sampled last and compute the one after it. `None` once finished.
@@ -249,6 +294,11 @@ impl<B: Backend> Session<B> {
     ) -> Result<Option<Chunk>> {
         if g.finish.is_some() {
             return Ok(self.flush(g));
+        }
+        while !self.prefill_step(g).await? {
+            if abort() {
+                return Err(Error::Aborted);
+            }
         }
         let Some(id) = g.next.take() else {
             g.finish = Some(FinishReason::Stop);

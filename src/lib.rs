@@ -16,6 +16,7 @@ compile_error!(
 );
 
 pub mod backend;
+pub mod chat;
 pub mod clock;
 pub mod config;
 pub mod cpu;

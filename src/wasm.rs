@@ -1,11 +1,27 @@
 //! The wasm-bindgen boundary: conversions only, no logic. The model file stays in a JS
 //! `Uint8Array` outside wasm memory; each tensor is copied once from it into its final place.
+//! Options and results cross as JSON strings (the JS side owns their shape: pkg/protocol.js);
+//! errors cross as JS `Error`s whose `name` is [`Error::kind`].
+//!
+//! The methods that compute return promises and take the state out while they run, so a
+//! second call during one (a bug on the JS side) gets an `EngineBusyError`, never a
+//! re-entrant borrow, and a future GPU backend can await its readbacks on the event loop.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use js_sys::{Function, Promise, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::chat::{self, Message};
+use crate::engine::{Engine, EngineInfo, LoadOptions};
 use crate::error::{Error, Result};
+use crate::generate::{GenerateOptions, Generation};
 use crate::gguf::ByteSource;
 
 /// A model file held by JS.
-pub struct JsBytes(pub js_sys::Uint8Array);
+pub struct JsBytes(pub Uint8Array);
 
 impl ByteSource for JsBytes {
     fn len(&self) -> u64 {
@@ -28,3 +44,260 @@ impl ByteSource for JsBytes {
         Ok(())
     }
 }
+
+fn js_error(name: &str, message: &str) -> JsValue {
+    let e = js_sys::Error::new(message);
+    e.set_name(name);
+    e.into()
+}
+
+fn to_js(e: Error) -> JsValue {
+    js_error(e.kind(), &e.to_string())
+}
+
+fn json<T: serde::Serialize>(v: &T) -> std::result::Result<String, JsValue> {
+    serde_json::to_string(v).map_err(|e| js_error("InvalidArgumentError", &e.to_string()))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(what: &str, s: &str) -> std::result::Result<T, JsValue> {
+    serde_json::from_str(s)
+        .map_err(|e| to_js(Error::InvalidArgument(format!("{what}: {e}"))))
+}
+
+struct State {
+    engine: Engine,
+    generation: Option<Generation>,
+}
+
+/// A loaded model. JS drives generation step by step: `begin`, `prefillStep` until it gives
+/// `true`, `step` until it gives `undefined`, then `finish`.
+#[wasm_bindgen(js_name = Engine)]
+pub struct WasmEngine {
+    state: Rc<RefCell<Option<State>>>,
+    disposed: Rc<std::cell::Cell<bool>>,
+    info: EngineInfo,
+}
+
+impl WasmEngine {
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> std::result::Result<R, JsValue> {
+        let mut slot = self.state.borrow_mut();
+        let st = slot.as_mut().ok_or_else(busy)?;
+        f(st).map_err(to_js)
+    }
+
+    /// Run `f` on the state taken out of its slot, and put it back when done.
+    fn run<F, Fut>(&self, f: F) -> Promise
+    where
+        F: FnOnce(State) -> Fut + 'static,
+        Fut: std::future::Future<Output = (State, Result<JsValue>)> + 'static,
+    {
+        let slot = self.state.clone();
+        let disposed = self.disposed.clone();
+        future_to_promise(async move {
+            let st = slot.borrow_mut().take().ok_or_else(busy)?;
+            let (st, r) = f(st).await;
+            if !disposed.get() {
+                *slot.borrow_mut() = Some(st);
+            }
+            r.map_err(to_js)
+        })
+    }
+}
+
+fn busy() -> JsValue {
+    js_error(
+        "EngineBusyError",
+        "the engine is busy with another call, or was disposed",
+    )
+}
+
+#[wasm_bindgen(js_class = Engine)]
+impl WasmEngine {
+    /// Parse and load a GGUF file. `options`: JSON of `{ device, nCtx }`.
+    /// `onProgress(loadedBytes, totalBytes)` is called as the weights are copied in.
+    pub fn load(
+        bytes: Uint8Array,
+        options: &str,
+        on_progress: &Function,
+    ) -> std::result::Result<WasmEngine, JsValue> {
+        console_error_panic_hook::set_once();
+        let opts: LoadOptions = parse("load options", options)?;
+        let src = JsBytes(bytes);
+        let mut progress = |loaded: u64, total: u64| {
+            // A throwing callback must not stop the load.
+            let _ = on_progress.call2(
+                &JsValue::NULL,
+                &JsValue::from_f64(loaded as f64),
+                &JsValue::from_f64(total as f64),
+            );
+        };
+        let (engine, info) = Engine::load(&src, &opts, &mut progress).map_err(to_js)?;
+        Ok(WasmEngine {
+            state: Rc::new(RefCell::new(Some(State {
+                engine,
+                generation: None,
+            }))),
+            disposed: Rc::new(std::cell::Cell::new(false)),
+            info,
+        })
+    }
+
+    /// JSON of the engine info.
+    pub fn info(&self) -> std::result::Result<String, JsValue> {
+        json(&self.info)
+    }
+
+    /// Token ids of `text`; `special`: parse control tokens like `<start_of_turn>` (else they
+    /// are plain text); `bos`: put `<bos>` in front.
+    pub fn tokenize(
+        &self,
+        text: &str,
+        special: bool,
+        bos: bool,
+    ) -> std::result::Result<Vec<u32>, JsValue> {
+        self.with(|st| {
+            let tok = st.engine.tokenizer();
+            if special {
+                tok.encode_raw(text, bos)
+            } else {
+                tok.encode_user(text, bos)
+            }
+        })
+    }
+
+    /// Text of `ids` (control tokens skipped when `skip_special`).
+    pub fn detokenize(
+        &self,
+        ids: &[u32],
+        skip_special: bool,
+    ) -> std::result::Result<String, JsValue> {
+        self.with(|st| st.engine.tokenizer().decode(ids, skip_special))
+    }
+
+    /// Prompt ids of a chat: `messages` is JSON of `[{ role, content }]`.
+    #[wasm_bindgen(js_name = chatPrompt)]
+    pub fn chat_prompt(&self, messages: &str) -> std::result::Result<Vec<u32>, JsValue> {
+        let messages: Vec<Message> = parse("messages", messages)?;
+        self.with(|st| chat::prompt_ids(st.engine.tokenizer(), &messages))
+    }
+
+    /// Set up a generation of `prompt_ids` (`options`: JSON of the generate options). Replaces
+    /// one that was not finished.
+    pub fn begin(&self, prompt_ids: Vec<u32>, options: &str) -> std::result::Result<(), JsValue> {
+        let opts: GenerateOptions = parse("generate options", options)?;
+        self.with(|st| {
+            st.generation = None;
+            st.generation = Some(st.engine.begin(prompt_ids, &opts)?);
+            Ok(())
+        })
+    }
+
+    /// Run the next prompt chunk; resolves to `true` once the prompt is done.
+    #[wasm_bindgen(js_name = prefillStep)]
+    pub fn prefill_step(&self) -> Promise {
+        self.run(|mut st| async move {
+            let r = match st.generation.as_mut() {
+                Some(g) => st.engine.prefill_step(g).await.map(JsValue::from_bool),
+                None => Err(no_generation()),
+            };
+            (st, r)
+        })
+    }
+
+    /// Resolves to the JSON of the next chunk `{ text, tokenId }`, or `undefined` at the end.
+    pub fn step(&self) -> Promise {
+        self.run(|mut st| async move {
+            let r = match st.generation.as_mut() {
+                Some(g) => match st.engine.step(g, &|| false).await {
+                    Ok(Some(c)) => serde_json::to_string(&c)
+                        .map(|s| JsValue::from_str(&s))
+                        .map_err(|e| Error::Backend(e.to_string())),
+                    Ok(None) => Ok(JsValue::UNDEFINED),
+                    Err(e) => Err(e),
+                },
+                None => Err(no_generation()),
+            };
+            (st, r)
+        })
+    }
+
+    /// End the generation: JSON of `{ finishReason, usage, ids }` (`finishReason` null when
+    /// it was cut short, e.g. aborted).
+    pub fn finish(&self) -> std::result::Result<String, JsValue> {
+        self.with(|st| {
+            let g = st.generation.take().ok_or_else(no_generation)?;
+            serde_json::to_string(&serde_json::json!({
+                "finishReason": g.finish,
+                "usage": g.usage,
+                "ids": g.generated(),
+            }))
+            .map_err(|e| Error::Backend(e.to_string()))
+        })
+    }
+
+    /// Teacher-forced: JSON of, for each position of `ids` from `first` on, the `k` best
+    /// `[id, logit]` of the next token.
+    #[wasm_bindgen(js_name = logitsTopK)]
+    pub fn logits_top_k(&self, ids: Vec<u32>, k: usize, first: usize) -> Promise {
+        self.run(move |mut st| async move {
+            st.generation = None;
+            let r = st
+                .engine
+                .logits_top_k(&ids, k, first)
+                .await
+                .and_then(|v| serde_json::to_string(&v).map_err(|e| Error::Backend(e.to_string())))
+                .map(|s| JsValue::from_str(&s));
+            (st, r)
+        })
+    }
+
+    /// Forget the KV cache.
+    pub fn reset(&self) -> std::result::Result<(), JsValue> {
+        self.with(|st| {
+            st.generation = None;
+            st.engine.reset();
+            Ok(())
+        })
+    }
+
+    /// Free the model now (the JS object may live on; later calls fail).
+    pub fn dispose(&self) {
+        self.disposed.set(true);
+        if let Ok(mut slot) = self.state.try_borrow_mut() {
+            *slot = None;
+        }
+    }
+}
+
+/// Incremental SHA-256, so a download is hashed as it arrives (`crypto.subtle` has no
+/// streaming digest and is missing on insecure origins).
+#[wasm_bindgen]
+pub struct Sha256(sha2::Sha256);
+
+#[wasm_bindgen]
+impl Sha256 {
+    #[wasm_bindgen(constructor)]
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Sha256 {
+        Sha256(sha2::Digest::new())
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        sha2::Digest::update(&mut self.0, bytes);
+    }
+
+    /// The lowercase hex digest; the hasher starts over.
+    #[wasm_bindgen(js_name = finishHex)]
+    pub fn finish_hex(&mut self) -> String {
+        let d = sha2::Digest::finalize_reset(&mut self.0);
+        d.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+fn no_generation() -> Error {
+    Error::InvalidArgument("no generation in progress: call begin first".into())
+}
+
+/// The threads build: start `n` workers for the row-parallel kernels (wasm-bindgen-rayon).
+#[cfg(feature = "threads")]
+pub use wasm_bindgen_rayon::init_thread_pool;

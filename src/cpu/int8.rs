@@ -125,6 +125,23 @@ impl QMatrix {
         Ok(out)
     }
 
+    /// The threads build: row chunks on the wasm-bindgen-rayon pool.
+    #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+    fn rows_parallel_wasm(&self, act: &Activations, m: usize, yt: &mut [f32]) {
+        use rayon::prelude::*;
+        yt.par_chunks_mut(ROW_CHUNK * m)
+            .enumerate()
+            .for_each(|(i, part)| {
+                let r = i * ROW_CHUNK..(i * ROW_CHUNK + part.len() / m);
+                self.rows_into(act, r, part);
+            });
+    }
+
+    #[cfg(not(all(target_arch = "wasm32", feature = "threads")))]
+    fn rows_parallel_wasm(&self, act: &Activations, _m: usize, yt: &mut [f32]) {
+        self.rows_into(act, 0..self.rows, yt);
+    }
+
     /// `x (m × cols) @ selfᵀ → (m × rows)`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         let act = Activations::quantize(x, m, self.cols, self.offsets.is_some());
@@ -132,6 +149,8 @@ impl QMatrix {
         let mut yt = vec![0f32; self.rows * m];
         if m * self.rows * self.cols < PARALLEL_MIN_MACS {
             self.rows_into(&act, 0..self.rows, &mut yt);
+        } else if cfg!(all(target_arch = "wasm32", feature = "threads")) {
+            self.rows_parallel_wasm(&act, m, &mut yt);
         } else {
             // candle's persistent pool (CANDLE_NUM_THREADS, else the physical cores; no
             // workers in wasm, where this runs inline): row chunks handed out by a cursor.

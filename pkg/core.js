@@ -1,0 +1,353 @@
+// The engine where it runs: in the worker (worker.js) or, with `worker: false`, in the page.
+// Owns the wasm module, the model bytes while they load, the download (streamed, hashed as it
+// arrives, checked before first use) and the cache. Generation is driven step by step from
+// here and yields to the event loop after every step, so an abort lands within one step and
+// the thread never blocks for longer than one step.
+
+import { KerzeError, abortError } from './protocol.js';
+import { openModelCache } from './cache.js';
+
+/** The wasm-bindgen glue can address at most 4 GiB; nothing this size fits in a tab anyway. */
+const MAX_MODEL_BYTES = 2 ** 32 - 1;
+/** Progress messages at most this often (bytes). */
+const PROGRESS_STEP = 1 << 20;
+
+/** Option names of generate(), as JS spells them → as the engine spells them. */
+const GENERATE_OPTIONS = {
+  maxTokens: 'maxTokens', temperature: 'temperature', topK: 'topK', topP: 'topP', minP: 'minP',
+  repetitionPenalty: 'repetitionPenalty', presencePenalty: 'presencePenalty',
+  penaltyLastN: 'penaltyLastN', seed: 'seed', stop: 'stop', stopTokens: 'stopTokens',
+};
+
+/** Generate options checked and converted for the engine (JSON). */
+export function engineOptions(options = {}) {
+  const out = {};
+  for (const [k, v] of Object.entries(options)) {
+    if (k === 'signal' || v === undefined) continue;
+    if (!(k in GENERATE_OPTIONS)) {
+      throw new KerzeError('InvalidArgumentError',
+        `unknown generate option '${k}': known are ${Object.keys(GENERATE_OPTIONS).join(', ')}, signal`);
+    }
+    out[GENERATE_OPTIONS[k]] = v;
+  }
+  if (typeof out.stop === 'string') out.stop = [out.stop];
+  if (out.seed === undefined) out.seed = randomSeed();
+  for (const k of ['maxTokens', 'topK', 'penaltyLastN', 'seed']) {
+    if (k in out && !(Number.isSafeInteger(out[k]) && out[k] >= 0)) {
+      throw new KerzeError('InvalidArgumentError', `${k} must be a non-negative integer, got ${out[k]}`);
+    }
+  }
+  for (const k of ['temperature', 'topP', 'minP', 'repetitionPenalty', 'presencePenalty']) {
+    if (k in out && !(typeof out[k] === 'number' && Number.isFinite(out[k]))) {
+      throw new KerzeError('InvalidArgumentError', `${k} must be a finite number, got ${out[k]}`);
+    }
+  }
+  return out;
+}
+
+function randomSeed() {
+  const a = new Uint32Array(1);
+  crypto.getRandomValues(a);
+  return a[0];
+}
+
+let channel = null;
+const waiting = [];
+/** Resolve after the event loop had a turn (a macrotask: messages and aborts get in). */
+export function yieldToEventLoop() {
+  if (typeof MessageChannel === 'undefined') return new Promise((r) => setTimeout(r, 0));
+  if (!channel) {
+    channel = new MessageChannel();
+    channel.port1.onmessage = () => waiting.shift()?.();
+  }
+  return new Promise((resolve) => {
+    waiting.push(resolve);
+    channel.port2.postMessage(0);
+  });
+}
+
+function throwIfAborted(signal) {
+  if (signal?.aborted) throw abortError(signal);
+}
+
+/** Load the wasm glue: the threads build when asked for and possible, else single-thread. */
+async function loadWasm(threads) {
+  if (threads > 1) {
+    const glue = await import('./wasm/threads/kerze.js');
+    await glue.default({ module_or_path: new URL('./wasm/threads/kerze_bg.wasm', import.meta.url) });
+    await glue.initThreadPool(threads);
+    return glue;
+  }
+  const glue = await import('./wasm/kerze.js');
+  await glue.default({ module_or_path: new URL('./wasm/kerze_bg.wasm', import.meta.url) });
+  return glue;
+}
+
+/**
+ * Stream `spec.url` into one buffer, hashing as it arrives. Throws DownloadError (network,
+ * HTTP status, wrong length), IntegrityError (sha256) or AbortError.
+ */
+async function download(spec, glue, signal, onProgress) {
+  let res;
+  try {
+    res = await fetch(spec.url, { signal });
+  } catch (e) {
+    if (signal?.aborted) throw abortError(signal);
+    throw new KerzeError('DownloadError',
+      `could not fetch ${spec.url}: ${e?.message ?? e} (offline, or the server does not allow cross-origin requests)`);
+  }
+  if (!res.ok) {
+    throw new KerzeError('DownloadError', `HTTP ${res.status} ${res.statusText} fetching ${spec.url}`);
+  }
+  // A compressed response's content-length counts compressed bytes.
+  const header = res.headers.get('content-encoding') ? NaN : Number(res.headers.get('content-length'));
+  const declared = Number.isSafeInteger(header) && header > 0 ? header : null;
+  if (spec.bytes != null && declared != null && declared !== spec.bytes) {
+    throw new KerzeError('DownloadError',
+      `${spec.url} is ${declared} bytes, the model is ${spec.bytes}: wrong file`);
+  }
+  const expected = spec.bytes ?? declared;
+  if (expected != null && expected > MAX_MODEL_BYTES) {
+    throw new KerzeError('DownloadError', `${spec.url} is ${expected} bytes: more than the 4 GiB a tab can load`);
+  }
+  let buf = new Uint8Array(expected ?? 16 << 20);
+  let n = 0;
+  let reported = 0;
+  const hasher = new glue.Sha256();
+  const reader = res.body.getReader();
+  try {
+    for (;;) {
+      let r;
+      try {
+        r = await reader.read();
+      } catch (e) {
+        if (signal?.aborted) throw abortError(signal);
+        throw new KerzeError('DownloadError', `the download of ${spec.url} broke off after ${n} bytes: ${e?.message ?? e}`);
+      }
+      if (r.done) break;
+      const chunk = r.value;
+      if (n + chunk.length > buf.length) {
+        if (expected != null) {
+          throw new KerzeError('DownloadError', `${spec.url} sent more than the ${expected} bytes expected`);
+        }
+        if (n + chunk.length > MAX_MODEL_BYTES) {
+          throw new KerzeError('DownloadError', `${spec.url} is more than the 4 GiB a tab can load`);
+        }
+        const bigger = new Uint8Array(Math.min(MAX_MODEL_BYTES, Math.max(buf.length * 2, n + chunk.length)));
+        bigger.set(buf.subarray(0, n));
+        buf = bigger;
+      }
+      buf.set(chunk, n);
+      hasher.update(chunk);
+      n += chunk.length;
+      if (n - reported >= PROGRESS_STEP) {
+        reported = n;
+        onProgress({ phase: 'download', loaded: n, total: expected ?? 0 });
+      }
+    }
+  } finally {
+    reader.releaseLock();
+  }
+  if (expected != null && n !== expected) {
+    throw new KerzeError('DownloadError', `${spec.url} is truncated: ${n} of ${expected} bytes arrived`);
+  }
+  onProgress({ phase: 'download', loaded: n, total: expected ?? n });
+  const sha256 = hasher.finishHex();
+  hasher.free();
+  if (spec.sha256 && sha256 !== spec.sha256) {
+    throw new KerzeError('IntegrityError',
+      `${spec.url} has sha256 ${sha256}, expected ${spec.sha256}: the file is corrupt or not this model`);
+  }
+  return { bytes: n === buf.length ? buf : buf.slice(0, n), sha256 };
+}
+
+/** Read a cached entry into one buffer with `cache` progress. */
+async function readCached(hit, signal, onProgress) {
+  const total = hit.meta.bytes;
+  const buf = new Uint8Array(total);
+  let n = 0;
+  let reported = 0;
+  const reader = hit.response.body.getReader();
+  try {
+    for (;;) {
+      throwIfAborted(signal);
+      const r = await reader.read();
+      if (r.done) break;
+      if (n + r.value.length > total) return null;
+      buf.set(r.value, n);
+      n += r.value.length;
+      if (n - reported >= PROGRESS_STEP) {
+        reported = n;
+        onProgress({ phase: 'cache', loaded: n, total });
+      }
+    }
+  } finally {
+    reader.releaseLock();
+  }
+  if (n !== total) return null;
+  onProgress({ phase: 'cache', loaded: n, total });
+  return buf;
+}
+
+export class Core {
+  /** @param {{ warn?: (message: string) => void }} hooks */
+  constructor(hooks = {}) {
+    this.warn = hooks.warn ?? ((m) => console.warn(`kerze: ${m}`));
+    this.glue = null;
+    this.engine = null;
+    this.info = null;
+    this.busy = false;
+  }
+
+  /**
+   * Load `args.model` (already resolved: { url, sha256?, bytes?, key, name } or { data }).
+   * Returns the engine info.
+   */
+  async load(args, onProgress, signal) {
+    if (this.engine) throw new KerzeError('EngineBusyError', 'this engine already holds a model');
+    const t0 = performance.now();
+    onProgress({ phase: 'compile', loaded: 0, total: 1 });
+    this.glue = await loadWasm(args.threads ?? 0);
+    onProgress({ phase: 'compile', loaded: 1, total: 1 });
+    throwIfAborted(signal);
+    const spec = args.model;
+    let bytes = null;
+    let source = 'memory';
+    let store = null;
+    if (spec.data) {
+      bytes = spec.data instanceof Uint8Array ? spec.data : new Uint8Array(spec.data);
+    } else {
+      if (args.cache !== false) {
+        const opened = await openModelCache();
+        store = opened.store;
+        if (!store) this.warn(`models will not be cached: ${opened.reason}`);
+      }
+      if (store) {
+        try {
+          const hit = await store.match(spec.key);
+          if (hit && (!spec.sha256 || hit.meta.sha256 === spec.sha256)) {
+            bytes = await readCached(hit, signal, onProgress);
+            if (bytes) source = 'cache';
+            else await store.delete(spec.key);
+          }
+        } catch (e) {
+          if (e?.name === 'AbortError') throw e;
+          this.warn(`reading the model cache failed, downloading instead: ${e?.message ?? e}`);
+        }
+      }
+      if (!bytes) {
+        const got = await download(spec, this.glue, signal, onProgress);
+        bytes = got.bytes;
+        spec.sha256 = got.sha256;
+        source = 'network';
+      }
+    }
+    const fetchMs = performance.now() - t0;
+    throwIfAborted(signal);
+    const t1 = performance.now();
+    onProgress({ phase: 'load', loaded: 0, total: bytes.byteLength });
+    const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null });
+    this.engine = this.glue.Engine.load(bytes, opts, (loaded, total) => {
+      onProgress({ phase: 'load', loaded, total });
+    });
+    const readyMs = performance.now() - t1;
+    if (store && source === 'network') {
+      try {
+        await store.put(spec.key, bytes, { url: spec.url, sha256: spec.sha256, name: spec.name });
+      } catch (e) {
+        await store.delete(spec.key).catch(() => {});
+        this.warn(`the model was not cached (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it will download again next time`);
+      }
+    }
+    bytes = null;
+    this.info = {
+      ...JSON.parse(this.engine.info()),
+      source,
+      threads: args.threads > 1 ? args.threads : 1,
+      fetchMs,
+      readyMs,
+      sha256: spec.sha256 ?? null,
+    };
+    return this.info;
+  }
+
+  #need() {
+    if (!this.engine) throw new KerzeError('DisposedError', 'no model is loaded (disposed, or load failed)');
+    return this.engine;
+  }
+
+  /** Prompt ids of `input`: { prompt } (user text), { ids } or { messages } (chat template). */
+  promptIds(input) {
+    const engine = this.#need();
+    if (Array.isArray(input.messages)) return Array.from(engine.chatPrompt(JSON.stringify(input.messages)));
+    if (Array.isArray(input.ids)) return input.ids;
+    if (typeof input.prompt === 'string') return Array.from(engine.tokenize(input.prompt, false, true));
+    throw new KerzeError('InvalidArgumentError', 'the prompt must be a string');
+  }
+
+  /**
+   * Generate: yields { text, tokenId } chunks; returns { finishReason, usage, ids }.
+   * `options` are already checked by engineOptions().
+   */
+  async *generate(input, options, signal) {
+    const engine = this.#need();
+    if (this.busy) {
+      throw new KerzeError('EngineBusyError', 'a generation is already running on this engine: await it or abort it first');
+    }
+    this.busy = true;
+    let finished = false;
+    try {
+      throwIfAborted(signal);
+      const ids = this.promptIds(input);
+      engine.begin(ids, JSON.stringify(options));
+      while (!(await engine.prefillStep())) {
+        await yieldToEventLoop();
+        throwIfAborted(signal);
+      }
+      for (;;) {
+        throwIfAborted(signal);
+        const c = await engine.step();
+        if (c === undefined) break;
+        yield JSON.parse(c);
+        await yieldToEventLoop();
+      }
+      finished = true;
+      return JSON.parse(engine.finish());
+    } finally {
+      if (!finished && this.engine) {
+        try {
+          engine.finish();
+        } catch {
+          // nothing was begun
+        }
+      }
+      this.busy = false;
+    }
+  }
+
+  tokenize(text, { special = false, bos = false } = {}) {
+    return Array.from(this.#need().tokenize(text, special, bos));
+  }
+
+  detokenize(ids, { skipSpecial = false } = {}) {
+    return this.#need().detokenize(Uint32Array.from(ids), skipSpecial);
+  }
+
+  async logitsTopK(ids, k, first) {
+    const engine = this.#need();
+    if (this.busy) throw new KerzeError('EngineBusyError', 'a generation is running on this engine');
+    return JSON.parse(await engine.logitsTopK(Uint32Array.from(ids), k, first));
+  }
+
+  reset() {
+    this.#need().reset();
+  }
+
+  dispose() {
+    if (this.engine) {
+      this.engine.dispose();
+      this.engine.free();
+      this.engine = null;
+    }
+  }
+}

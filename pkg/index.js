@@ -1,0 +1,522 @@
+// kerze — small quantized language models in the visitor's browser.
+//
+//   const engine = await createEngine({ model: 'gemma-3-270m', onProgress, signal });
+//   for await (const c of engine.generate('Slogan for an e-bike:', { maxTokens: 48 })) out += c.text;
+//
+// The engine runs in a Web Worker (worker.js) unless `worker: false`; both ways give the same
+// interface. Errors are KerzeError with `name` saying the kind (protocol.js).
+
+import { KerzeError, deserializeError, abortError, ERROR_NAMES } from './protocol.js';
+import { catalog } from './catalog.js';
+import { Core, engineOptions } from './core.js';
+import { openModelCache } from './cache.js';
+
+export { KerzeError, ERROR_NAMES, catalog };
+
+let workerUrl = new URL('./worker.js', import.meta.url);
+/** Where the worker script is (the single-file build points this at itself). @internal */
+export function _setWorkerUrl(url) {
+  workerUrl = new URL(url);
+}
+
+const DEVICES = ['auto', 'cpu', 'webgpu'];
+const SHA256 = /^[0-9a-f]{64}$/;
+
+function baseUrl() {
+  return globalThis.document?.baseURI ?? globalThis.location?.href;
+}
+
+/**
+ * A model option → what the loader needs: { key, url, sha256, bytes, name } or { data }.
+ * Catalog ids resolve to the catalog's URL; `{ url, sha256 }` works for any GGUF.
+ */
+export function resolveModel(model) {
+  if (typeof model === 'string') {
+    const e = catalog[model];
+    if (!e) {
+      throw new KerzeError('InvalidArgumentError',
+        `unknown model id '${model}': known ids are ${Object.keys(catalog).join(', ')}; or pass { url, sha256 }`);
+    }
+    return { key: e.sha256, url: e.url, sha256: e.sha256, bytes: e.bytes, name: model };
+  }
+  if (model instanceof ArrayBuffer || ArrayBuffer.isView(model)) {
+    const data = model instanceof ArrayBuffer ? new Uint8Array(model)
+      : new Uint8Array(model.buffer, model.byteOffset, model.byteLength);
+    return { data, name: 'bytes' };
+  }
+  if (model && typeof model === 'object' && typeof model.url === 'string') {
+    let url;
+    try {
+      url = new URL(model.url, baseUrl()).href;
+    } catch {
+      throw new KerzeError('InvalidArgumentError', `model.url '${model.url}' is not a URL`);
+    }
+    const known = model.id != null ? catalog[model.id] : null;
+    const sha256 = (model.sha256 ?? known?.sha256 ?? null)?.toLowerCase() ?? null;
+    if (sha256 != null && !SHA256.test(sha256)) {
+      throw new KerzeError('InvalidArgumentError', 'model.sha256 must be 64 hex digits');
+    }
+    const bytes = model.bytes ?? known?.bytes ?? null;
+    if (bytes != null && !(Number.isSafeInteger(bytes) && bytes > 0)) {
+      throw new KerzeError('InvalidArgumentError', 'model.bytes must be a positive integer');
+    }
+    const name = model.name ?? model.id ?? decodeURIComponent(new URL(url).pathname.split('/').pop() || url);
+    return { key: sha256 ?? url, url, sha256, bytes, name };
+  }
+  throw new KerzeError('InvalidArgumentError',
+    "model must be a catalog id (e.g. 'gemma-3-270m'), { url, sha256 }, or the file's bytes");
+}
+
+/** Worker threads for the threads build: only where it can run. */
+function chooseThreads(threads) {
+  if (threads === false || threads === 1 || threads === 0) return 0;
+  const isolated = globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== 'undefined';
+  // The threads build starts its own workers from its own URL: that must be this origin.
+  const sameOrigin = new URL(import.meta.url).origin === globalThis.location?.origin;
+  if (!isolated || !sameOrigin) return 0;
+  if (typeof threads === 'number') return Math.max(0, Math.floor(threads));
+  return Math.min(navigator.hardwareConcurrency || 1, 8);
+}
+
+// ---------------------------------------------------------------------------------------
+// Transports: the same requests, answered by a Core in this thread or in a worker.
+
+class InThreadTransport {
+  constructor(onWarning) {
+    this.core = new Core({ warn: onWarning });
+  }
+
+  async request(op, args, { onProgress, onChunk, signal } = {}) {
+    const c = this.core;
+    switch (op) {
+      case 'load':
+        return c.load(args, onProgress ?? (() => {}), signal);
+      case 'generate': {
+        const it = c.generate(args.input, args.options, signal);
+        for (;;) {
+          const r = await it.next();
+          if (r.done) return r.value;
+          onChunk?.(r.value);
+        }
+      }
+      case 'tokenize': return c.tokenize(args.text, args.options);
+      case 'detokenize': return c.detokenize(args.ids, args.options);
+      case 'logitsTopK': return c.logitsTopK(args.ids, args.k, args.first);
+      case 'reset': return c.reset();
+      case 'dispose': return c.dispose();
+      default: throw new KerzeError('InvalidArgumentError', `unknown op ${op}`);
+    }
+  }
+
+  terminate() {
+    this.core.dispose();
+  }
+}
+
+/** Start a module worker from `url`; another origin goes through a blob: trampoline. */
+function spawnWorker(url) {
+  if (url.origin === globalThis.location?.origin) {
+    return { worker: new Worker(url, { type: 'module', name: 'kerze' }), blobUrl: null };
+  }
+  const blob = new Blob([`import ${JSON.stringify(url.href)};\n`], { type: 'text/javascript' });
+  const blobUrl = URL.createObjectURL(blob);
+  return { worker: new Worker(blobUrl, { type: 'module', name: 'kerze' }), blobUrl };
+}
+
+class WorkerTransport {
+  static start(onWarning) {
+    return new Promise((resolve, reject) => {
+      let spawned;
+      try {
+        spawned = spawnWorker(workerUrl);
+      } catch (e) {
+        reject(new KerzeError('WorkerError', `could not start the kerze worker: ${e?.message ?? e}`));
+        return;
+      }
+      const { worker, blobUrl } = spawned;
+      const fail = (ev) => {
+        if (blobUrl) URL.revokeObjectURL(blobUrl);
+        worker.terminate();
+        reject(new KerzeError('WorkerError',
+          `the kerze worker did not start (${ev?.message || 'blocked by a Content-Security-Policy, or the script is unreachable'})`));
+      };
+      worker.addEventListener('error', fail, { once: true });
+      worker.addEventListener('message', function hello(ev) {
+        if (ev.data?.type !== 'hello') return;
+        worker.removeEventListener('message', hello);
+        worker.removeEventListener('error', fail);
+        if (blobUrl) URL.revokeObjectURL(blobUrl);
+        resolve(new WorkerTransport(worker, onWarning));
+      });
+    });
+  }
+
+  constructor(worker, onWarning) {
+    this.worker = worker;
+    this.nextId = 1;
+    this.pending = new Map();
+    this.dead = null;
+    worker.onmessage = (ev) => this.#onMessage(ev.data);
+    worker.onerror = (ev) => {
+      ev.preventDefault?.();
+      this.#die(new KerzeError('WorkerError', `the kerze worker failed: ${ev.message || 'unknown error'}`));
+    };
+    worker.onmessageerror = () => this.#die(new KerzeError('WorkerError', 'a message from the worker could not be read'));
+    this.onWarning = onWarning;
+  }
+
+  #onMessage(m) {
+    if (m?.type === 'warning') {
+      this.onWarning(m.message);
+      return;
+    }
+    const p = this.pending.get(m?.id);
+    if (!p) return;
+    if (m.type === 'progress') p.onProgress?.(m.progress);
+    else if (m.type === 'chunk') p.onChunk?.(m.chunk);
+    else {
+      this.pending.delete(m.id);
+      p.unlink();
+      if (m.type === 'result') p.resolve(m.value);
+      else p.reject(deserializeError(m.error));
+    }
+  }
+
+  #die(err) {
+    this.dead = err;
+    for (const p of this.pending.values()) {
+      p.unlink();
+      p.reject(err);
+    }
+    this.pending.clear();
+    this.worker.terminate();
+  }
+
+  request(op, args, { onProgress, onChunk, signal } = {}) {
+    if (this.dead) return Promise.reject(this.dead);
+    if (signal?.aborted) return Promise.reject(abortError(signal));
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const onAbort = () => this.worker.postMessage({ id: this.nextId++, op: 'abort', args: { target: id } });
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const unlink = () => signal?.removeEventListener('abort', onAbort);
+      this.pending.set(id, { resolve, reject, onProgress, onChunk, unlink });
+      this.worker.postMessage({ id, op, args });
+    });
+  }
+
+  terminate() {
+    this.#die(new KerzeError('DisposedError', 'the engine was disposed'));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+
+function linkSignals(outer) {
+  const ctl = new AbortController();
+  const onAbort = () => ctl.abort(outer.reason);
+  if (outer?.aborted) ctl.abort(outer.reason);
+  else outer?.addEventListener('abort', onAbort, { once: true });
+  return { signal: ctl.signal, abort: () => ctl.abort(), unlink: () => outer?.removeEventListener('abort', onAbort) };
+}
+
+function promptInput(prompt) {
+  if (typeof prompt === 'string') return { prompt };
+  if (Array.isArray(prompt) && prompt.every((x) => Number.isInteger(x) && x >= 0 && x < 2 ** 32)) return { ids: prompt };
+  if (prompt instanceof Uint32Array) return { ids: Array.from(prompt) };
+  throw new KerzeError('InvalidArgumentError', 'the prompt must be a string (or an array of token ids)');
+}
+
+let completionCounter = 0;
+function completionId() {
+  const a = new Uint32Array(2);
+  crypto.getRandomValues(a);
+  completionCounter += 1;
+  return `chatcmpl-${a[0].toString(16)}${a[1].toString(16)}${completionCounter}`;
+}
+
+/** OpenAI chat parameters → generate options. */
+function chatOptions(body) {
+  const known = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens',
+    'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'seed', 'stop',
+    'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'signal']);
+  for (const k of Object.keys(body)) {
+    if (!known.has(k)) {
+      throw new KerzeError('InvalidArgumentError', `chat.completions.create: '${k}' is not supported`);
+    }
+  }
+  if (!Array.isArray(body.messages) || body.messages.length === 0) {
+    throw new KerzeError('InvalidArgumentError', 'chat.completions.create needs a non-empty messages array');
+  }
+  if (body.n != null && body.n !== 1) {
+    throw new KerzeError('InvalidArgumentError', 'chat.completions.create: only n = 1 is supported');
+  }
+  if (body.frequency_penalty) {
+    throw new KerzeError('InvalidArgumentError',
+      'chat.completions.create: frequency_penalty is not supported; use presence_penalty or repetition_penalty');
+  }
+  const stop = body.stop == null ? undefined : [].concat(body.stop);
+  return {
+    maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+    temperature: body.temperature ?? undefined,
+    topP: body.top_p ?? undefined,
+    topK: body.top_k ?? undefined,
+    minP: body.min_p ?? undefined,
+    seed: body.seed ?? undefined,
+    presencePenalty: body.presence_penalty ?? undefined,
+    repetitionPenalty: body.repetition_penalty ?? undefined,
+    stop,
+  };
+}
+
+const FINISH = { stop: 'stop', length: 'length', context_full: 'length' };
+
+/** A loaded model. Create with createEngine(). */
+export class Engine {
+  #t;
+  #disposed = false;
+
+  constructor(transport, info) {
+    this.#t = transport;
+    /** What runs and why: { backend, reason, model, nCtx, ... }. */
+    this.info = Object.freeze(info);
+    this.chat = Object.freeze({
+      completions: Object.freeze({ create: (body, req) => this.#chatCreate(body, req) }),
+    });
+  }
+
+  #check() {
+    if (this.#disposed) throw new KerzeError('DisposedError', 'this engine was disposed');
+  }
+
+  /** Stream the continuation of `prompt`: an AsyncIterable of { text, tokenId }. */
+  generate(prompt, options = {}) {
+    return this.#stream(prompt, options, null);
+  }
+
+  async *#stream(prompt, options, input) {
+    this.#check();
+    const opts = engineOptions(options);
+    input ??= promptInput(prompt);
+    const link = linkSignals(options.signal);
+    const queue = [];
+    let wake = null;
+    let done = false;
+    let error = null;
+    let result;
+    const running = this.#t.request('generate', { input, options: opts }, {
+      signal: link.signal,
+      onChunk: (c) => {
+        queue.push(c);
+        wake?.();
+      },
+    }).then((r) => {
+      result = r;
+    }, (e) => {
+      error = e;
+    }).finally(() => {
+      done = true;
+      wake?.();
+    });
+    try {
+      for (;;) {
+        if (queue.length) {
+          yield queue.shift();
+          continue;
+        }
+        if (done) {
+          if (error) throw error;
+          return result;
+        }
+        await new Promise((r) => {
+          wake = r;
+        });
+        wake = null;
+      }
+    } finally {
+      if (!done) {
+        // The consumer stopped early: stop the engine too, and wait until it is free.
+        link.abort();
+        await running;
+      }
+      link.unlink();
+    }
+  }
+
+  /** Generate to the end: { text, finishReason, usage, ids }. */
+  async complete(prompt, options = {}) {
+    return this.#collect(this.#stream(prompt, options, null));
+  }
+
+  async #collect(it) {
+    let text = '';
+    for (;;) {
+      const r = await it.next();
+      if (r.done) return { text, finishReason: r.value.finishReason, usage: r.value.usage, ids: r.value.ids };
+      text += r.value.text;
+    }
+  }
+
+  async #chatCreate(body, req = {}) {
+    this.#check();
+    if (!body || typeof body !== 'object') {
+      throw new KerzeError('InvalidArgumentError', 'chat.completions.create needs { messages, ... }');
+    }
+    const options = { ...chatOptions(body), signal: req.signal ?? body.signal };
+    const input = { messages: body.messages };
+    const id = completionId();
+    const created = Math.floor(Date.now() / 1000);
+    const model = this.info.model;
+    const usageOf = (u) => ({
+      prompt_tokens: u.promptTokens,
+      completion_tokens: u.completionTokens,
+      total_tokens: u.promptTokens + u.completionTokens,
+    });
+    if (!body.stream) {
+      const r = await this.#collect(this.#stream(null, options, input));
+      return {
+        id, object: 'chat.completion', created, model,
+        choices: [{
+          index: 0,
+          message: { role: 'assistant', content: r.text },
+          finish_reason: FINISH[r.finishReason] ?? 'stop',
+          logprobs: null,
+        }],
+        usage: usageOf(r.usage),
+      };
+    }
+    const includeUsage = body.stream_options?.include_usage === true;
+    const inner = this.#stream(null, options, input);
+    const frame = (delta, finish, usage) => ({
+      id, object: 'chat.completion.chunk', created, model,
+      choices: usage ? [] : [{ index: 0, delta, finish_reason: finish, logprobs: null }],
+      ...(usage ? { usage } : {}),
+    });
+    async function* chunks() {
+      yield frame({ role: 'assistant', content: '' }, null);
+      for (;;) {
+        const r = await inner.next();
+        if (r.done) {
+          yield frame({}, FINISH[r.value.finishReason] ?? 'stop');
+          if (includeUsage) yield frame(null, null, usageOf(r.value.usage));
+          return;
+        }
+        if (r.value.text) yield frame({ content: r.value.text }, null);
+      }
+    }
+    const it = chunks();
+    // Breaking out of the loop ends the generation too.
+    const ret = it.return.bind(it);
+    it.return = async (v) => {
+      await inner.return(undefined);
+      return ret(v);
+    };
+    return it;
+  }
+
+  /** Token ids of `text` (`special`: parse control tokens; `bos`: add <bos>). */
+  async tokenize(text, options = {}) {
+    this.#check();
+    return this.#t.request('tokenize', { text: String(text), options });
+  }
+
+  /** Text of token ids. */
+  async detokenize(ids, options = {}) {
+    this.#check();
+    return this.#t.request('detokenize', { ids: Array.from(ids), options });
+  }
+
+  /**
+   * Teacher-forced diagnostics: for every position of `ids` from `first` on, the `k` best
+   * [id, logit] pairs of the next token.
+   */
+  async logitsTopK(ids, { k = 5, first = 0 } = {}) {
+    this.#check();
+    return this.#t.request('logitsTopK', { ids: Array.from(ids), k, first });
+  }
+
+  /** Forget the KV cache (the next prompt is computed from scratch). */
+  async reset() {
+    this.#check();
+    return this.#t.request('reset', {});
+  }
+
+  /** Free the model and stop the worker. Later calls throw DisposedError. */
+  async dispose() {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    try {
+      await this.#t.request('dispose', {});
+    } catch {
+      // already gone
+    }
+    this.#t.terminate();
+  }
+}
+
+/**
+ * Load a model and return an Engine.
+ * @param {import('./index.js').CreateEngineOptions} options
+ */
+export async function createEngine(options = {}) {
+  const {
+    model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
+    threads = 'auto', nCtx, cache = true,
+  } = options;
+  if (!DEVICES.includes(device)) {
+    throw new KerzeError('InvalidArgumentError', `device must be one of ${DEVICES.join(', ')}, got '${device}'`);
+  }
+  if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
+    throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
+  }
+  if (signal?.aborted) throw abortError(signal);
+  const spec = resolveModel(model);
+  const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
+  const nThreads = chooseThreads(threads);
+  const transport = worker ? await WorkerTransport.start(warn) : new InThreadTransport(warn);
+  const report = (p) => {
+    try {
+      onProgress?.(p);
+    } catch (e) {
+      warn(`onProgress threw: ${e?.message ?? e}`);
+    }
+  };
+  let info;
+  try {
+    info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache },
+      { onProgress: report, signal });
+  } catch (e) {
+    transport.terminate();
+    if (signal?.aborted && e?.name !== 'AbortError') throw abortError(signal);
+    throw e;
+  }
+  report({ phase: 'ready', loaded: 1, total: 1 });
+  return new Engine(transport, info);
+}
+
+function cacheKeyOf(model) {
+  if (typeof model === 'string' && SHA256.test(model)) return model;
+  if (typeof model === 'string' && !(model in catalog)) return model;
+  return resolveModel(model).key;
+}
+
+/** The model cache of this origin: what is stored, and removing it. */
+export const cache = Object.freeze({
+  /** @returns {Promise<Array<{ key, url, sha256, bytes, name, storedAt }>>} */
+  async list() {
+    const { store } = await openModelCache();
+    return store ? store.list() : [];
+  },
+  /** Remove one model (catalog id, { url, sha256 }, or a key from list()). */
+  async delete(model) {
+    const { store } = await openModelCache();
+    return store ? store.delete(cacheKeyOf(model)) : false;
+  },
+  /** Remove every cached model; resolves to how many were removed. */
+  async clear() {
+    const { store } = await openModelCache();
+    return store ? store.clear() : 0;
+  },
+});
+
+export default { createEngine, cache, catalog, KerzeError, Engine };

@@ -1,0 +1,47 @@
+// The messages between the page (index.js) and the worker (worker.js), and how errors cross
+// that boundary: as { name, message } records, rebuilt as KerzeError on the other side. One
+// source of truth for both sides.
+//
+// page → worker  { id, op: 'load' | 'generate' | 'abort' | 'tokenize' | 'detokenize' |
+//                  'logitsTopK' | 'reset' | 'dispose' | 'cache', args }
+// worker → page  { id, type: 'progress', progress }   load progress
+//                { id, type: 'chunk', chunk }         one streamed piece { text, tokenId }
+//                { id, type: 'result', value }        the op's result (ends the request)
+//                { id, type: 'error', error }         the op failed (ends the request)
+//                { type: 'warning', message }         not fatal (e.g. no cache available)
+
+/** Every error name the engine produces (Rust `Error::kind()` plus the JS side's own). */
+export const ERROR_NAMES = Object.freeze([
+  'GgufError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelConfigError',
+  'TokenizerError', 'ContextFullError', 'InvalidArgumentError', 'AbortError', 'ModelError',
+  'BackendError', 'IoError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
+  'UnsupportedDeviceError', 'WorkerError', 'DisposedError',
+]);
+
+/** An engine error: `name` says the kind (one of ERROR_NAMES), `message` the cause. */
+export class KerzeError extends Error {
+  constructor(name, message, options) {
+    super(message, options);
+    this.name = name;
+  }
+}
+
+/** An error as a plain record that structured clone keeps intact. */
+export function serializeError(e) {
+  if (e && typeof e === 'object' && typeof e.name === 'string' && typeof e.message === 'string') {
+    return { name: ERROR_NAMES.includes(e.name) ? e.name : 'WorkerError', message: e.message };
+  }
+  return { name: 'WorkerError', message: String(e) };
+}
+
+/** The record rebuilt as a KerzeError. */
+export function deserializeError(r) {
+  return new KerzeError(r?.name ?? 'WorkerError', r?.message ?? 'unknown error');
+}
+
+/** The error an AbortSignal produces. */
+export function abortError(signal) {
+  const reason = signal?.reason;
+  const detail = reason instanceof Error && reason.name !== 'AbortError' ? `: ${reason.message}` : '';
+  return new KerzeError('AbortError', `aborted${detail}`);
+}

@@ -1,0 +1,103 @@
+// Helpers of the browser tests: start tests/serve.py on 127.0.0.1 (stopped by PID at the
+// end), launch Debian's Chromium through playwright-core, record every request and every
+// console error of a page.
+import { spawn } from 'node:child_process';
+import { chromium } from 'playwright-core';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import net from 'node:net';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
+export const MODEL_FILE = 'gemma-3-270m-q4_k_m.gguf';
+
+const servers = [];
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+    s.on('error', reject);
+  });
+}
+
+/** Serve `dir` (relative to the repo) with serve.py flags; resolves to its origin. */
+export async function serve(dir, flags = []) {
+  const port = await freePort();
+  const proc = spawn('python3', [path.join(ROOT, 'tests/serve.py'), path.join(ROOT, dir), String(port), ...flags], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  servers.push(proc);
+  await new Promise((resolve, reject) => {
+    proc.stdout.once('data', resolve);
+    proc.once('exit', (code) => reject(new Error(`serve.py exited with ${code}`)));
+  });
+  return `http://127.0.0.1:${port}`;
+}
+
+export function stopServers() {
+  for (const p of servers.splice(0)) {
+    if (p.exitCode === null) process.kill(p.pid, 'SIGTERM');
+  }
+}
+
+export async function launch({ webgpu = false, extraArgs = [] } = {}) {
+  const args = ['--headless=new', '--no-sandbox', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic',
+    ...(webgpu ? ['--enable-unsafe-webgpu'] : []), ...extraArgs];
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args });
+}
+
+/** A fresh context + page that records requests (also from workers) and console errors. */
+export async function openPage(browser, { bypassCSP = false } = {}) {
+  const context = await browser.newContext({ bypassCSP });
+  const page = await context.newPage();
+  const requests = [];
+  const errors = [];
+  const logs = [];
+  context.on('request', (r) => requests.push(r.url()));
+  page.on('console', (m) => {
+    logs.push(`${m.type()}: ${m.text()}`);
+    if (m.type() === 'error') errors.push(m.text());
+  });
+  page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
+  page.on('worker', (w) => w.on('console', (m) => {
+    logs.push(`worker ${m.type()}: ${m.text()}`);
+    if (m.type() === 'error') errors.push(`worker: ${m.text()}`);
+  }));
+  return { context, page, requests, errors, logs };
+}
+
+let failures = 0;
+const results = [];
+/** Run one named test; failures are counted, the run goes on. */
+export async function test(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push(`ok   ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+    console.log(`ok   ${name} (${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  } catch (e) {
+    failures += 1;
+    results.push(`FAIL ${name}: ${e?.stack ?? e}`);
+    console.log(`FAIL ${name}: ${e?.stack ?? e}`);
+  }
+}
+
+export function summary() {
+  console.log(`\n${results.length - failures} passed, ${failures} failed`);
+  return failures;
+}
+
+export function assert(cond, msg) {
+  if (!cond) throw new Error(`assertion failed: ${msg}`);
+}
+
+export function assertEq(a, b, msg) {
+  const sa = JSON.stringify(a);
+  const sb = JSON.stringify(b);
+  if (sa !== sb) throw new Error(`${msg}: ${sa} != ${sb}`);
+}
