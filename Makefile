@@ -13,21 +13,39 @@ MODEL := models/gemma-3-270m-q4_k_m.gguf
 KERZE := target/release/kerze
 PROMPT ?= The three most important things to know about baking bread are
 
-.PHONY: help setup setup-rust setup-browser fetch build test test-native test-wasm lint demo bench bench-native bench-wasm fuzz clean
+WASM_SRC := $(shell find src -name '*.rs') Cargo.toml Cargo.lock
+WASM_OPT := node_modules/.bin/wasm-opt -O3
+# The threads build: shared memory needs atomics in std itself (nightly, build-std).
+THREADS_RUSTFLAGS := -C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 \
+  -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
+  -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
+  -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base
+PORT ?= 8080
+
+.PHONY: help setup setup-rust setup-browser setup-node fetch build build-wasm test test-native test-wasm test-browser lint demo bench bench-native bench-wasm bench-browser fuzz clean
 
 help:
-	@echo "make demo   — fetch the default model, build, and generate with it"
+	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
 	@echo "make test   — every test: lint, native, wasm in headless Chromium"
 	@echo "make fetch  — fetch the default model into models/"
 	@echo "make bench  — prefill/decode tokens/s natively and in headless Chromium"
 	@echo "make fuzz   — 100 000 mutated GGUF headers"
 
-setup: setup-rust setup-browser
+setup: setup-rust setup-browser setup-node
+
+# npm dev tools of this repo (esbuild, binaryen's wasm-opt, playwright-core, typescript).
+setup-node: node_modules/.installed
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 setup-rust:
 	@rustup target list --installed | grep -q '^wasm32-unknown-unknown$$' || rustup target add wasm32-unknown-unknown
 	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
 	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+	@rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal --component rust-src
+	@rustup component list --toolchain nightly --installed | grep -q '^rust-src' || rustup component add rust-src --toolchain nightly
 	@if [ "$$(wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $(WASM_BINDGEN_VERSION)" ]; then \
 	  echo "installing wasm-bindgen-cli $(WASM_BINDGEN_VERSION) into $(WASM_BINDGEN_DIR) (about 4 minutes, once)"; \
 	  cargo install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION) --root $(WASM_BINDGEN_DIR); \
@@ -42,7 +60,34 @@ setup-browser:
 $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.json
 	cargo build --release --bin kerze
 
-build: $(KERZE)
+# The single-thread SIMD build (every page).
+pkg/wasm/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
+	cargo build --release --target wasm32-unknown-unknown --lib
+	rm -f pkg/wasm/kerze.js pkg/wasm/kerze_bg.wasm pkg/wasm/*.d.ts
+	wasm-bindgen --target web --out-dir pkg/wasm --out-name kerze target/wasm32-unknown-unknown/release/kerze.wasm
+	$(WASM_OPT) $@ -o $@
+
+# The threads + SIMD build (cross-origin-isolated pages), in its own target dir.
+pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
+	RUSTFLAGS="$(THREADS_RUSTFLAGS)" cargo +nightly build --release --target wasm32-unknown-unknown \
+	  --lib --features threads -Z build-std=panic_abort,std --target-dir target/threads
+	rm -rf pkg/wasm/threads
+	wasm-bindgen --target web --out-dir pkg/wasm/threads --out-name kerze \
+	  target/threads/wasm32-unknown-unknown/release/kerze.wasm
+	$(WASM_OPT) --enable-threads $@ -o $@
+
+# The script-tag build: one ES module from pkg/embed.js, the wasm next to it.
+dist/kerze.js: $(wildcard pkg/*.js) pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm
+	rm -rf dist
+	node_modules/.bin/esbuild pkg/embed.js --bundle --format=esm --target=es2022 --minify \
+	  --external:./wasm/threads/* --legal-comments=none --log-level=warning --outfile=dist/kerze.js
+	mkdir -p dist/wasm
+	cp pkg/wasm/kerze_bg.wasm dist/wasm/
+	cp -r pkg/wasm/threads dist/wasm/threads
+
+build-wasm: setup-rust setup-node pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm dist/kerze.js
+
+build: $(KERZE) build-wasm
 
 fetch: $(KERZE)
 	@$(KERZE) fetch gemma-3-270m
@@ -58,14 +103,19 @@ test-native: fetch
 test-wasm: setup fetch
 	tests/wasm_tests.sh
 
-test: setup lint test-native test-wasm
+# The package, worker, cache, script tag and demo in headless Chromium (Playwright).
+test-browser: setup fetch build
+	node_modules/.bin/tsc -p tests/types/tsconfig.paths.json
+	node tests/browser/run.mjs
+
+test: setup lint test-native test-wasm test-browser
 	@echo "make test: all passed"
 
-demo: setup-rust fetch
-	@echo "(the browser demo comes with the browser package; until then, the CLI)"
-	$(KERZE) generate --model gemma-3-270m --prompt "$(PROMPT)" --max-tokens 64 --temperature 0.7 --seed 1
+demo: setup fetch build
+	@echo "kerze demo: http://127.0.0.1:$(PORT)/www/  (benchmark: /www/bench.html; Ctrl-C stops)"
+	python3 tests/serve.py . $(PORT) --only www,pkg,dist,models --index /www/ --coop-coep
 
-bench: bench-native bench-wasm
+bench: bench-native bench-wasm bench-browser
 
 bench-native: fetch
 	CANDLE_NUM_THREADS=1 $(KERZE) bench --model gemma-3-270m --prompt-tokens 128 --gen-tokens 64 --json
@@ -74,8 +124,13 @@ bench-native: fetch
 bench-wasm: setup fetch
 	KERZE_BENCH=1 tests/wasm_tests.sh --test wasm_bench -- --nocapture
 
+# www/bench.html through the package (worker, cache), 1 thread; prints JSON.
+bench-browser: setup fetch build
+	node tests/browser/bench.mjs
+
 fuzz:
 	KERZE_FUZZ_CASES=100000 cargo test --release --test bad_input mutated_headers -- --nocapture
 
 clean:
+	rm -rf pkg/wasm dist
 	cargo clean

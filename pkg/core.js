@@ -71,16 +71,20 @@ function throwIfAborted(signal) {
 }
 
 /** Load the wasm glue: the threads build when asked for and possible, else single-thread. */
-async function loadWasm(threads) {
+async function loadWasm(threads, warn) {
   if (threads > 1) {
-    const glue = await import('./wasm/threads/kerze.js');
-    await glue.default({ module_or_path: new URL('./wasm/threads/kerze_bg.wasm', import.meta.url) });
-    await glue.initThreadPool(threads);
-    return glue;
+    try {
+      const glue = await import('./wasm/threads/kerze.js');
+      await glue.default({ module_or_path: new URL('./wasm/threads/kerze_bg.wasm', import.meta.url) });
+      await glue.initThreadPool(threads);
+      return { glue, threads };
+    } catch (e) {
+      warn(`the threads build did not start (${e?.message ?? e}): running on one thread`);
+    }
   }
   const glue = await import('./wasm/kerze.js');
   await glue.default({ module_or_path: new URL('./wasm/kerze_bg.wasm', import.meta.url) });
-  return glue;
+  return { glue, threads: 1 };
 }
 
 /**
@@ -207,7 +211,8 @@ export class Core {
     if (this.engine) throw new KerzeError('EngineBusyError', 'this engine already holds a model');
     const t0 = performance.now();
     onProgress({ phase: 'compile', loaded: 0, total: 1 });
-    this.glue = await loadWasm(args.threads ?? 0);
+    const loaded = await loadWasm(args.threads ?? 0, this.warn);
+    this.glue = loaded.glue;
     onProgress({ phase: 'compile', loaded: 1, total: 1 });
     throwIfAborted(signal);
     const spec = args.model;
@@ -263,7 +268,7 @@ export class Core {
     this.info = {
       ...JSON.parse(this.engine.info()),
       source,
-      threads: args.threads > 1 ? args.threads : 1,
+      threads: loaded.threads,
       fetchMs,
       readyMs,
       sha256: spec.sha256 ?? null,

@@ -67,6 +67,21 @@ export function resolveModel(model) {
     "model must be a catalog id (e.g. 'gemma-3-270m'), { url, sha256 }, or the file's bytes");
 }
 
+// (module (func (result v128) v128.const i32x4 0 0 0 0)): valid only where wasm has SIMD.
+const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0,
+  10, 22, 1, 20, 0, 253, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 11]);
+
+/** Throws UnsupportedDeviceError where the engine cannot run at all. */
+export function checkSupport() {
+  if (typeof WebAssembly !== 'object' || typeof WebAssembly.validate !== 'function') {
+    throw new KerzeError('UnsupportedDeviceError', 'this browser has no WebAssembly');
+  }
+  if (!WebAssembly.validate(SIMD_PROBE)) {
+    throw new KerzeError('UnsupportedDeviceError',
+      'this browser lacks WebAssembly SIMD (Chrome 91+, Firefox 89+, Safari 16.4+ have it)');
+  }
+}
+
 /** Worker threads for the threads build: only where it can run. */
 function chooseThreads(threads) {
   if (threads === false || threads === 1 || threads === 0) return 0;
@@ -470,9 +485,11 @@ export async function createEngine(options = {}) {
     throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
   }
   if (signal?.aborted) throw abortError(signal);
+  checkSupport();
   const spec = resolveModel(model);
   const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
-  const nThreads = chooseThreads(threads);
+  // Rayon blocks with Atomics.wait, which the page's main thread may not: threads need the worker.
+  const nThreads = worker ? chooseThreads(threads) : 0;
   const transport = worker ? await WorkerTransport.start(warn) : new InThreadTransport(warn);
   const report = (p) => {
     try {

@@ -15,7 +15,7 @@ export const ERROR_NAMES = Object.freeze([
   'GgufError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelConfigError',
   'TokenizerError', 'ContextFullError', 'InvalidArgumentError', 'AbortError', 'ModelError',
   'BackendError', 'IoError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
-  'UnsupportedDeviceError', 'WorkerError', 'DisposedError',
+  'UnsupportedDeviceError', 'WorkerError', 'DisposedError', 'EngineCrashedError',
 ]);
 
 /** An engine error: `name` says the kind (one of ERROR_NAMES), `message` the cause. */
@@ -28,6 +28,12 @@ export class KerzeError extends Error {
 
 /** An error as a plain record that structured clone keeps intact. */
 export function serializeError(e) {
+  if (e instanceof RangeError && /memory|allocat/i.test(e.message)) {
+    return { name: 'UnsupportedDeviceError', message: `not enough memory for this model here: ${e.message}` };
+  }
+  if (typeof WebAssembly === 'object' && e instanceof WebAssembly.RuntimeError) {
+    return { name: 'EngineCrashedError', message: `the engine crashed (${e.message}); create a new engine` };
+  }
   if (e && typeof e === 'object' && typeof e.name === 'string' && typeof e.message === 'string') {
     return { name: ERROR_NAMES.includes(e.name) ? e.name : 'WorkerError', message: e.message };
   }

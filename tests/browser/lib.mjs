@@ -27,7 +27,7 @@ async function freePort() {
 /** Serve `dir` (relative to the repo) with serve.py flags; resolves to its origin. */
 export async function serve(dir, flags = []) {
   const port = await freePort();
-  const proc = spawn('python3', [path.join(ROOT, 'tests/serve.py'), path.join(ROOT, dir), String(port), ...flags], {
+  const proc = spawn('python3', [path.join(ROOT, 'tests/serve.py'), path.resolve(ROOT, dir), String(port), ...flags], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   servers.push(proc);
@@ -75,6 +75,8 @@ let failures = 0;
 const results = [];
 /** Run one named test; failures are counted, the run goes on. */
 export async function test(name, fn) {
+  const only = process.env.KERZE_BROWSER_TESTS;
+  if (only && !only.split(',').some((w) => name.includes(w))) return;
   const t0 = Date.now();
   try {
     await fn();

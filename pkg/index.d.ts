@@ -1,0 +1,283 @@
+// Types of the kerze package (checked with `tsc --noEmit` by `make test`).
+
+/** Every error name the engine produces. */
+export type KerzeErrorName =
+  | 'GgufError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelConfigError'
+  | 'TokenizerError' | 'ContextFullError' | 'InvalidArgumentError' | 'AbortError' | 'ModelError'
+  | 'BackendError' | 'IoError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
+  | 'UnsupportedDeviceError' | 'WorkerError' | 'DisposedError' | 'EngineCrashedError';
+
+export declare const ERROR_NAMES: readonly KerzeErrorName[];
+
+/** An engine error; `name` says the kind. */
+export declare class KerzeError extends Error {
+  constructor(name: KerzeErrorName, message: string, options?: ErrorOptions);
+  name: KerzeErrorName;
+}
+
+export interface CatalogEntry {
+  name: string;
+  file: string;
+  bytes: number;
+  sha256: string;
+  url: string;
+  license: string;
+}
+
+/** The models kerze knows by id. */
+export declare const catalog: Readonly<Record<string, CatalogEntry>>;
+
+/** Any GGUF by URL (relative URLs resolve against the page). */
+export interface ModelUrl {
+  url: string;
+  /** Checked before first use; without it the file is trusted as downloaded. */
+  sha256?: string;
+  /** Expected size in bytes (a shorter or longer download is an error). */
+  bytes?: number;
+  /** A catalog id: fills in sha256 and bytes when not given. */
+  id?: string;
+  name?: string;
+}
+
+export type ModelSpec = string | ModelUrl | ArrayBuffer | ArrayBufferView;
+
+export type Device = 'auto' | 'webgpu' | 'cpu';
+
+export interface Progress {
+  phase: 'compile' | 'download' | 'cache' | 'load' | 'warmup' | 'ready';
+  loaded: number;
+  /** 0 when unknown (a download without Content-Length). */
+  total: number;
+}
+
+export interface CreateEngineOptions {
+  /** Catalog id (default 'gemma-3-270m'), `{ url, sha256 }`, or the file's bytes. */
+  model?: ModelSpec;
+  device?: Device;
+  onProgress?: (p: Progress) => void;
+  /** Non-fatal problems (e.g. no cache available). Default: console.warn. */
+  onWarning?: (message: string) => void;
+  /** Cancels the download and the load. */
+  signal?: AbortSignal;
+  /** Run in a Web Worker (default true); false runs in this thread with the same interface. */
+  worker?: boolean;
+  /** Threads of the threads build ('auto': when cross-origin isolated); false or 1: one. */
+  threads?: 'auto' | number | false;
+  /** Context window in tokens (default 4096, at most the model's). */
+  nCtx?: number;
+  /** Use the Cache API (default true). */
+  cache?: boolean;
+}
+
+export interface EngineInfo {
+  backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native';
+  /** Why this backend was chosen. */
+  reason: string;
+  model: string;
+  arch: string;
+  nCtx: number;
+  nVocab: number;
+  nLayer: number;
+  nEmbd: number;
+  weightBytes: number;
+  tokenizerMs: number;
+  loadMs: number;
+  /** Where the bytes came from. */
+  source: 'network' | 'cache' | 'memory';
+  threads: number;
+  /** Download or cache read, ms. */
+  fetchMs: number;
+  /** From bytes in memory to ready, ms. */
+  readyMs: number;
+  sha256: string | null;
+}
+
+export interface GenerateOptions {
+  maxTokens?: number;
+  /** 0: greedy. */
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+  presencePenalty?: number;
+  penaltyLastN?: number;
+  /** Same seed, prompt and options → same text. Default: random. */
+  seed?: number;
+  /** Generation ends before any of these strings. */
+  stop?: string | string[];
+  /** Generation ends at these token ids (default: the model's end-of-turn/sequence). */
+  stopTokens?: number[];
+  /** Stops the generation within one step; the engine stays usable. */
+  signal?: AbortSignal;
+}
+
+/** One streamed piece: whole UTF-8 characters. */
+export interface Chunk {
+  text: string;
+  tokenId: number;
+}
+
+export interface Usage {
+  promptTokens: number;
+  /** Prompt tokens computed (the rest came from the KV cache). */
+  prefillTokens: number;
+  completionTokens: number;
+  prefillMs: number;
+  decodeMs: number;
+  prefillTokensPerS: number;
+  decodeTokensPerS: number;
+}
+
+export type FinishReason = 'stop' | 'length' | 'context_full';
+
+export interface GenerateResult {
+  finishReason: FinishReason | null;
+  usage: Usage;
+  ids: number[];
+}
+
+export interface Completion extends GenerateResult {
+  text: string;
+}
+
+export type Prompt = string | number[] | Uint32Array;
+
+// --- OpenAI-shaped chat ---------------------------------------------------------------
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string | Array<{ type: 'text'; text: string }>;
+}
+
+export interface ChatCompletionCreateParams {
+  messages: ChatMessage[];
+  model?: string;
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean };
+  max_tokens?: number;
+  max_completion_tokens?: number;
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  seed?: number;
+  stop?: string | string[];
+  presence_penalty?: number;
+  repetition_penalty?: number;
+  /** Only 0 (unsupported otherwise). */
+  frequency_penalty?: number;
+  /** Only 1. */
+  n?: number;
+  user?: string;
+  signal?: AbortSignal;
+}
+
+export interface ChatCompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    message: { role: 'assistant'; content: string };
+    finish_reason: 'stop' | 'length';
+    logprobs: null;
+  }>;
+  usage: ChatCompletionUsage;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: number;
+    delta: { role?: 'assistant'; content?: string };
+    finish_reason: 'stop' | 'length' | null;
+    logprobs: null;
+  }>;
+  usage?: ChatCompletionUsage;
+}
+
+export interface RequestOptions {
+  signal?: AbortSignal;
+}
+
+export interface ChatCompletions {
+  create(body: ChatCompletionCreateParams & { stream: true }, req?: RequestOptions): Promise<AsyncGenerator<ChatCompletionChunk, void, undefined>>;
+  create(body: ChatCompletionCreateParams & { stream?: false }, req?: RequestOptions): Promise<ChatCompletion>;
+  create(body: ChatCompletionCreateParams, req?: RequestOptions): Promise<ChatCompletion | AsyncGenerator<ChatCompletionChunk, void, undefined>>;
+}
+
+/** A loaded model. */
+export declare class Engine {
+  private constructor();
+  readonly info: Readonly<EngineInfo>;
+  readonly chat: { readonly completions: ChatCompletions };
+  /** Stream the continuation of `prompt` (user text; control tokens stay text). */
+  generate(prompt: Prompt, options?: GenerateOptions): AsyncGenerator<Chunk, GenerateResult, undefined>;
+  /** Generate to the end. */
+  complete(prompt: Prompt, options?: GenerateOptions): Promise<Completion>;
+  tokenize(text: string, options?: { special?: boolean; bos?: boolean }): Promise<number[]>;
+  detokenize(ids: ArrayLike<number>, options?: { skipSpecial?: boolean }): Promise<string>;
+  /** Teacher-forced diagnostics: the k best [id, logit] for each position from `first`. */
+  logitsTopK(ids: ArrayLike<number>, options?: { k?: number; first?: number }): Promise<Array<Array<[number, number]>>>;
+  /** Forget the KV cache. */
+  reset(): Promise<void>;
+  /** Free the model and stop the worker. */
+  dispose(): Promise<void>;
+}
+
+export declare function createEngine(options?: CreateEngineOptions): Promise<Engine>;
+
+/** Throws UnsupportedDeviceError where the engine cannot run at all (no wasm SIMD). */
+export declare function checkSupport(): void;
+
+export interface ResolvedModel {
+  key?: string;
+  url?: string;
+  sha256?: string | null;
+  bytes?: number | null;
+  name: string;
+  data?: Uint8Array;
+}
+
+export declare function resolveModel(model: ModelSpec): ResolvedModel;
+
+export interface CachedModel {
+  key: string;
+  url: string;
+  sha256: string;
+  bytes: number;
+  name: string;
+  storedAt: string;
+}
+
+/** The model cache of this origin. */
+export declare const cache: {
+  list(): Promise<CachedModel[]>;
+  /** A catalog id, `{ url, sha256 }`, or a key from list(). */
+  delete(model: string | ModelUrl): Promise<boolean>;
+  /** Resolves to how many models were removed. */
+  clear(): Promise<number>;
+};
+
+/** @internal */
+export declare function _setWorkerUrl(url: string | URL): void;
+
+declare const kerze: {
+  createEngine: typeof createEngine;
+  cache: typeof cache;
+  catalog: typeof catalog;
+  KerzeError: typeof KerzeError;
+  Engine: typeof Engine;
+};
+export default kerze;

@@ -1,0 +1,438 @@
+// The browser package in real headless Chromium (Playwright + Debian's Chromium), as
+// `make test-browser` runs it after `make build`: the demo page, the public API in the page,
+// the worker, abort, the model cache, error cases, the script tag from another origin, a
+// strict CSP, main-thread responsiveness, `npm pack`, the threads build.
+// Every page's requests and console errors are checked.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {
+  ROOT, MODEL_FILE, serve, stopServers, launch, openPage, test, summary, assert, assertEq,
+} from './lib.mjs';
+
+const catalog = JSON.parse(fs.readFileSync(path.join(ROOT, 'models/catalog.json'), 'utf8'));
+const ENTRY = catalog.models.find((m) => m.id === 'gemma-3-270m');
+const SHA = ENTRY.sha256;
+const reference = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/reference_gemma3_270m.json'), 'utf8'));
+const llamacpp = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/llamacpp_gemma3_270m.json'), 'utf8'));
+const CERTAIN = llamacpp.cases.filter((c) => c.certain).map((c) => c.prompt);
+const CSP = "script-src 'self' 'wasm-unsafe-eval'; worker-src 'self' blob:";
+
+const A = await serve('.', ['--only', 'www,pkg,dist,models', '--index', '/www/', '--coop-coep', '--test-routes']);
+const MODEL_URL = `${A}/models/${MODEL_FILE}`;
+const LOCAL_MODEL = { id: 'gemma-3-270m', url: MODEL_URL };
+const browser = await launch();
+
+/** Requests a page may make: the package's own files, the model, test routes, blob:/data:. */
+function strayRequests(requests, allowed) {
+  return requests.filter((u) => !u.startsWith('blob:') && !u.startsWith('data:')
+    && !allowed.some((p) => u.startsWith(p)));
+}
+
+const A_ALLOWED = [`${A}/www/`, `${A}/pkg/`, `${A}/dist/`, `${A}/models/`, `${A}/__test__/`];
+
+/**
+ * Open a page at `url`, run `fn(page, rec)`, then check no stray request and no console
+ * error (except those `expectErrors` matches). The context is closed after.
+ */
+async function withPage(url, fn, { allowed = A_ALLOWED, expectErrors = null, context: ctxOpts } = {}) {
+  const rec = await openPage(browser, ctxOpts);
+  try {
+    if (url) await rec.page.goto(url);
+    const out = await fn(rec.page, rec);
+    const stray = strayRequests(rec.requests, allowed);
+    assertEq(stray, [], 'requests outside the package and the model');
+    const errors = expectErrors ? rec.errors.filter((e) => !expectErrors.test(e)) : rec.errors;
+    assertEq(errors, [], 'console errors');
+    return out;
+  } finally {
+    await rec.context.close();
+  }
+}
+
+/** In a page that has /pkg/: create an engine and run `body(engine, k)` (a function source). */
+function inPage(page, body, arg) {
+  return page.evaluate(async ([src, a, model]) => {
+    const k = await import('/pkg/index.js');
+    // eslint-disable-next-line no-new-func
+    const f = new Function('k', 'model', 'arg', `return (async () => { ${src} })();`);
+    return f(k, model, a);
+  }, [body, arg, LOCAL_MODEL]);
+}
+
+function cli(prompt) {
+  const out = execFileSync(path.join(ROOT, 'target/release/kerze'), ['generate', '--model', path.join(ROOT, 'models', MODEL_FILE),
+    '--prompt', prompt, '--max-tokens', '16', '--temperature', '0', '--json'], { encoding: 'utf8' });
+  return JSON.parse(out.trim().split('\n').pop());
+}
+
+/** The engine's gate against the float64 reference (tests/common/mod.rs, assert_gate). */
+function gate(cases, tops) {
+  let positions = 0; let agree = 0; let strong = 0; let strongAgree = 0; const diffs = [];
+  cases.forEach((c, i) => {
+    c.top10_per_step.forEach((r, s) => {
+      const mine = tops[i][s];
+      const margin = r[0][1] - r[1][1];
+      positions += 1;
+      const ok = mine[0][0] === r[0][0];
+      agree += ok ? 1 : 0;
+      if (margin >= 0.5) {
+        strong += 1;
+        strongAgree += ok ? 1 : 0;
+      }
+      const m = mine.find((x) => x[0] === r[0][0]);
+      diffs.push(m ? Math.abs(m[1] - r[0][1]) : Infinity);
+    });
+  });
+  const mean = diffs.reduce((a, b) => a + b, 0) / diffs.length;
+  const max = Math.max(...diffs);
+  return { positions, agree: agree / positions, strong, strongAgree, mean, max };
+}
+
+try {
+  await test('pkg/catalog.js agrees with models/catalog.json', async () => {
+    const { catalog: js } = await import(path.join(ROOT, 'pkg/catalog.js'));
+    const want = Object.fromEntries(catalog.models.map((m) => [m.id, {
+      name: m.name, file: m.file, bytes: m.bytes, sha256: m.sha256,
+      url: m.sources.find((s) => s.kind === 'url').url, license: m.license,
+    }]));
+    assertEq(js, want, 'catalog');
+  });
+
+  await test('demo page generates with the real model (UI, worker)', async () => {
+    await withPage(`${A}/www/`, async (page) => {
+      await page.fill('#prompt', 'The best thing about the city of Hamburg is');
+      await page.fill('#maxTokens', '12');
+      await page.click('#generate');
+      await page.waitForFunction(() => window.kerzeDemo.done >= 1, null, { timeout: 120000 });
+      const status = await page.textContent('#status');
+      assert(status.startsWith('Done'), `status: ${status}`);
+      const text = await page.textContent('#generated');
+      assert(text.trim().length > 0, 'generated text is empty');
+      const stats = await page.textContent('#stats');
+      assert(/tok\/s decode/.test(stats), `stats: ${stats}`);
+      assert(/cpu-simd/.test(stats), `backend shown: ${stats}`);
+    });
+  });
+
+  await test('greedy ids in the page equal the native CLI for 16 tokens (counting, alphabet)', async () => {
+    const want = CERTAIN.map((p) => cli(p).ids);
+    const got = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 1 });
+      const out = [];
+      for (const p of arg) out.push((await e.complete(p, { maxTokens: 16, temperature: 0 })).ids);
+      await e.dispose();
+      return out;`, CERTAIN));
+    assertEq(got, want, 'greedy ids');
+    assert(want.every((ids) => ids.length === 16), '16 tokens each');
+  });
+
+  await test('teacher-forced logits in the page meet the engine gate (float64 reference)', async () => {
+    const cases = reference.cases;
+    const inputs = cases.map((c) => ({
+      ids: [...c.prompt_ids, ...c.greedy_ids.slice(0, c.top10_per_step.length - 1)],
+      first: c.prompt_ids.length - 1,
+    }));
+    const tops = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 1 });
+      const out = [];
+      for (const x of arg) out.push(await e.logitsTopK(x.ids, { k: 10, first: x.first }));
+      await e.dispose();
+      return out;`, inputs));
+    const g = gate(cases, tops);
+    console.log(`     ${JSON.stringify(g)}`);
+    assert(g.positions > 0, 'positions');
+    assertEq(g.strongAgree, g.strong, 'clear positions agree');
+    assert(g.agree >= 0.93, `top-1 agreement ${g.agree}`);
+    assert(g.mean <= 0.30 && g.max <= 2.0, `logit diffs ${g.mean} ${g.max}`);
+    // Our own bar, as the wasm test holds: exact to a few hundredths.
+    assert(g.agree === 1 && g.mean <= 0.01 && g.max <= 0.05, `exactness ${JSON.stringify(g)}`);
+  });
+
+  await test('generate streams; abort stops within one step; the engine stays usable', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 1 });
+      const ctl = new AbortController();
+      const chunks = [];
+      let err = null;
+      let atAbort = -1;
+      try {
+        for await (const c of e.generate('Once upon a time', { maxTokens: 200, temperature: 0.8, seed: 7, signal: ctl.signal })) {
+          chunks.push(c);
+          if (chunks.length === 5) { atAbort = chunks.length; ctl.abort(); }
+        }
+      } catch (x) { err = { name: x.name, message: x.message }; }
+      const second = await e.complete('1, 2, 3,', { maxTokens: 8, temperature: 0, stopTokens: [] });
+      // Breaking out of the loop ends the generation too, and the next one runs.
+      let n = 0;
+      for await (const c of e.generate('Hello', { maxTokens: 50, temperature: 0 })) { if (++n === 2) break; }
+      const third = await e.complete('1, 2, 3,', { maxTokens: 8, temperature: 0, stopTokens: [] });
+      await e.dispose();
+      let disposed = null;
+      try { await e.complete('x'); } catch (x) { disposed = x.name; }
+      return { n: chunks.length, atAbort, err, kinds: chunks.map((c) => typeof c.text + typeof c.tokenId),
+               second: second.ids, third: third.ids, usage: second.usage, disposed };`));
+    assertEq(r.err?.name, 'AbortError', 'abort error');
+    assert(r.n >= 5 && r.n <= 6, `chunks after abort: ${r.n} (abort at ${r.atAbort})`);
+    assert(r.kinds.every((k) => k === 'stringnumber'), 'chunk shape');
+    assertEq(r.second.length, 8, 'second generation length');
+    assertEq(r.third, r.second, 'same greedy ids after an early break');
+    assertEq(r.usage.completionTokens, 8, 'usage');
+    assertEq(r.disposed, 'DisposedError', 'calls after dispose');
+  });
+
+  await test('aborting a download rejects with AbortError and leaves nothing in the cache', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      await k.cache.clear();
+      const ctl = new AbortController();
+      let err = null; const phases = [];
+      try {
+        await k.createEngine({ model: { url: '/__test__/slow/models/${MODEL_FILE}', sha256: '${SHA}' }, signal: ctl.signal,
+          onProgress: (p) => { phases.push(p.phase); if (p.phase === 'download' && p.loaded > 2e6) ctl.abort(); } });
+      } catch (x) { err = x.name; }
+      return { err, phases: [...new Set(phases)], cached: await k.cache.list() };`));
+    assertEq(r.err, 'AbortError', 'error');
+    assert(r.phases.includes('download'), 'download progress');
+    assertEq(r.cached, [], 'cache after abort');
+  });
+
+  await test('reload: the model comes from the cache, no request for it, cache progress', async () => {
+    await withPage(`${A}/www/`, async (page, rec) => {
+      const first = await inPage(page, `
+        await k.cache.clear();
+        const phases = [];
+        const e = await k.createEngine({ model, threads: 1, onProgress: (p) => phases.push(p.phase) });
+        const ids = (await e.complete('1, 2, 3,', { maxTokens: 4, temperature: 0 })).ids;
+        await e.dispose();
+        return { phases: [...new Set(phases)], source: e.info.source, ids, list: await k.cache.list() };`);
+      assertEq(first.source, 'network', 'first load');
+      assertEq(first.phases, ['compile', 'download', 'load', 'ready'], 'first phases');
+      assertEq(first.list.map((m) => [m.sha256, m.bytes]), [[SHA, ENTRY.bytes]], 'cached entry');
+      await page.reload();
+      const before = rec.requests.length;
+      const second = await inPage(page, `
+        const phases = [];
+        const e = await k.createEngine({ model, threads: 1, onProgress: (p) => phases.push(p.phase) });
+        const ids = (await e.complete('1, 2, 3,', { maxTokens: 4, temperature: 0 })).ids;
+        await e.dispose();
+        return { phases: [...new Set(phases)], source: e.info.source, ids };`);
+      const modelRequests = rec.requests.slice(before).filter((u) => u.includes('.gguf'));
+      assertEq(modelRequests, [], 'model requests after reload');
+      assertEq(second.source, 'cache', 'second load');
+      assert(second.phases.includes('cache'), `phases ${second.phases}`);
+      assertEq(second.ids, first.ids, 'same ids from the cached model');
+      const removed = await inPage(page, `return [await k.cache.delete('gemma-3-270m'), await k.cache.list()];`);
+      assertEq(removed, [true, []], 'cache.delete');
+    });
+  });
+
+  await test('sha256 mismatch, 404, truncated file, non-GGUF: clear errors, nothing cached', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      await k.cache.clear();
+      const cases = {
+        sha: { url: '/models/${MODEL_FILE}', sha256: '${'0'.repeat(64)}' },
+        missing: { url: '/models/no-such-model.gguf' },
+        truncated: { url: '/__test__/truncated/models/${MODEL_FILE}', sha256: '${SHA}' },
+        notGguf: { url: '/pkg/index.js' },
+      };
+      const out = {};
+      for (const [name, m] of Object.entries(cases)) {
+        try { await k.createEngine({ model: m }); out[name] = 'loaded'; }
+        catch (e) { out[name] = { name: e.name, message: e.message, isError: e instanceof Error, isKerze: e instanceof k.KerzeError }; }
+      }
+      out.cached = await k.cache.list();
+      return out;`), { expectErrors: /404/ });
+    assertEq(r.sha.name, 'IntegrityError', `sha: ${JSON.stringify(r.sha)}`);
+    assert(/expected 0000/.test(r.sha.message), r.sha.message);
+    assertEq(r.missing.name, 'DownloadError', `404: ${JSON.stringify(r.missing)}`);
+    assert(/404/.test(r.missing.message), r.missing.message);
+    assertEq(r.truncated.name, 'DownloadError', `truncated: ${JSON.stringify(r.truncated)}`);
+    assertEq(r.notGguf.name, 'GgufError', `non-GGUF: ${JSON.stringify(r.notGguf)}`);
+    assert(r.notGguf.isError && r.notGguf.isKerze, 'errors are KerzeError instances');
+    assertEq(r.cached, [], 'cache');
+  });
+
+  await test('chat.completions.create: OpenAI shape, streaming, Gemma template', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 1 });
+      const messages = [{ role: 'system', content: 'You answer briefly.' }, { role: 'user', content: 'Name a color.' }];
+      const full = await e.chat.completions.create({ messages, max_tokens: 6, temperature: 0 });
+      const stream = await e.chat.completions.create({ messages, max_tokens: 6, temperature: 0, stream: true, stream_options: { include_usage: true } });
+      const frames = [];
+      for await (const f of stream) frames.push(f);
+      let bad = null;
+      try { await e.chat.completions.create({ messages: [{ role: 'assistant', content: 'x' }] }); } catch (x) { bad = x.name; }
+      const ids = await e.tokenize('<start_of_turn>user\\nYou answer briefly.\\n\\nName a color.<end_of_turn>\\n<start_of_turn>model\\n', { special: true, bos: true });
+      await e.dispose();
+      return { full, frames, bad, ids };`));
+    assertEq(r.full.object, 'chat.completion', 'object');
+    assertEq(r.full.choices[0].message.role, 'assistant', 'role');
+    assertEq(r.full.usage.prompt_tokens, r.ids.length, 'prompt tokens = the template rendered with special tokens');
+    const streamed = r.frames.filter((f) => f.choices.length).map((f) => f.choices[0].delta.content ?? '').join('');
+    assertEq(streamed, r.full.choices[0].message.content, 'stream text = non-stream text');
+    assertEq(r.frames[0].choices[0].delta.role, 'assistant', 'first delta has the role');
+    assert(r.frames.every((f) => f.object === 'chat.completion.chunk' && f.id === r.frames[0].id), 'chunk ids');
+    assertEq(r.frames.at(-1).usage?.completion_tokens, r.full.usage.completion_tokens, 'usage frame');
+    assert(['stop', 'length'].includes(r.frames.at(-2).choices[0].finish_reason), 'finish_reason');
+    assertEq(r.bad, 'InvalidArgumentError', 'roles must alternate');
+  });
+
+  await test('worker: false runs in the page with the same interface and the same ids', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, worker: false, threads: 1 });
+      const a = (await e.complete('${CERTAIN[0]}', { maxTokens: 16, temperature: 0 })).ids;
+      const chunks = [];
+      for await (const c of e.generate('Hello', { maxTokens: 3, temperature: 0, stopTokens: [] })) chunks.push(c.tokenId);
+      await e.dispose();
+      return { a, chunks: chunks.length, backend: e.info.backend };`));
+    assertEq(r.a, cli(CERTAIN[0]).ids, 'in-thread greedy ids');
+    assertEq(r.chunks, 3, 'streamed chunks');
+  });
+
+  await test('main thread stays responsive during generation (requestAnimationFrame keeps ticking)', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 1 });
+      let last = performance.now(); let maxGap = 0; let frames = 0; let on = true;
+      const tick = (t) => { maxGap = Math.max(maxGap, t - last); last = t; frames++; if (on) requestAnimationFrame(tick); };
+      requestAnimationFrame((t) => { last = t; requestAnimationFrame(tick); });
+      const t0 = performance.now();
+      const r = await e.complete('A long story about a dragon:', { maxTokens: 48, temperature: 0, stopTokens: [] });
+      const ms = performance.now() - t0;
+      on = false;
+      await e.dispose();
+      return { maxGap, frames, ms, n: r.usage.completionTokens };`));
+    console.log(`     ${JSON.stringify(r)}`);
+    // A blocked main thread would show one gap as long as the whole generation.
+    assert(r.frames >= 10, `frames ${r.frames}`);
+    assert(r.maxGap < Math.min(1000, r.ms / 3), `longest frame gap ${r.maxGap} ms of ${r.ms} ms`);
+  });
+
+  await test('no Cache API: a warning, and the model still loads', async () => {
+    const r = await withPage(`${A}/www/`, async (page) => {
+      await page.addInitScript(() => { delete globalThis.caches; });
+      await page.reload();
+      return inPage(page, `
+        const warnings = [];
+        const e = await k.createEngine({ model, worker: false, threads: 1, onWarning: (m) => warnings.push(m) });
+        const n = (await e.complete('Hi', { maxTokens: 2, temperature: 0, stopTokens: [] })).usage.completionTokens;
+        await e.dispose();
+        return { warnings, n, source: e.info.source };`);
+    });
+    assertEq(r.n, 2, 'generated');
+    assertEq(r.source, 'network', 'source');
+    assert(r.warnings.some((w) => /not be cached/.test(w)), `warnings ${r.warnings}`);
+  });
+
+  await test('a failing cache write (quota) is a warning, not a failure', async () => {
+    const r = await withPage(`${A}/www/`, async (page) => {
+      await page.addInitScript(() => {
+        Cache.prototype.put = () => Promise.reject(new DOMException('quota', 'QuotaExceededError'));
+      });
+      await page.reload();
+      return inPage(page, `
+        const warnings = [];
+        const e = await k.createEngine({ model, worker: false, threads: 1, onWarning: (m) => warnings.push(m) });
+        await e.dispose();
+        return { warnings, list: await k.cache.list() };`);
+    });
+    assert(r.warnings.some((w) => /storage quota/.test(w)), `warnings ${r.warnings}`);
+    assertEq(r.list, [], 'nothing cached');
+  });
+
+  await test('threads build is picked on a cross-origin-isolated page and gives the same ids', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 2 });
+      const ids = (await e.complete('${CERTAIN[1]}', { maxTokens: 16, temperature: 0 })).ids;
+      const info = e.info;
+      await e.dispose();
+      return { ids, backend: info.backend, threads: info.threads, isolated: crossOriginIsolated };`));
+    assert(r.isolated, 'the demo server makes the page cross-origin isolated');
+    assertEq(r.backend, 'cpu-simd-threads', 'backend');
+    assertEq(r.threads, 2, 'threads');
+    assertEq(r.ids, cli(CERTAIN[1]).ids, 'greedy ids');
+  });
+
+  await test('strict CSP: the demo still works', async () => {
+    const S = await serve('.', ['--only', 'www,pkg,dist,models', '--index', '/www/', '--coop-coep', '--csp', CSP]);
+    await withPage(`${S}/www/`, async (page) => {
+      const csp = await page.evaluate(async () => (await fetch(location.href)).headers.get('content-security-policy'));
+      assertEq(csp, CSP, 'CSP header');
+      await page.fill('#maxTokens', '6');
+      await page.click('#generate');
+      await page.waitForFunction(() => window.kerzeDemo.done >= 1, null, { timeout: 120000 });
+      const status = await page.textContent('#status');
+      assert(status.startsWith('Done'), `status: ${status}`);
+      assert((await page.textContent('#generated')).length > 0, 'text');
+    }, { allowed: [`${S}/www/`, `${S}/pkg/`, `${S}/models/`] });
+  });
+
+  await test('script tag from another origin, no COOP/COEP: <kerze-generate> generates, lazily', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kerze-site-'));
+    fs.writeFileSync(path.join(dir, 'index.html'), `<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">
+<title>a site</title>
+<script type="module" src="${A}/dist/kerze.js"></script>
+<kerze-generate model="${MODEL_URL}" sha256="${SHA}" prompt="${CERTAIN[0]}" max-tokens="8" temperature="0"></kerze-generate>
+`);
+    const B = await serve(dir, []);
+    try {
+      await withPage(`${B}/index.html`, async (page, rec) => {
+        await page.waitForFunction(() => customElements.get('kerze-generate') && window.kerze?.createEngine);
+        await page.waitForTimeout(500);
+        const early = rec.requests.filter((u) => u.includes('.gguf') || u.includes('.wasm'));
+        assertEq(early, [], 'nothing downloads before the visitor asks');
+        assertEq(await page.evaluate(() => crossOriginIsolated), false, 'not isolated');
+        const done = page.evaluate(() => new Promise((r) => {
+          document.querySelector('kerze-generate').addEventListener('kerze-done', (e) => r(e.detail.text), { once: true });
+        }));
+        await page.locator('kerze-generate').getByRole('button', { name: 'Generate' }).click();
+        const text = await done;
+        assert(text.trim().length > 0, 'generated text');
+        const want = cli(CERTAIN[0]).text;
+        assert(want.startsWith(text), `text ${JSON.stringify(text)} is not the start of ${JSON.stringify(want)}`);
+      }, { allowed: [`${B}/`, `${A}/dist/`, MODEL_URL] });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  await test('npm pack: a plain page imports the packed package; tsc passes on its types', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kerze-pack-'));
+    try {
+      const tgz = execFileSync('npm', ['pack', path.join(ROOT, 'pkg'), '--pack-destination', dir, '--silent'], { encoding: 'utf8' }).trim().split('\n').pop();
+      const site = path.join(dir, 'site');
+      const mod = path.join(site, 'node_modules', 'kerze');
+      fs.mkdirSync(mod, { recursive: true });
+      execFileSync('tar', ['xzf', path.join(dir, tgz), '-C', mod, '--strip-components=1']);
+      const files = execFileSync('find', ['.', '-type', 'f'], { cwd: mod, encoding: 'utf8' }).split('\n').filter(Boolean).sort();
+      for (const f of ['./index.js', './index.d.ts', './worker.js', './wasm/kerze_bg.wasm', './wasm/threads/kerze_bg.wasm', './package.json']) {
+        assert(files.includes(f), `${f} in the package (${files.join(' ')})`);
+      }
+      const pj = JSON.parse(fs.readFileSync(path.join(mod, 'package.json'), 'utf8'));
+      assert(!pj.dependencies || Object.keys(pj.dependencies).length === 0, 'zero runtime dependencies');
+      fs.copyFileSync(path.join(ROOT, 'tests/types/example.ts'), path.join(site, 'example.ts'));
+      fs.copyFileSync(path.join(ROOT, 'tests/types/tsconfig.json'), path.join(site, 'tsconfig.json'));
+      execFileSync(path.join(ROOT, 'node_modules/.bin/tsc'), ['-p', site], { encoding: 'utf8' });
+      fs.writeFileSync(path.join(site, 'index.html'), `<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">
+<script type="module">
+import { createEngine } from './node_modules/kerze/index.js';
+const e = await createEngine({ model: { url: '${MODEL_URL}', sha256: '${SHA}' } });
+const r = await e.complete('${CERTAIN[0]}', { maxTokens: 8, temperature: 0 });
+window.result = { ids: r.ids, backend: e.info.backend };
+</script>`);
+      const P = await serve(site, []);
+      const r = await withPage(`${P}/index.html`, async (page) => {
+        await page.waitForFunction(() => window.result, null, { timeout: 120000 });
+        return page.evaluate(() => window.result);
+      }, { allowed: [`${P}/`, MODEL_URL] });
+      assertEq(r.ids, cli(CERTAIN[0]).ids.slice(0, 8), 'ids from the packed package');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+} finally {
+  await browser.close();
+  stopServers();
+}
+
+process.exit(summary() ? 1 : 0);

@@ -1,0 +1,54 @@
+// Compiled by `tsc --noEmit -p tests/types` in `make test`: the types describe what a site
+// writes. Not run.
+import kerze, { createEngine, cache, catalog, KerzeError, type Chunk, type Progress } from 'kerze';
+import 'kerze/embed';
+
+async function main(out: HTMLElement): Promise<void> {
+  const ctl = new AbortController();
+  const engine = await createEngine({
+    model: 'gemma-3-270m',
+    device: 'auto',
+    onProgress: (p: Progress) => console.log(p.phase, p.loaded, p.total),
+    signal: ctl.signal,
+  });
+  const backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' = engine.info.backend;
+  console.log(backend, engine.info.nCtx, catalog['gemma-3-270m']?.sha256);
+
+  for await (const chunk of engine.generate('Slogan for an e-bike:', { maxTokens: 48, temperature: 0.7, signal: ctl.signal })) {
+    const c: Chunk = chunk;
+    out.textContent += c.text;
+  }
+  const { text, usage, finishReason } = await engine.complete('Counting: one, two,', { temperature: 0, stop: ['\n'] });
+  console.log(text, usage.decodeTokensPerS, finishReason);
+
+  const done = await engine.chat.completions.create({
+    messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }],
+    max_tokens: 32,
+  });
+  console.log(done.choices[0]?.message.content, done.usage.total_tokens);
+
+  const stream = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], stream: true });
+  for await (const c of stream) out.textContent += c.choices[0]?.delta.content ?? '';
+
+  const ids: number[] = await engine.tokenize('hello', { bos: true });
+  const top = await engine.logitsTopK(ids, { k: 5 });
+  console.log(top[0]?.[0]?.[1]);
+
+  try {
+    await createEngine({ model: { url: '/models/x.gguf', sha256: 'a'.repeat(64) } });
+  } catch (e) {
+    if (e instanceof KerzeError && e.name === 'IntegrityError') console.log(e.message);
+  }
+  const list = await cache.list();
+  console.log(list.map((m) => m.bytes), await cache.delete('gemma-3-270m'), await cache.clear());
+  await engine.dispose();
+
+  const el = document.createElement('kerze-generate');
+  el.setAttribute('model', 'gemma-3-270m');
+  el.addEventListener('kerze-done', (ev) => console.log(ev.detail.text));
+  await el.generate();
+  await window.kerze.createEngine({ worker: false });
+  await kerze.createEngine();
+}
+
+void main(document.body);
