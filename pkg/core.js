@@ -231,7 +231,17 @@ export class Core {
         try {
           const hit = await store.match(spec.key);
           if (hit && (!spec.sha256 || hit.meta.sha256 === spec.sha256)) {
-            bytes = await readCached(hit, signal, onProgress);
+            if (typeof FileReaderSync === 'function') {
+              // In a worker: the engine reads the stored file piece by piece, so it is never
+              // held whole in the JS heap (~250 MB less at peak than reading it out).
+              const blob = await hit.response.blob();
+              if (blob.size === hit.meta.bytes) {
+                onProgress({ phase: 'cache', loaded: blob.size, total: blob.size });
+                bytes = blob;
+              }
+            } else {
+              bytes = await readCached(hit, signal, onProgress);
+            }
             if (bytes) source = 'cache';
             else await store.delete(spec.key);
           }
@@ -250,11 +260,12 @@ export class Core {
     const fetchMs = performance.now() - t0;
     throwIfAborted(signal);
     const t1 = performance.now();
-    onProgress({ phase: 'load', loaded: 0, total: bytes.byteLength });
     const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null });
-    this.engine = this.glue.Engine.load(bytes, opts, (loaded, total) => {
-      onProgress({ phase: 'load', loaded, total });
-    });
+    const progress = (loaded, total) => onProgress({ phase: 'load', loaded, total });
+    progress(0, bytes.size ?? bytes.byteLength);
+    this.engine = bytes instanceof Blob
+      ? this.glue.Engine.loadBlob(bytes, opts, progress)
+      : this.glue.Engine.load(bytes, opts, progress);
     const readyMs = performance.now() - t1;
     if (store && source === 'network') {
       try {

@@ -335,6 +335,12 @@ export class Engine {
     });
     try {
       for (;;) {
+        if (link.signal.aborted) {
+          // Chunks the worker produced before it saw the abort are dropped; wait until the
+          // engine is free, so the next call finds it idle.
+          await running;
+          throw abortError(link.signal);
+        }
         if (queue.length) {
           yield queue.shift();
           continue;

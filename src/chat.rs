@@ -31,7 +31,13 @@ pub struct Part {
 impl Content {
     /// The text, parts joined as the template joins them (each part trimmed when `trim`).
     fn text(&self, trim: bool) -> Result<String> {
-        let t = |s: &str| if trim { s.trim().to_string() } else { s.to_string() };
+        let t = |s: &str| {
+            if trim {
+                s.trim().to_string()
+            } else {
+                s.to_string()
+            }
+        };
         match self {
             Content::Text(s) => Ok(t(s)),
             Content::Parts(parts) => {
@@ -65,8 +71,9 @@ pub fn prompt_ids(tok: &Tokenizer, messages: &[Message]) -> Result<Vec<u32>> {
             // The template takes the first part only when the system content is a list.
             let text = match &first.content {
                 Content::Text(s) => s.clone(),
-                Content::Parts(p) => Content::Parts(p.iter().take(1).cloned().collect())
-                    .text(false)?,
+                Content::Parts(p) => {
+                    Content::Parts(p.iter().take(1).cloned().collect()).text(false)?
+                }
             };
             (Some(text), rest)
         }

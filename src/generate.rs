@@ -271,9 +271,8 @@ impl<B: Backend> Session<B> {
             None
         };
         g.usage.prefill_ms += now_ms() - t0;
-        g.usage.prefill_tokens_per_s =
-            (g.prefilled + g.usage.prefill_tokens - g.prompt_len) as f64
-                / (g.usage.prefill_ms / 1000.0).max(1e-9);
+        g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens - g.prompt_len) as f64
+            / (g.usage.prefill_ms / 1000.0).max(1e-9);
         let Some(mut logits) = last else {
             return Ok(false);
         };

@@ -1,0 +1,58 @@
+// `make bench-browser`: www/bench.html in headless Chromium through the package (worker,
+// cache), 1 thread and then the threads build with 2; adds the renderer's resident memory
+// after load (all renderer processes of this browser, read from /proc). Prints JSON lines.
+import fs from 'node:fs';
+import { serve, stopServers, launch } from './lib.mjs';
+
+/** RSS of every renderer of this browser; the largest hosts the page and its worker. */
+function rendererRssMb(browserPid) {
+  const all = [];
+  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+      if (!cmd.includes('--type=renderer')) continue;
+      // Only this browser's renderers: walk up the parents to its pid.
+      let p = pid;
+      let ours = false;
+      for (let i = 0; i < 8 && p && p !== '1'; i += 1) {
+        if (Number(p) === browserPid) { ours = true; break; }
+        p = fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1].split(' ')[1];
+      }
+      if (!ours) continue;
+      const rss = fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/);
+      all.push(Number(rss[1]) / 1024);
+    } catch {
+      // the process ended meanwhile
+    }
+  }
+  return { page: Math.max(0, ...all), all: all.reduce((a, b) => a + b, 0) };
+}
+
+const origin = await serve('.', ['--only', 'www,pkg,dist,models', '--coop-coep']);
+const browser = await launch();
+try {
+  for (const threads of (process.env.KERZE_BENCH_THREADS ?? '1,2').split(',')) {
+    const context = await browser.newContext();
+    const warm = await context.newPage();
+    await warm.goto(`${origin}/www/bench.html?warm=1`);
+    await warm.waitForFunction(() => window.benchResult, null, { timeout: 600000 });
+    await warm.close();
+    const page = await context.newPage();
+    await page.goto(`${origin}/www/bench.html?threads=${threads}`);
+    await page.waitForFunction(() => window.benchResult, null, { timeout: 600000 });
+    const result = await page.evaluate(() => window.benchResult);
+    const pid = browser.process?.()?.pid;
+    // Playwright's chromium.launch has no process handle in all versions: fall back to
+    // every renderer of a chromium whose parent is this node process.
+    // Let the worker's garbage (the chunks the file was read in) be collected first.
+    await page.waitForTimeout(Number(process.env.KERZE_BENCH_SETTLE ?? 3000));
+    const rss = rendererRssMb(pid ?? process.pid);
+    result.renderer_rss_mb = Math.round(rss.page);
+    result.all_renderers_rss_mb = Math.round(rss.all);
+    console.log(`KERZE_BENCH ${JSON.stringify(result)}`);
+    await context.close();
+  }
+} finally {
+  await browser.close();
+  stopServers();
+}
