@@ -84,17 +84,26 @@ class Handler(http.server.SimpleHTTPRequestHandler):
                 pass
             self.close_connection = True
             return
+        if not self._refused(path):
+            super().do_GET()
+
+    def do_HEAD(self):
+        if not self._refused(self.path.split("?")[0]):
+            super().do_HEAD()
+
+    def _refused(self, path):
+        """Answer `/` with the index redirect and paths outside --only with 404."""
         if path == "/" and self.index:
             self.send_response(302)
             self.send_header("Location", self.index)
             self.end_headers()
-            return
+            return True
         if self.only is not None:
             top = path.lstrip("/").split("/", 1)[0]
             if top not in self.only:
                 self.send_error(404)
-                return
-        super().do_GET()
+                return True
+        return False
 
 
 def main():
