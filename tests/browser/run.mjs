@@ -98,6 +98,14 @@ try {
       url: m.sources.find((s) => s.kind === 'url').url, license: m.license,
     }]));
     assertEq(js, want, 'catalog');
+    const { resolveModel } = await import(path.join(ROOT, 'pkg/index.js'));
+    const r = resolveModel('gemma-3-270m');
+    assertEq([r.url, r.sha256, r.bytes, r.key], [want['gemma-3-270m'].url, SHA, ENTRY.bytes, SHA], 'catalog id → catalog URL');
+    for (const bad of ['no-such-model', 42, { url: 'http://127.0.0.1/x.gguf', sha256: 'nothex' }, { url: 'http://127.0.0.1/x.gguf', bytes: -1 }, { url: 'not a url' }]) {
+      let name = null;
+      try { resolveModel(bad); } catch (e) { name = e.name; }
+      assertEq(name, 'InvalidArgumentError', `resolveModel(${JSON.stringify(bad)})`);
+    }
   });
 
   await test('demo page generates with the real model (UI, worker)', async () => {

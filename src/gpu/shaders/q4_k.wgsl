@@ -1,0 +1,38 @@
+// Q4_K as stored (144 bytes, already 4-byte aligned: 36 words per 256 weights): d and dmin
+// as two f16 in word 0, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles. Sub-block
+// `sub` (of 32 weights) is sub-block sub % 8 of super-block sub / 8.
+const Q4_K_WORDS: u32 = 36u;
+
+fn q4k_byte(base: u32, i: u32) -> u32 {
+    return (w[base + i / 4u] >> (8u * (i % 4u))) & 0xffu;
+}
+
+fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
+    let sb = sub / 8u;
+    let j = sub % 8u;
+    let base = (row * (p.k / 256u) + sb) * Q4_K_WORDS;
+    let dm = unpack2x16float(w[base]);
+    // 6-bit scale and min of sub-block j (bytes 4..16 of the block).
+    var sc: u32;
+    var mn: u32;
+    if (j < 4u) {
+        sc = q4k_byte(base, 4u + j) & 63u;
+        mn = q4k_byte(base, 8u + j) & 63u;
+    } else {
+        sc = (q4k_byte(base, 8u + j) & 0xfu) | ((q4k_byte(base, j) >> 6u) << 4u);
+        mn = (q4k_byte(base, 8u + j) >> 4u) | ((q4k_byte(base, 4u + j) >> 6u) << 4u);
+    }
+    // Sub-blocks 2t and 2t + 1 share 32 bytes: low nibbles, then high nibbles.
+    let qbase = base + 4u + (j / 2u) * 8u;
+    let shift = (j % 2u) * 4u;
+    var acc = 0.0;
+    var xsum = 0.0;
+    for (var t = 0u; t < 8u; t++) {
+        let q = (w[qbase + t] >> shift) & 0x0f0f0f0fu;
+        let qv = vec4<f32>(unpack4xU8(q));
+        let xv = vec4<f32>(x[xbase + 4u * t], x[xbase + 4u * t + 1u], x[xbase + 4u * t + 2u], x[xbase + 4u * t + 3u]);
+        acc += dot(qv, xv);
+        xsum += xv.x + xv.y + xv.z + xv.w;
+    }
+    return dm.x * f32(sc) * acc - dm.y * f32(mn) * xsum;
+}

@@ -1,0 +1,21 @@
+// Q5_0, repacked to 6 words per 32 weights: the scale as f32, the 32 high bits, then 16
+// bytes of low nibbles (weight j in the low nibble of byte j, weight j + 16 in its high one).
+const Q5_0_WORDS: u32 = 6u;
+
+fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
+    let base = (row * (p.k / 32u) + sub) * Q5_0_WORDS;
+    let d = bitcast<f32>(w[base]);
+    let qh = w[base + 1u];
+    var acc = 0.0;
+    for (var j = 0u; j < 4u; j++) {
+        let qs = w[base + 2u + j];
+        for (var b = 0u; b < 4u; b++) {
+            let e = 4u * j + b;
+            let byte = (qs >> (8u * b)) & 0xffu;
+            let lo = i32((byte & 0xfu) | (((qh >> e) & 1u) << 4u)) - 16;
+            let hi = i32((byte >> 4u) | (((qh >> (e + 16u)) & 1u) << 4u)) - 16;
+            acc += f32(lo) * x[xbase + e] + f32(hi) * x[xbase + e + 16u];
+        }
+    }
+    return d * acc;
+}
