@@ -21,8 +21,12 @@ THREADS_RUSTFLAGS := -C target-feature=+atomics,+bulk-memory,+mutable-globals,+s
   -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
   -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base
 PORT ?= 8080
+# Native builds and tests include the GPU backend (feature `gpu`); the Vulkan loader wants a
+# runtime dir (lavapipe prints an error per device without one).
+NATIVE_FEATURES := --features gpu
+export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node fetch build build-wasm test test-native test-wasm test-browser lint demo bench bench-native bench-wasm bench-browser fuzz clean
+.PHONY: help setup setup-rust setup-browser setup-node setup-gpu fetch build build-wasm test test-native test-wasm test-browser lint demo bench bench-native bench-wasm bench-browser fuzz clean
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -31,7 +35,15 @@ help:
 	@echo "make bench  — prefill/decode tokens/s natively and in headless Chromium"
 	@echo "make fuzz   — 100 000 mutated GGUF headers"
 
-setup: setup-rust setup-browser setup-node
+setup: setup-rust setup-browser setup-node setup-gpu
+
+# lavapipe: a CPU Vulkan driver, so the GPU backend's native tests run on any machine.
+setup-gpu:
+	@if [ ! -e /usr/share/vulkan/icd.d/lvp_icd.x86_64.json ]; then \
+	  echo "installing Debian's mesa-vulkan-drivers (lavapipe) and libvulkan1"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null; \
+	fi
+	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
 
 # npm dev tools of this repo (esbuild, binaryen's wasm-opt, playwright-core, typescript).
 setup-node: node_modules/.installed
@@ -58,7 +70,7 @@ setup-browser:
 	fi
 
 $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.json
-	cargo build --release --bin kerze
+	cargo build --release --bin kerze $(NATIVE_FEATURES)
 
 # The single-thread SIMD build (every page).
 pkg/wasm/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
@@ -94,11 +106,11 @@ fetch: $(KERZE)
 
 lint: setup-rust
 	cargo fmt --check
-	cargo clippy --release --all-targets -- -D warnings
-	cargo clippy --release --target wasm32-unknown-unknown --all-targets -- -D warnings
+	cargo clippy --release --all-targets $(NATIVE_FEATURES) -- -D warnings
+	cargo clippy --release --target wasm32-unknown-unknown --all-targets --features gpu -- -D warnings
 
-test-native: fetch
-	cargo test --release
+test-native: setup-gpu fetch
+	cargo test --release $(NATIVE_FEATURES)
 
 test-wasm: setup fetch
 	tests/wasm_tests.sh

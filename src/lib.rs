@@ -24,6 +24,8 @@ pub mod engine;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+#[cfg(feature = "gpu")]
+pub mod gpu;
 pub mod model;
 pub mod sampler;
 pub mod synth;

@@ -5,7 +5,7 @@
 //! Every weight is copied once, from the byte source straight into its final place.
 
 mod attention;
-mod int8;
+pub mod int8;
 mod ops;
 
 use crate::backend::{AttnParams, Backend};

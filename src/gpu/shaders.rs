@@ -1,0 +1,86 @@
+//! The one table of WGSL sources (src/gpu/shaders/*.wgsl). A kernel that depends on the
+//! weight type is its body plus that type's `subdot` (WGSL has no includes): [`source`]
+//! joins them, and the naga test validates every joined module.
+
+use crate::gguf::GgmlType;
+
+/// A shader file: its name and text.
+pub struct Shader {
+    pub name: &'static str,
+    pub text: &'static str,
+}
+
+/// Every kernel body.
+pub const KERNELS: &[Shader] = &[Shader {
+    name: "matvec",
+    text: include_str!("shaders/matvec.wgsl"),
+}];
+
+/// Every weight type's access functions.
+pub const WEIGHT_TYPES: &[(GgmlType, Shader)] = &[
+    (
+        GgmlType::Q8_0,
+        Shader {
+            name: "q8_0",
+            text: include_str!("shaders/q8_0.wgsl"),
+        },
+    ),
+    (
+        GgmlType::Q5_0,
+        Shader {
+            name: "q5_0",
+            text: include_str!("shaders/q5_0.wgsl"),
+        },
+    ),
+    (
+        GgmlType::Q4_K,
+        Shader {
+            name: "q4_k",
+            text: include_str!("shaders/q4_k.wgsl"),
+        },
+    ),
+    (
+        GgmlType::Q6_K,
+        Shader {
+            name: "q6_k",
+            text: include_str!("shaders/q6_k.wgsl"),
+        },
+    ),
+    (
+        GgmlType::F32,
+        Shader {
+            name: "f32",
+            text: include_str!("shaders/f32.wgsl"),
+        },
+    ),
+];
+
+/// The full source of `kernel` for weights of type `ty` (None: a kernel without weights).
+pub fn source(kernel: &str, ty: Option<GgmlType>) -> Option<String> {
+    let body = KERNELS.iter().find(|s| s.name == kernel)?;
+    let mut out = body.text.to_string();
+    if let Some(ty) = ty {
+        let (_, w) = WEIGHT_TYPES.iter().find(|(t, _)| *t == ty)?;
+        out.push('\n');
+        out.push_str(w.text);
+    }
+    Some(out)
+}
+
+/// Every module the backend builds: (label, source). The naga test walks this.
+pub fn all_modules() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for k in KERNELS {
+        // Kernels that read weights are built once per weight type.
+        if k.text.contains("subdot(") {
+            for (ty, w) in WEIGHT_TYPES {
+                if let Some(src) = source(k.name, Some(*ty)) {
+                    out.push((format!("{}+{}", k.name, w.name), src));
+                }
+            }
+        } else {
+            out.push((k.name.to_string(), k.text.to_string()));
+        }
+    }
+    out
+}

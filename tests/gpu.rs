@@ -1,0 +1,255 @@
+//! The GPU backend's shaders and kernels, natively on Vulkan (lavapipe in CI: `make test`
+//! installs mesa-vulkan-drivers). Kernels are checked against the CPU backend's exact
+//! dequantization (`QMatrix::rows_f32`) with the products summed in f64.
+//!
+//! Tolerance: GPU and reference multiply the same dequantized weights by the same f32
+//! activations; only the order of the f32 additions differs (≤ ~1e-7 relative per sum), so
+//! the normalised MSE is ~1e-14. A wrong nibble, scale or block offset gives ~1e-2 or more.
+//! We require NMSE < 1e-10.
+#![cfg(all(not(target_arch = "wasm32"), feature = "gpu"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use half::f16;
+use kerze::cpu::int8::QMatrix;
+use kerze::gguf::{FileSource, GgmlType, Gguf, TensorInfo};
+use kerze::gpu::kernels::matvec::Matvec;
+use kerze::gpu::shaders;
+use kerze::gpu::weights::{block_layout, GpuWeight};
+use kerze::gpu::{Gpu, GpuOptions};
+
+const NMSE_MAX: f64 = 1e-10;
+
+fn gpu(opts: GpuOptions) -> Gpu {
+    pollster::block_on(Gpu::new(&opts))
+        .unwrap()
+        .expect("no Vulkan adapter: install mesa-vulkan-drivers (lavapipe); `make test` does")
+}
+
+#[test]
+fn naga_validates_every_shader() {
+    let modules = shaders::all_modules();
+    assert!(
+        modules.len() >= shaders::WEIGHT_TYPES.len(),
+        "found only {} shader modules",
+        modules.len()
+    );
+    for (name, src) in &modules {
+        let module = naga::front::wgsl::parse_str(src)
+            .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+        // What WebGPU's core grants (unpack2x16float reads f16 scales without shader-f16).
+        naga::valid::Validator::new(
+            naga::valid::ValidationFlags::all(),
+            naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32,
+        )
+        .validate(&module)
+        .unwrap_or_else(|e| panic!("{name}: {}", e.emit_to_string(src)));
+    }
+    eprintln!("naga: {} modules valid", modules.len());
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn byte(&mut self) -> u8 {
+        (self.next() >> 32) as u8
+    }
+    fn f(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.next() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+}
+
+/// Random file blocks of `ty` for a `rows × cols` matrix, with sane f16 scales.
+fn random_tensor(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u8> {
+    let (per, fb, _) = block_layout(ty).unwrap();
+    let n_blocks = rows * cols / per;
+    let mut out = Vec::with_capacity(n_blocks * fb);
+    let h = |v: f32| f16::from_f32(v).to_le_bytes();
+    for _ in 0..n_blocks {
+        let mut blk: Vec<u8> = (0..fb).map(|_| rng.byte()).collect();
+        match ty {
+            GgmlType::Q8_0 | GgmlType::Q5_0 => blk[0..2].copy_from_slice(&h(rng.f(-0.05, 0.05))),
+            GgmlType::Q4_K => {
+                blk[0..2].copy_from_slice(&h(rng.f(0.001, 0.02)));
+                blk[2..4].copy_from_slice(&h(rng.f(0.001, 0.02)));
+            }
+            GgmlType::Q6_K => blk[208..210].copy_from_slice(&h(rng.f(-0.01, 0.01))),
+            GgmlType::F32 => blk.copy_from_slice(&rng.f(-1.0, 1.0).to_le_bytes()),
+            _ => unreachable!(),
+        }
+        out.extend_from_slice(&blk);
+    }
+    out
+}
+
+/// Dequantized rows `ids` of the tensor, the CPU backend's way.
+fn cpu_rows(src: &dyn kerze::gguf::ByteSource, info: &TensorInfo, ids: &[u32]) -> Vec<f32> {
+    let cols = info.dims[0] as usize;
+    let rows = info.dims[1] as usize;
+    if info.ty == GgmlType::F32 {
+        let mut out = Vec::new();
+        for &r in ids {
+            let mut b = vec![0u8; cols * 4];
+            src.read_at(info.offset + (r as usize * cols * 4) as u64, &mut b)
+                .unwrap();
+            out.extend(
+                b.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            );
+        }
+        return out;
+    }
+    QMatrix::load(src, info.offset, rows, cols, info.ty)
+        .unwrap()
+        .rows_f32(ids, 1.0)
+        .unwrap()
+}
+
+/// GPU `x (m × cols) @ Wᵀ`, all rows.
+fn gpu_matvec(g: &Gpu, mv: &Matvec, w: &GpuWeight, x: &[f32], m: usize) -> Vec<f32> {
+    let xb = g.storage("x", (x.len() * 4) as u64);
+    g.queue.write_buffer(
+        &xb,
+        0,
+        &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+    );
+    let yb = g.storage("y", (m * w.rows * 4) as u64);
+    let mut enc = g.device.create_command_encoder(&Default::default());
+    mv.encode(g, &mut enc, w, &xb, &yb, m).unwrap();
+    pollster::block_on(g.read_f32(enc, &yb, m * w.rows)).unwrap()
+}
+
+/// NMSE of `got` rows `ids` against the f64 products of the dequantized rows.
+fn check(got: &[f32], n_rows: usize, deq: &[f32], ids: &[u32], x: &[f32], m: usize, what: &str) {
+    let cols = x.len() / m;
+    let (mut num, mut den) = (0f64, 0f64);
+    for i in 0..m {
+        for (k, &r) in ids.iter().enumerate() {
+            let w = &deq[k * cols..(k + 1) * cols];
+            let want: f64 = w
+                .iter()
+                .zip(&x[i * cols..(i + 1) * cols])
+                .map(|(a, b)| f64::from(*a) * f64::from(*b))
+                .sum();
+            let g = f64::from(got[i * n_rows + r as usize]);
+            num += (g - want).powi(2);
+            den += want.powi(2);
+        }
+    }
+    let nmse = num / den.max(1e-30);
+    eprintln!("{what}: NMSE {nmse:.2e}");
+    assert!(nmse < NMSE_MAX, "{what}: NMSE {nmse:.3e}");
+}
+
+#[test]
+fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for (ty, cols) in [
+        (GgmlType::Q8_0, 96),
+        (GgmlType::Q8_0, 640),
+        (GgmlType::Q5_0, 160),
+        (GgmlType::Q5_0, 640),
+        (GgmlType::Q4_K, 256),
+        (GgmlType::Q4_K, 1024),
+        (GgmlType::Q6_K, 512),
+        (GgmlType::Q6_K, 2048),
+        (GgmlType::F32, 64),
+    ] {
+        for (rows, split_rows) in [(37usize, None), (301, Some(10usize)), (5, Some(1))] {
+            let (per, _, gb) = block_layout(ty).unwrap();
+            let gpu_row = (cols / per * gb) as u64;
+            // A part limit that is not a whole number of rows: parts of `split_rows`.
+            let g = gpu(GpuOptions {
+                max_part_bytes: split_rows.map(|r| gpu_row * r as u64 + 7),
+                ..Default::default()
+            });
+            let mv = Matvec::new(&g).unwrap();
+            let bytes = random_tensor(ty, rows, cols, &mut rng);
+            let info = TensorInfo {
+                name: format!("random {ty} {rows}x{cols}"),
+                ty,
+                dims: vec![cols as u64, rows as u64],
+                offset: 0,
+                n_bytes: bytes.len() as u64,
+            };
+            let w = GpuWeight::load(&g, &info, &bytes).unwrap();
+            assert_eq!(w.parts.len(), rows.div_ceil(split_rows.unwrap_or(rows)));
+            let ids: Vec<u32> = (0..rows as u32).collect();
+            let deq = cpu_rows(&bytes, &info, &ids);
+            for m in [1, 3] {
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.f(-2.0, 2.0)).collect();
+                let got = gpu_matvec(&g, &mv, &w, &x, m);
+                check(
+                    &got,
+                    rows,
+                    &deq,
+                    &ids,
+                    &x,
+                    m,
+                    &format!("{} m={m} parts={}", info.name, w.parts.len()),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn matvec_matches_the_cpu_on_the_real_model_with_default_limits() {
+    let src = FileSource::open(&common::model_path()).unwrap();
+    let g = Gguf::read(&src).unwrap();
+    // WebGPU's default limits: 128 MiB per binding, so the 178 MB LM head is split.
+    let dev = gpu(GpuOptions {
+        default_limits: true,
+        ..Default::default()
+    });
+    assert_eq!(dev.max_part_bytes, 128 << 20);
+    let mv = Matvec::new(&dev).unwrap();
+    let mut rng = Rng(7);
+    for name in [
+        "blk.0.attn_q.weight",
+        "blk.0.attn_v.weight",
+        "blk.0.attn_output.weight",
+        "blk.0.ffn_down.weight",
+        "blk.3.ffn_gate.weight",
+        "token_embd.weight",
+    ] {
+        let info = g.tensor(name).unwrap().clone();
+        let w = GpuWeight::load(&dev, &info, &src).unwrap();
+        let cols = w.cols;
+        let x: Vec<f32> = (0..cols).map(|_| rng.f(-1.0, 1.0)).collect();
+        let got = gpu_matvec(&dev, &mv, &w, &x, 1);
+        // All rows for the layers; for the LM head a sample, and every row around the split.
+        let ids: Vec<u32> = if w.rows > 100_000 {
+            let mut v: Vec<u32> = (0..w.rows as u32).step_by(997).collect();
+            for p in &w.parts[1..] {
+                v.extend(p.row0 as u32 - 3..p.row0 as u32 + 3);
+            }
+            v
+        } else {
+            (0..w.rows as u32).collect()
+        };
+        if w.rows > 100_000 {
+            assert!(
+                w.parts.len() >= 2,
+                "{name} should be split under 128 MiB bindings"
+            );
+        }
+        let deq = cpu_rows(&src, &info, &ids);
+        check(
+            &got,
+            w.rows,
+            &deq,
+            &ids,
+            &x,
+            1,
+            &format!("{name} ({}, parts {})", info.ty, w.parts.len()),
+        );
+    }
+}
