@@ -7,6 +7,7 @@
 //! matrix-vector product for every weight type, tested against the CPU backend. The other
 //! ops, the `Backend` impl and the device choice in `engine.rs` come next.
 
+pub mod backend;
 pub mod kernels;
 pub mod shaders;
 pub mod weights;

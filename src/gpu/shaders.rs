@@ -11,10 +11,41 @@ pub struct Shader {
 }
 
 /// Every kernel body.
-pub const KERNELS: &[Shader] = &[Shader {
-    name: "matvec",
-    text: include_str!("shaders/matvec.wgsl"),
-}];
+pub const KERNELS: &[Shader] = &[
+    Shader {
+        name: "matvec",
+        text: include_str!("shaders/matvec.wgsl"),
+    },
+    Shader {
+        name: "matmat",
+        text: include_str!("shaders/matmat.wgsl"),
+    },
+    Shader {
+        name: "embed",
+        text: include_str!("shaders/embed.wgsl"),
+    },
+    Shader {
+        name: "rms_norm",
+        text: include_str!("shaders/rms_norm.wgsl"),
+    },
+    Shader {
+        name: "rope",
+        text: include_str!("shaders/rope.wgsl"),
+    },
+    Shader {
+        name: "elementwise",
+        text: include_str!("shaders/elementwise.wgsl"),
+    },
+    Shader {
+        name: "attention",
+        text: include_str!("shaders/attention.wgsl"),
+    },
+];
+
+/// Kernels built once per weight type (they call the type's `subdot` or `deq`).
+pub fn per_weight_type(kernel: &str) -> bool {
+    matches!(kernel, "matvec" | "matmat" | "embed")
+}
 
 /// Every weight type's access functions.
 pub const WEIGHT_TYPES: &[(GgmlType, Shader)] = &[
@@ -71,8 +102,7 @@ pub fn source(kernel: &str, ty: Option<GgmlType>) -> Option<String> {
 pub fn all_modules() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for k in KERNELS {
-        // Kernels that read weights are built once per weight type.
-        if k.text.contains("subdot(") {
+        if per_weight_type(k.name) {
             for (ty, w) in WEIGHT_TYPES {
                 if let Some(src) = source(k.name, Some(*ty)) {
                     out.push((format!("{}+{}", k.name, w.name), src));

@@ -15,33 +15,23 @@ const ROWS: u32 = 4;
 
 pub struct Matvec {
     pipelines: HashMap<GgmlType, wgpu::ComputePipeline>,
+    /// The tiled product for many activation rows (shaders/matmat.wgsl).
+    tiled: HashMap<GgmlType, wgpu::ComputePipeline>,
 }
+
+/// Activation rows per tiled workgroup (TM in matmat.wgsl); from 2 rows on the tiled kernel
+/// pays (each weight is dequantized once per TM rows).
+const TM: u32 = 16;
 
 impl Matvec {
     pub fn new(gpu: &Gpu) -> Result<Self> {
         let mut pipelines = HashMap::new();
-        for (ty, w) in shaders::WEIGHT_TYPES {
-            let src = shaders::source("matvec", Some(*ty))
-                .ok_or_else(|| Error::Backend("matvec shader missing".into()))?;
-            let module = gpu
-                .device
-                .create_shader_module(wgpu::ShaderModuleDescriptor {
-                    label: Some(w.name),
-                    source: wgpu::ShaderSource::Wgsl(src.into()),
-                });
-            let p = gpu
-                .device
-                .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(w.name),
-                    layout: None,
-                    module: &module,
-                    entry_point: Some("main"),
-                    compilation_options: Default::default(),
-                    cache: None,
-                });
-            pipelines.insert(*ty, p);
+        let mut tiled = HashMap::new();
+        for (ty, _) in shaders::WEIGHT_TYPES {
+            pipelines.insert(*ty, super::pipeline(gpu, "matvec", Some(*ty), "main")?);
+            tiled.insert(*ty, super::pipeline(gpu, "matmat", Some(*ty), "main")?);
         }
-        Ok(Self { pipelines })
+        Ok(Self { pipelines, tiled })
     }
 
     /// Record `y (m × w.rows) = x (m × w.cols) @ wᵀ` into `enc`.
@@ -54,13 +44,31 @@ impl Matvec {
         y: &wgpu::Buffer,
         m: usize,
     ) -> Result<()> {
-        let pipeline = self.pipelines.get(&w.ty).ok_or_else(|| {
-            Error::Backend(format!("no matrix-vector kernel for {} weights", w.ty))
+        let tiled = m > 1;
+        let table = if tiled { &self.tiled } else { &self.pipelines };
+        let pipeline = table.get(&w.ty).ok_or_else(|| {
+            Error::Backend(format!("no matrix product kernel for {} weights", w.ty))
         })?;
         for part in &w.parts {
+            if tiled {
+                let gx = (part.rows as u32).div_ceil(64);
+                let gy = (m as u32).div_ceil(TM);
+                let params = [
+                    w.cols as u32,
+                    part.rows as u32,
+                    part.row0 as u32,
+                    w.rows as u32,
+                    m as u32,
+                    gx,
+                    0,
+                    0,
+                ];
+                super::dispatch(gpu, enc, pipeline, &[&part.buf, x, y], &params, (gx, gy));
+                continue;
+            }
             let groups = (part.rows as u32).div_ceil(ROWS);
             let (gx, gy) = grid(groups);
-            let params: [u32; 8] = [
+            let params = [
                 w.cols as u32,
                 part.rows as u32,
                 part.row0 as u32,
@@ -70,43 +78,7 @@ impl Matvec {
                 0,
                 0,
             ];
-            let ubuf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("matvec params"),
-                size: 32,
-                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            });
-            let bytes: Vec<u8> = params.iter().flat_map(|v| v.to_le_bytes()).collect();
-            gpu.queue.write_buffer(&ubuf, 0, &bytes);
-            let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some("matvec"),
-                layout: &pipeline.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: part.buf.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: x.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: y.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 3,
-                        resource: ubuf.as_entire_binding(),
-                    },
-                ],
-            });
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("matvec"),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind, &[]);
-            pass.dispatch_workgroups(gx, gy, 1);
+            super::dispatch(gpu, enc, pipeline, &[&part.buf, x, y], &params, (gx, gy));
         }
         Ok(())
     }

@@ -7,3 +7,7 @@ fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
     }
     return acc;
 }
+
+fn deq(row: u32, i: u32) -> f32 {
+    return bitcast<f32>(w[row * p.k + i]);
+}

@@ -36,3 +36,23 @@ fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
     }
     return dm.x * f32(sc) * acc - dm.y * f32(mn) * xsum;
 }
+
+fn deq(row: u32, i: u32) -> f32 {
+    let sub = i / 32u;
+    let sb = sub / 8u;
+    let j = sub % 8u;
+    let l = i % 32u;
+    let base = (row * (p.k / 256u) + sb) * Q4_K_WORDS;
+    let dm = unpack2x16float(w[base]);
+    var sc: u32;
+    var mn: u32;
+    if (j < 4u) {
+        sc = q4k_byte(base, 4u + j) & 63u;
+        mn = q4k_byte(base, 8u + j) & 63u;
+    } else {
+        sc = (q4k_byte(base, 8u + j) & 0xfu) | ((q4k_byte(base, j) >> 6u) << 4u);
+        mn = (q4k_byte(base, 8u + j) >> 4u) | ((q4k_byte(base, 4u + j) >> 6u) << 4u);
+    }
+    let q = (q4k_byte(base, 16u + (j / 2u) * 32u + l) >> ((j % 2u) * 4u)) & 0xfu;
+    return dm.x * f32(sc) * f32(q) - dm.y * f32(mn);
+}

@@ -19,3 +19,17 @@ fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
     }
     return d * acc;
 }
+
+fn deq(row: u32, i: u32) -> f32 {
+    let base = (row * (p.k / 32u) + i / 32u) * Q5_0_WORDS;
+    let e = i % 32u;
+    let qh = w[base + 1u];
+    let byte = (w[base + 2u + (e % 16u) / 4u] >> (8u * (e % 4u))) & 0xffu;
+    var q: u32;
+    if (e < 16u) {
+        q = (byte & 0xfu) | (((qh >> e) & 1u) << 4u);
+    } else {
+        q = (byte >> 4u) | (((qh >> e) & 1u) << 4u);
+    }
+    return bitcast<f32>(w[base]) * f32(i32(q) - 16);
+}

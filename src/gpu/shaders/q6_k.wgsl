@@ -38,3 +38,17 @@ fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
     let s1 = f32(i32(q6k_byte(base, 193u + half * 8u + quarter * 2u) << 24u) >> 24u);
     return d * (s0 * acc0 + s1 * acc1);
 }
+
+fn deq(row: u32, i: u32) -> f32 {
+    let sub = i / 32u;
+    let sb = sub / 8u;
+    let j = sub % 8u;
+    let l = i % 32u;
+    let base = (row * (p.k / 256u) + sb) * Q6_K_WORDS;
+    let half = j / 4u;
+    let quarter = j % 4u;
+    let lo = (q6k_byte(base, half * 64u + (quarter % 2u) * 32u + l) >> ((quarter / 2u) * 4u)) & 0xfu;
+    let hi = (q6k_byte(base, 128u + half * 32u + l) >> (quarter * 2u)) & 3u;
+    let s = f32(i32(q6k_byte(base, 192u + half * 8u + quarter * 2u + l / 16u) << 24u) >> 24u);
+    return unpack2x16float(w[base + 52u]).x * s * f32(i32(lo | (hi << 4u)) - 32);
+}

@@ -12,3 +12,11 @@ fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
     }
     return d * acc;
 }
+
+// Weight `i` of row `row`, dequantized (the embedding gather).
+fn deq(row: u32, i: u32) -> f32 {
+    let base = (row * (p.k / 32u) + i / 32u) * Q8_0_WORDS;
+    let j = i % 32u;
+    let q = unpack4xI8(w[base + 1u + j / 4u]);
+    return bitcast<f32>(w[base]) * f32(q[j % 4u]);
+}

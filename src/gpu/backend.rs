@@ -1,0 +1,352 @@
+//! [`Backend`] on the GPU: every op records a dispatch into one command encoder; `read`
+//! submits it and reads the result back. The forward pass is the same generic model code as
+//! on the CPU.
+
+use std::sync::Arc;
+
+use wgpu::util::DeviceExt;
+
+use super::kernels::{dispatch, grid, Kernels};
+use super::weights::GpuWeight;
+use super::{Gpu, GpuOptions};
+use crate::backend::{AttnParams, Backend};
+use crate::error::{Error, Result};
+use crate::gguf::{ByteSource, GgmlType, TensorInfo};
+
+/// Activations on the GPU: `n_tok` rows of `width` f32.
+#[derive(Clone)]
+pub struct GpuTensor {
+    buf: Arc<wgpu::Buffer>,
+    pub n_tok: usize,
+    pub width: usize,
+}
+
+impl GpuTensor {
+    fn len(&self) -> usize {
+        self.n_tok * self.width
+    }
+}
+
+/// One layer's KV cache: `n_slots` rows of keys and values, and the position each slot
+/// holds (-1: empty), mirrored on the CPU.
+pub struct GpuKv {
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    pos_buf: wgpu::Buffer,
+    pos: Vec<i32>,
+    width: usize,
+}
+
+pub struct GpuBackend {
+    pub gpu: Gpu,
+    k: Kernels,
+    enc: Option<wgpu::CommandEncoder>,
+}
+
+impl GpuBackend {
+    /// Open a device and build every pipeline; `Ok(None)` when there is no adapter.
+    pub async fn new(opts: &GpuOptions) -> Result<Option<Self>> {
+        let Some(gpu) = Gpu::new(opts).await? else {
+            return Ok(None);
+        };
+        let k = Kernels::new(&gpu)?;
+        Ok(Some(Self { gpu, k, enc: None }))
+    }
+
+    fn enc(&mut self) -> &mut wgpu::CommandEncoder {
+        let device = &self.gpu.device;
+        self.enc
+            .get_or_insert_with(|| device.create_command_encoder(&Default::default()))
+    }
+
+    fn tensor(&self, n_tok: usize, width: usize) -> GpuTensor {
+        GpuTensor {
+            buf: Arc::new(self.gpu.storage("act", (n_tok * width * 4) as u64)),
+            n_tok,
+            width,
+        }
+    }
+
+    fn init_buffer(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
+        self.gpu
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents: bytes,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
+            })
+    }
+
+    fn elementwise(&mut self, a: &GpuTensor, b: &GpuTensor, gelu: bool) -> Result<GpuTensor> {
+        if a.len() != b.len() {
+            return Err(Error::Backend(format!(
+                "elementwise op on {}×{} and {}×{}",
+                a.n_tok, a.width, b.n_tok, b.width
+            )));
+        }
+        let out = self.tensor(a.n_tok, a.width);
+        let (gx, gy) = grid((a.len() as u32).div_ceil(64));
+        let pipeline = if gelu { &self.k.gelu_mul } else { &self.k.add };
+        let gpu = &self.gpu;
+        let enc = self
+            .enc
+            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        dispatch(gpu, enc, pipeline, &[&a.buf, &b.buf, &out.buf], &[a.len() as u32, gx, 0, 0], (gx, gy));
+        Ok(out)
+    }
+}
+
+fn bytes_of<T: Copy>(v: &[T], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
+    v.iter().flat_map(|&x| f(x)).collect()
+}
+
+impl Backend for GpuBackend {
+    type Tensor = GpuTensor;
+    type Weight = GpuWeight;
+    type Kv = GpuKv;
+
+    fn load_weight(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<GpuWeight> {
+        GpuWeight::load(&self.gpu, info, src)
+    }
+
+    fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<GpuKv> {
+        let width = n_head_kv * head_dim;
+        let bytes = (n_slots * width * 4) as u64;
+        let pos = vec![-1i32; n_slots];
+        let pos_buf = self.gpu.storage("kv pos", (n_slots * 4) as u64);
+        self.gpu
+            .queue
+            .write_buffer(&pos_buf, 0, &bytes_of(&pos, i32::to_le_bytes));
+        Ok(GpuKv {
+            k: self.gpu.storage("k cache", bytes),
+            v: self.gpu.storage("v cache", bytes),
+            pos_buf,
+            pos,
+            width,
+        })
+    }
+
+    fn clear_kv(&mut self, kv: &mut GpuKv) {
+        kv.pos.iter_mut().for_each(|p| *p = -1);
+        let staging = self.init_buffer("kv pos", &bytes_of(&kv.pos, i32::to_le_bytes));
+        let size = (kv.pos.len() * 4) as u64;
+        self.enc()
+            .copy_buffer_to_buffer(&staging, 0, &kv.pos_buf, 0, size);
+    }
+
+    fn embed(&mut self, table: &GpuWeight, ids: &[u32], scale: f32) -> Result<GpuTensor> {
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= table.rows) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary of {} tokens",
+                table.rows
+            )));
+        }
+        let out = self.tensor(ids.len(), table.cols);
+        let ids_buf = self.init_buffer("ids", &bytes_of(ids, u32::to_le_bytes));
+        let pipeline = self
+            .k
+            .embed
+            .get(&table.ty)
+            .ok_or_else(|| Error::Backend(format!("no embedding kernel for {}", table.ty)))?;
+        let gpu = &self.gpu;
+        let enc = self
+            .enc
+            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        for part in &table.parts {
+            let params = [
+                table.cols as u32,
+                part.rows as u32,
+                part.row0 as u32,
+                ids.len() as u32,
+                scale.to_bits(),
+                0,
+                0,
+                0,
+            ];
+            dispatch(gpu, enc, pipeline, &[&part.buf, &ids_buf, &out.buf], &params, (ids.len() as u32, 1));
+        }
+        Ok(out)
+    }
+
+    fn rms_norm(&mut self, x: &GpuTensor, w: &GpuWeight, eps: f32) -> Result<GpuTensor> {
+        let len = w.cols;
+        if w.ty != GgmlType::F32 || w.rows != 1 || len == 0 || x.len() % len != 0 {
+            return Err(Error::Backend(format!(
+                "rms_norm: weight {}×{} {} on rows of {}",
+                w.rows, w.cols, w.ty, x.width
+            )));
+        }
+        let out = self.tensor(x.n_tok, x.width);
+        let n_groups = (x.len() / len) as u32;
+        let (gx, gy) = grid(n_groups);
+        let gpu = &self.gpu;
+        let enc = self
+            .enc
+            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        dispatch(
+            gpu,
+            enc,
+            &self.k.rms_norm,
+            &[&x.buf, &w.parts[0].buf, &out.buf],
+            &[len as u32, n_groups, eps.to_bits(), gx],
+            (gx, gy),
+        );
+        Ok(out)
+    }
+
+    fn matmul(&mut self, x: &GpuTensor, w: &GpuWeight) -> Result<GpuTensor> {
+        if x.width != w.cols {
+            return Err(Error::Backend(format!(
+                "matmul: rows of {} times a {}×{} weight",
+                x.width, w.rows, w.cols
+            )));
+        }
+        let out = self.tensor(x.n_tok, w.rows);
+        let gpu = &self.gpu;
+        let enc = self
+            .enc
+            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        self.k.matvec.encode(gpu, enc, w, &x.buf, &out.buf, x.n_tok)?;
+        Ok(out)
+    }
+
+    fn rope(&mut self, x: &GpuTensor, pos: &[usize], head_dim: usize, base: f32) -> Result<GpuTensor> {
+        if pos.len() != x.n_tok || head_dim == 0 || x.width % head_dim != 0 || head_dim % 2 != 0 {
+            return Err(Error::Backend("rope: shape".into()));
+        }
+        let half = head_dim / 2;
+        // cos/sin in f64, as the CPU backend computes them.
+        let mut cs = Vec::with_capacity(pos.len() * half * 2);
+        for &p in pos {
+            for i in 0..half {
+                let f = f64::from(base).powf(-2.0 * i as f64 / head_dim as f64);
+                let (s, c) = (p as f64 * f).sin_cos();
+                cs.push(c as f32);
+                cs.push(s as f32);
+            }
+        }
+        let cs_buf = self.init_buffer("rope", &bytes_of(&cs, f32::to_le_bytes));
+        let out = self.tensor(x.n_tok, x.width);
+        let n = (x.len() / 2) as u32;
+        let gpu = &self.gpu;
+        let enc = self
+            .enc
+            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        dispatch(
+            gpu,
+            enc,
+            &self.k.rope,
+            &[&x.buf, &cs_buf, &out.buf],
+            &[x.width as u32, head_dim as u32, x.n_tok as u32, 0],
+            (n.div_ceil(64), 1),
+        );
+        Ok(out)
+    }
+
+    fn attention(
+        &mut self,
+        q: &GpuTensor,
+        k: &GpuTensor,
+        v: &GpuTensor,
+        kv: &mut GpuKv,
+        pos: &[usize],
+        p: AttnParams,
+    ) -> Result<GpuTensor> {
+        let n_tok = pos.len();
+        let kv_w = p.n_head_kv * p.head_dim;
+        if q.width != p.n_head * p.head_dim
+            || k.width != kv_w
+            || v.width != kv_w
+            || kv.width != kv_w
+            || q.n_tok != n_tok
+            || k.n_tok != n_tok
+            || v.n_tok != n_tok
+            || p.n_head_kv == 0
+            || p.n_head % p.n_head_kv != 0
+        {
+            return Err(Error::Backend("attention: shapes disagree".into()));
+        }
+        if let Some(t) = (1..n_tok).find(|&t| pos[t] != pos[t - 1] + 1) {
+            return Err(Error::Backend(format!(
+                "attention: positions not consecutive at row {t}"
+            )));
+        }
+        let n_slots = kv.pos.len();
+        let first = pos.first().copied().unwrap_or(0);
+        let n_cached = n_slots.min(first);
+        let n_keys = n_cached + n_tok;
+        let scores = self.gpu.storage("scores", (n_tok * p.n_head * n_keys * 4) as u64);
+        let out = self.tensor(n_tok, p.n_head * p.head_dim);
+        let window = p.window.min(u32::MAX as usize) as u32;
+        let params = [
+            n_tok as u32,
+            p.n_head as u32,
+            p.n_head_kv as u32,
+            p.head_dim as u32,
+            n_cached as u32,
+            first as u32,
+            window,
+            p.scale.to_bits(),
+        ];
+        // The new rows enter the cache after the attention (below), and the slot positions
+        // are updated by a copy recorded after it: the kernels see the cache as it was.
+        for &pt in pos {
+            kv.pos[pt % n_slots] = pt as i32;
+        }
+        let pos_staging = self.init_buffer("kv pos", &bytes_of(&kv.pos, i32::to_le_bytes));
+        let gpu = &self.gpu;
+        let enc = self
+            .enc
+            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        let bufs = [&q.buf, &k.buf, &v.buf, &kv.k, &kv.v, &kv.pos_buf, &scores, &out.buf];
+        dispatch(
+            gpu,
+            enc,
+            &self.k.attn_scores,
+            &bufs,
+            &params,
+            ((n_keys as u32).div_ceil(64), (n_tok * p.n_head) as u32),
+        );
+        dispatch(gpu, enc, &self.k.attn_mix, &bufs, &params, ((n_tok * p.n_head) as u32, 1));
+        let row = (kv_w * 4) as u64;
+        for (t, &pt) in pos.iter().enumerate() {
+            let slot = (pt % n_slots) as u64;
+            enc.copy_buffer_to_buffer(&k.buf, t as u64 * row, &kv.k, slot * row, row);
+            enc.copy_buffer_to_buffer(&v.buf, t as u64 * row, &kv.v, slot * row, row);
+        }
+        enc.copy_buffer_to_buffer(&pos_staging, 0, &kv.pos_buf, 0, (n_slots * 4) as u64);
+        Ok(out)
+    }
+
+    fn gelu_mul(&mut self, gate: &GpuTensor, up: &GpuTensor) -> Result<GpuTensor> {
+        self.elementwise(gate, up, true)
+    }
+
+    fn add(&mut self, a: &GpuTensor, b: &GpuTensor) -> Result<GpuTensor> {
+        self.elementwise(a, b, false)
+    }
+
+    fn rows(&mut self, x: &GpuTensor, start: usize, n: usize) -> Result<GpuTensor> {
+        if start + n > x.n_tok {
+            return Err(Error::Backend(format!(
+                "rows {start}..{} of {}",
+                start + n,
+                x.n_tok
+            )));
+        }
+        let out = self.tensor(n, x.width);
+        let w = (x.width * 4) as u64;
+        let (src, dst) = (x.buf.clone(), out.buf.clone());
+        self.enc()
+            .copy_buffer_to_buffer(&src, start as u64 * w, &dst, 0, n as u64 * w);
+        Ok(out)
+    }
+
+    async fn read(&mut self, x: &GpuTensor) -> Result<Vec<f32>> {
+        let enc = self
+            .enc
+            .take()
+            .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()));
+        self.gpu.read_f32(enc, &x.buf, x.len()).await
+    }
+}

@@ -1,0 +1,37 @@
+// Elementwise ops over n values: `add` (a + b) and `gelu_mul` (gelu_tanh(a) * b).
+struct Params {
+    n: u32,
+    groups_x: u32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: Params;
+
+fn index(wid: vec3<u32>, li: u32) -> u32 {
+    return (wid.x + wid.y * p.groups_x) * 64u + li;
+}
+
+@compute @workgroup_size(64)
+fn add(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = index(wid, li);
+    if (i < p.n) {
+        out[i] = a[i] + b[i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn gelu_mul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = index(wid, li);
+    if (i < p.n) {
+        let g = a[i];
+        // sqrt(2/pi); tanh written out (WGSL's tanh overflows to NaN for large |x| on some
+        // drivers).
+        let u = clamp(0.7978846 * (g + 0.044715 * g * g * g), -15.0, 15.0);
+        let e = exp(2.0 * u);
+        out[i] = 0.5 * g * (1.0 + (e - 1.0) / (e + 1.0)) * b[i];
+    }
+}
