@@ -68,4 +68,22 @@ pub trait Backend {
     fn rows(&mut self, x: &Self::Tensor, start: usize, n: usize) -> Result<Self::Tensor>;
     /// The values, row-major (the end of a step: logits or hidden states).
     async fn read(&mut self, x: &Self::Tensor) -> Result<Vec<f32>>;
+
+    /// The `k` largest `(index, value)` of the last row of `x`, largest first (ties: the
+    /// lower index first). A GPU computes this on the device and reads back only these.
+    async fn top_k(&mut self, x: &Self::Tensor, k: usize) -> Result<Vec<(u32, f32)>> {
+        let v = self.read(x).await?;
+        let n = self.width(x);
+        let last = v.len().checked_sub(n).map_or(&v[..], |s| &v[s..]);
+        Ok(crate::sampler::top_k(last, k))
+    }
+
+    /// Run what was recorded so far and wait for it (a GPU submits its encoder: prefill
+    /// chunks stay short of watchdog timeouts, and their time is measured). CPU: nothing.
+    async fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Values per row of `x`.
+    fn width(&self, x: &Self::Tensor) -> usize;
 }

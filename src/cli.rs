@@ -6,7 +6,7 @@ use crate::{catalog, Engine, Error, GenerateOptions, LoadOptions, Result, Sample
 use std::collections::HashMap;
 use std::io::{Read, Write};
 
-const USAGE: &str = "kerze — small language models from GGUF, on the CPU
+const USAGE: &str = "kerze — small language models from GGUF, on the CPU or a GPU
 
 usage:
   kerze fetch [MODEL]                        fetch a catalog model into models/ (default gemma-3-270m)
@@ -17,7 +17,8 @@ usage:
   kerze bench    --model M [--prompt-tokens 128] [--gen-tokens 64] [--json]
   kerze inspect  --model M [--json]
 
-MODEL is a catalog id (gemma-3-270m) or a path to a .gguf file. --n-ctx N sets the context.";
+MODEL is a catalog id (gemma-3-270m) or a path to a .gguf file. --n-ctx N sets the context;
+--device cpu (default) | webgpu | auto runs on the CPU or a GPU (Vulkan; built with --features gpu).";
 
 struct Args {
     flags: HashMap<String, Vec<String>>,
@@ -85,14 +86,21 @@ fn load(a: &Args) -> Result<(Engine, crate::EngineInfo)> {
         Some(_) => Some(a.num("n-ctx", 0usize)?),
         None => None,
     };
-    Engine::load(
+    let device = match a.get("device").unwrap_or("cpu") {
+        "auto" => crate::engine::Device::Auto,
+        "cpu" => crate::engine::Device::Cpu,
+        "webgpu" | "gpu" => crate::engine::Device::Webgpu,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "--device {other}: use auto, cpu or webgpu"
+            )))
+        }
+    };
+    pollster::block_on(Engine::load_async(
         &src,
-        &LoadOptions {
-            n_ctx,
-            ..Default::default()
-        },
+        &LoadOptions { device, n_ctx },
         &mut |_, _| {},
-    )
+    ))
 }
 
 fn sampler(a: &Args) -> Result<SamplerConfig> {

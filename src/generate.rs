@@ -13,6 +13,9 @@ use crate::tokenizer::{StreamDecoder, Tokenizer};
 /// to keep activations small and let an abort land quickly.
 pub const PREFILL_CHUNK: usize = 128;
 
+/// The most candidates a step asks the backend's top-k for (the GPU's limit).
+const TOP_K_MAX: usize = 128;
+
 /// Options of one generation.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(default, rename_all = "camelCase")]
@@ -169,10 +172,21 @@ impl<B: Backend> Session<B> {
         self.be.rows(&h, n - 1, 1)
     }
 
-    async fn next_logits(&mut self, ids: &[u32], abort: &dyn Fn() -> bool) -> Result<Vec<f32>> {
-        let h = self.feed(ids, abort).await?;
-        let logits = self.model.lm_head(&mut self.be, &h)?;
-        self.be.read(&logits).await
+    /// Sample the next token from the hidden state `h` (one row): from the backend's top-k
+    /// when the sampler can decide from that (a GPU reads back a few hundred bytes), else
+    /// from all the logits.
+    async fn sample_next(&mut self, g: &mut Generation, h: &B::Tensor) -> Result<u32> {
+        let logits = self.model.lm_head(&mut self.be, h)?;
+        match g.sampler.candidates_needed(&g.ids, TOP_K_MAX) {
+            Some(k) => {
+                let cands = self.be.top_k(&logits, k).await?;
+                Ok(g.sampler.sample_top(cands, &g.ids))
+            }
+            None => {
+                let mut l = self.be.read(&logits).await?;
+                Ok(g.sampler.sample(&mut l, &g.ids))
+            }
+        }
     }
 
     /// Prefill `prompt_ids` (reusing the cache when it holds a prefix of them) and sample the
@@ -263,26 +277,22 @@ impl<B: Backend> Session<B> {
         let t0 = now_ms();
         let h = self.forward_chunk(&chunk)?;
         g.prefilled = end;
-        let last = if end == g.prompt_len {
-            let h = self.be.rows(&h, chunk.len() - 1, 1)?;
-            let logits = self.model.lm_head(&mut self.be, &h)?;
-            Some(self.be.read(&logits).await?)
+        let done = end == g.prompt_len;
+        if done {
+            g.usage.prompt_tokens = g.prompt_len;
+            if g.max_tokens == 0 {
+                g.finish = Some(FinishReason::Length);
+            } else {
+                let h = self.be.rows(&h, chunk.len() - 1, 1)?;
+                g.next = Some(self.sample_next(g, &h).await?);
+            }
         } else {
-            None
-        };
+            self.be.sync().await?;
+        }
         g.usage.prefill_ms += now_ms() - t0;
         g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens - g.prompt_len) as f64
             / (g.usage.prefill_ms / 1000.0).max(1e-9);
-        let Some(mut logits) = last else {
-            return Ok(false);
-        };
-        g.usage.prompt_tokens = g.prompt_len;
-        if g.max_tokens == 0 {
-            g.finish = Some(FinishReason::Length);
-        } else {
-            g.next = Some(g.sampler.sample(&mut logits, &g.ids));
-        }
-        Ok(true)
+        Ok(done)
     }
 
     /// Emit the token sampled last and compute the one after it. `None` once finished.
@@ -321,11 +331,11 @@ impl<B: Backend> Session<B> {
             g.finish = Some(FinishReason::ContextFull);
         } else {
             let t0 = now_ms();
-            let mut logits = self.next_logits(&[id], abort).await?;
+            let h = self.feed(&[id], abort).await?;
+            g.next = Some(self.sample_next(g, &h).await?);
             g.usage.decode_ms += now_ms() - t0;
             let n = g.usage.completion_tokens as f64;
             g.usage.decode_tokens_per_s = n / (g.usage.decode_ms / 1000.0).max(1e-9);
-            g.next = Some(g.sampler.sample(&mut logits, &g.ids));
         }
         if g.finish.is_some() {
             let rest = self.flush(g).map(|c| c.text).unwrap_or_default();

@@ -154,6 +154,55 @@ impl Sampler {
         self.sample_candidates(cands)
     }
 
+    /// How many of the best logits [`Sampler::sample_top`] needs to decide exactly as
+    /// [`Sampler::sample`] would on all of them, or `None` when it needs them all (top-k off
+    /// or above `max`, or penalties that can raise a token). Penalties only lower the
+    /// recent tokens, so the final top-k lies within the top k + (distinct recent tokens).
+    pub fn candidates_needed(&self, history: &[u32], max: usize) -> Option<usize> {
+        let (rep, pres) = (self.cfg.repetition_penalty, self.cfg.presence_penalty);
+        if rep < 1.0 || pres < 0.0 {
+            return None;
+        }
+        let extra = if rep == 1.0 && pres == 0.0 {
+            0
+        } else {
+            self.recent(history).len()
+        };
+        let base = if self.cfg.temperature == 0.0 {
+            1
+        } else if self.cfg.top_k == 0 {
+            return None;
+        } else {
+            self.cfg.top_k
+        };
+        Some(base + extra).filter(|&k| k <= max)
+    }
+
+    /// Pick from the best `(id, logit)` of the full logits (at least
+    /// [`Sampler::candidates_needed`] of them): the same token as [`Sampler::sample`].
+    pub fn sample_top(&mut self, mut cands: Vec<(u32, f32)>, history: &[u32]) -> u32 {
+        let (rep, pres) = (self.cfg.repetition_penalty, self.cfg.presence_penalty);
+        if rep != 1.0 || pres != 0.0 {
+            let recent = self.recent(history);
+            for c in &mut cands {
+                if recent.binary_search(&c.0).is_ok() {
+                    c.1 = if c.1 > 0.0 { c.1 / rep } else { c.1 * rep };
+                    c.1 -= pres;
+                }
+            }
+        }
+        self.sample_candidates(cands)
+    }
+
+    /// The distinct ids the penalties look at, sorted.
+    fn recent(&self, history: &[u32]) -> Vec<u32> {
+        let start = history.len().saturating_sub(self.cfg.penalty_last_n);
+        let mut seen: Vec<u32> = history[start..].to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        seen
+    }
+
     /// Pick from candidates `(id, logit)` sorted or not (e.g. a GPU top-k).
     pub fn sample_candidates(&mut self, mut cands: Vec<(u32, f32)>) -> u32 {
         cands.retain(|c| c.1.is_finite());
@@ -207,11 +256,7 @@ impl Sampler {
         if rep == 1.0 && pres == 0.0 {
             return;
         }
-        let start = history.len().saturating_sub(self.cfg.penalty_last_n);
-        let mut seen: Vec<u32> = history[start..].to_vec();
-        seen.sort_unstable();
-        seen.dedup();
-        for id in seen {
+        for id in self.recent(history) {
             if let Some(l) = logits.get_mut(id as usize) {
                 *l = if *l > 0.0 { *l / rep } else { *l * rep };
                 *l -= pres;

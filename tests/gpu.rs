@@ -255,7 +255,9 @@ fn matvec_matches_the_cpu_on_the_real_model_with_default_limits() {
 }
 
 /// A session on the GPU (WebGPU's default limits) for the model in `src`.
-fn gpu_session(src: &dyn kerze::gguf::ByteSource) -> kerze::generate::Session<kerze::gpu::backend::GpuBackend> {
+fn gpu_session(
+    src: &dyn kerze::gguf::ByteSource,
+) -> kerze::generate::Session<kerze::gpu::backend::GpuBackend> {
     use kerze::generate::Session;
     use kerze::gpu::backend::GpuBackend;
     use kerze::model::gemma3::Gemma3;
@@ -306,8 +308,17 @@ fn whole_model_on_the_gpu_meets_the_reference_gate() {
     let mut stats = common::Agreement::default();
     let t0 = std::time::Instant::now();
     let mut n = 0;
-    for case in reference.cases.iter().filter(|c| full || c.prompt_ids.len() < 100) {
-        let seq: Vec<u32> = case.prompt_ids.iter().chain(&case.greedy_ids).copied().collect();
+    for case in reference
+        .cases
+        .iter()
+        .filter(|c| full || c.prompt_ids.len() < 100)
+    {
+        let seq: Vec<u32> = case
+            .prompt_ids
+            .iter()
+            .chain(&case.greedy_ids)
+            .copied()
+            .collect();
         n += seq.len();
         let first = case.prompt_ids.len() - 1;
         let top = pollster::block_on(s.logits_top_k(&seq, 10, first)).unwrap();
@@ -319,4 +330,80 @@ fn whole_model_on_the_gpu_meets_the_reference_gate() {
         stats.summary()
     );
     stats.assert_exact();
+}
+
+/// The GPU top-k equals the CPU's on the same values: ties (the lower id first), NaN,
+/// -inf, a row of the real vocabulary's length, k from 1 to the limit.
+#[test]
+fn gpu_top_k_equals_the_cpu_top_k() {
+    use kerze::gpu::backend::{GpuBackend, TOPK_MAX};
+    use kerze::Backend;
+    let mut be = pollster::block_on(GpuBackend::new(&GpuOptions::default()))
+        .unwrap()
+        .expect("no Vulkan adapter");
+    let mut rng = Rng(11);
+    for (n, n_tok) in [(1000usize, 1usize), (262_144, 2), (5000, 1)] {
+        let mut v: Vec<f32> = (0..n * n_tok).map(|_| rng.f(-10.0, 10.0)).collect();
+        // Ties and oddities in the last row.
+        let last = (n_tok - 1) * n;
+        v[last + 7] = 11.0;
+        v[last + 3] = 11.0;
+        v[last + n - 1] = 11.0;
+        v[last + 1] = f32::NAN;
+        v[last + 2] = f32::INFINITY.copysign(-1.0);
+        let x = be.upload(&v, n_tok, n).unwrap();
+        for k in [1, 2, 40, 104, TOPK_MAX] {
+            let got = pollster::block_on(be.top_k(&x, k)).unwrap();
+            let want = kerze::sampler::top_k(&v[last..], k);
+            assert_eq!(got, want, "n {n} k {k}");
+        }
+    }
+}
+
+/// A decode step on the GPU is one submission and reads back at most 4 KiB (the top-k), and
+/// greedy generation gives the CPU engine's tokens.
+#[test]
+fn decode_steps_read_back_little_and_match_the_cpu() {
+    use kerze::{Engine, GenerateOptions, LoadOptions};
+    use std::sync::atomic::Ordering;
+    let src = FileSource::open(&common::model_path()).unwrap();
+    let mut s = gpu_session(&src);
+    let (mut cpu, _) = Engine::load(&src, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let r: common::Reference =
+        serde_json::from_str(include_str!("fixtures/llamacpp_gemma3_270m.json")).unwrap();
+    for case in r.cases.iter().filter(|c| c.certain).take(2) {
+        let ids = s.tok.encode_user(&case.prompt, true).unwrap();
+        let opts = GenerateOptions::greedy_tokens(16);
+        let mut g = pollster::block_on(s.start(ids.clone(), &opts, &|| false)).unwrap();
+        let mut steps = Vec::new();
+        loop {
+            let (b0, s0) = (
+                s.be.gpu.bytes_read.load(Ordering::Relaxed),
+                s.be.gpu.submits.load(Ordering::Relaxed),
+            );
+            let Some(_) = pollster::block_on(s.step(&mut g, &|| false)).unwrap() else {
+                break;
+            };
+            steps.push((
+                s.be.gpu.bytes_read.load(Ordering::Relaxed) - b0,
+                s.be.gpu.submits.load(Ordering::Relaxed) - s0,
+            ));
+        }
+        // Every step but the last computes the next token.
+        for &(bytes, submits) in &steps[..steps.len() - 1] {
+            assert!(bytes > 0 && bytes <= 4096, "{bytes} bytes read in a step");
+            assert_eq!(submits, 1, "submissions in a step");
+        }
+        let want = pollster::block_on(cpu.generate(ids, &opts, &|| false, &mut |_| {})).unwrap();
+        assert_eq!(g.generated(), want.generated(), "{:?}", case.prompt);
+        eprintln!(
+            "{:?}: {} steps, {} bytes read per step; prefill {:.1} tok/s, decode {:.2} tok/s on {}",
+            case.prompt,
+            steps.len(),
+            steps[0].0,
+            g.usage.prefill_tokens_per_s,
+            g.usage.decode_tokens_per_s,
+            s.be.gpu.info.name
+        );
+    }
 }

@@ -280,6 +280,15 @@ impl Backend for CpuBackend {
     async fn read(&mut self, x: &Act) -> Result<Vec<f32>> {
         Ok(x.data.clone())
     }
+
+    async fn top_k(&mut self, x: &Act, k: usize) -> Result<Vec<(u32, f32)>> {
+        let last = x.data.len().saturating_sub(x.width);
+        Ok(crate::sampler::top_k(&x.data[last..], k))
+    }
+
+    fn width(&self, x: &Act) -> usize {
+        x.width
+    }
 }
 
 #[cfg(test)]

@@ -2,8 +2,6 @@
 //! submits it and reads the result back. The forward pass is the same generic model code as
 //! on the CPU.
 
-use std::sync::Arc;
-
 use wgpu::util::DeviceExt;
 
 use super::kernels::{dispatch, grid, Kernels};
@@ -16,7 +14,8 @@ use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 /// Activations on the GPU: `n_tok` rows of `width` f32.
 #[derive(Clone)]
 pub struct GpuTensor {
-    buf: Arc<wgpu::Buffer>,
+    /// wgpu buffers are reference-counted handles: clones share the buffer.
+    buf: wgpu::Buffer,
     pub n_tok: usize,
     pub width: usize,
 }
@@ -37,6 +36,11 @@ pub struct GpuKv {
     width: usize,
 }
 
+/// The most candidates the GPU top-k gives (more: the logits are read whole).
+pub const TOPK_MAX: usize = 128;
+/// Candidates per top-k workgroup (BLOCK in topk.wgsl).
+const TOPK_BLOCK: usize = 1024;
+
 pub struct GpuBackend {
     pub gpu: Gpu,
     k: Kernels,
@@ -53,6 +57,18 @@ impl GpuBackend {
         Ok(Some(Self { gpu, k, enc: None }))
     }
 
+    /// Activations from the CPU (`n_tok` rows of `width`).
+    pub fn upload(&self, data: &[f32], n_tok: usize, width: usize) -> Result<GpuTensor> {
+        if data.len() != n_tok * width {
+            return Err(Error::Backend("upload: shape".into()));
+        }
+        let t = self.tensor(n_tok, width);
+        self.gpu
+            .queue
+            .write_buffer(&t.buf, 0, &bytes_of(data, f32::to_le_bytes));
+        Ok(t)
+    }
+
     fn enc(&mut self) -> &mut wgpu::CommandEncoder {
         let device = &self.gpu.device;
         self.enc
@@ -61,7 +77,7 @@ impl GpuBackend {
 
     fn tensor(&self, n_tok: usize, width: usize) -> GpuTensor {
         GpuTensor {
-            buf: Arc::new(self.gpu.storage("act", (n_tok * width * 4) as u64)),
+            buf: self.gpu.storage("act", (n_tok * width * 4) as u64),
             n_tok,
             width,
         }
@@ -91,7 +107,14 @@ impl GpuBackend {
         let enc = self
             .enc
             .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
-        dispatch(gpu, enc, pipeline, &[&a.buf, &b.buf, &out.buf], &[a.len() as u32, gx, 0, 0], (gx, gy));
+        dispatch(
+            gpu,
+            enc,
+            pipeline,
+            &[&a.buf, &b.buf, &out.buf],
+            &[a.len() as u32, gx, 0, 0],
+            (gx, gy),
+        );
         Ok(out)
     }
 }
@@ -163,14 +186,21 @@ impl Backend for GpuBackend {
                 0,
                 0,
             ];
-            dispatch(gpu, enc, pipeline, &[&part.buf, &ids_buf, &out.buf], &params, (ids.len() as u32, 1));
+            dispatch(
+                gpu,
+                enc,
+                pipeline,
+                &[&part.buf, &ids_buf, &out.buf],
+                &params,
+                (ids.len() as u32, 1),
+            );
         }
         Ok(out)
     }
 
     fn rms_norm(&mut self, x: &GpuTensor, w: &GpuWeight, eps: f32) -> Result<GpuTensor> {
         let len = w.cols;
-        if w.ty != GgmlType::F32 || w.rows != 1 || len == 0 || x.len() % len != 0 {
+        if w.ty != GgmlType::F32 || w.rows != 1 || len == 0 || !x.len().is_multiple_of(len) {
             return Err(Error::Backend(format!(
                 "rms_norm: weight {}×{} {} on rows of {}",
                 w.rows, w.cols, w.ty, x.width
@@ -206,12 +236,24 @@ impl Backend for GpuBackend {
         let enc = self
             .enc
             .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
-        self.k.matvec.encode(gpu, enc, w, &x.buf, &out.buf, x.n_tok)?;
+        self.k
+            .matvec
+            .encode(gpu, enc, w, &x.buf, &out.buf, x.n_tok)?;
         Ok(out)
     }
 
-    fn rope(&mut self, x: &GpuTensor, pos: &[usize], head_dim: usize, base: f32) -> Result<GpuTensor> {
-        if pos.len() != x.n_tok || head_dim == 0 || x.width % head_dim != 0 || head_dim % 2 != 0 {
+    fn rope(
+        &mut self,
+        x: &GpuTensor,
+        pos: &[usize],
+        head_dim: usize,
+        base: f32,
+    ) -> Result<GpuTensor> {
+        if pos.len() != x.n_tok
+            || head_dim == 0
+            || !x.width.is_multiple_of(head_dim)
+            || !head_dim.is_multiple_of(2)
+        {
             return Err(Error::Backend("rope: shape".into()));
         }
         let half = head_dim / 2;
@@ -262,7 +304,7 @@ impl Backend for GpuBackend {
             || k.n_tok != n_tok
             || v.n_tok != n_tok
             || p.n_head_kv == 0
-            || p.n_head % p.n_head_kv != 0
+            || !p.n_head.is_multiple_of(p.n_head_kv)
         {
             return Err(Error::Backend("attention: shapes disagree".into()));
         }
@@ -275,7 +317,9 @@ impl Backend for GpuBackend {
         let first = pos.first().copied().unwrap_or(0);
         let n_cached = n_slots.min(first);
         let n_keys = n_cached + n_tok;
-        let scores = self.gpu.storage("scores", (n_tok * p.n_head * n_keys * 4) as u64);
+        let scores = self
+            .gpu
+            .storage("scores", (n_tok * p.n_head * n_keys * 4) as u64);
         let out = self.tensor(n_tok, p.n_head * p.head_dim);
         let window = p.window.min(u32::MAX as usize) as u32;
         let params = [
@@ -298,7 +342,16 @@ impl Backend for GpuBackend {
         let enc = self
             .enc
             .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
-        let bufs = [&q.buf, &k.buf, &v.buf, &kv.k, &kv.v, &kv.pos_buf, &scores, &out.buf];
+        let bufs = [
+            &q.buf,
+            &k.buf,
+            &v.buf,
+            &kv.k,
+            &kv.v,
+            &kv.pos_buf,
+            &scores,
+            &out.buf,
+        ];
         dispatch(
             gpu,
             enc,
@@ -307,7 +360,14 @@ impl Backend for GpuBackend {
             &params,
             ((n_keys as u32).div_ceil(64), (n_tok * p.n_head) as u32),
         );
-        dispatch(gpu, enc, &self.k.attn_mix, &bufs, &params, ((n_tok * p.n_head) as u32, 1));
+        dispatch(
+            gpu,
+            enc,
+            &self.k.attn_mix,
+            &bufs,
+            &params,
+            ((n_tok * p.n_head) as u32, 1),
+        );
         let row = (kv_w * 4) as u64;
         for (t, &pt) in pos.iter().enumerate() {
             let slot = (pt % n_slots) as u64;
@@ -340,6 +400,57 @@ impl Backend for GpuBackend {
         self.enc()
             .copy_buffer_to_buffer(&src, start as u64 * w, &dst, 0, n as u64 * w);
         Ok(out)
+    }
+
+    fn width(&self, x: &GpuTensor) -> usize {
+        x.width
+    }
+
+    async fn sync(&mut self) -> Result<()> {
+        if let Some(enc) = self.enc.take() {
+            self.gpu.submit_and_wait(enc).await?;
+        }
+        Ok(())
+    }
+
+    async fn top_k(&mut self, x: &GpuTensor, k: usize) -> Result<Vec<(u32, f32)>> {
+        let k = k.clamp(1, TOPK_MAX);
+        let row = self.rows(x, x.n_tok - 1, 1)?;
+        let mut len = x.width;
+        let mut first = true;
+        let (mut in_v, mut in_i) = (row.buf.clone(), row.buf.clone());
+        loop {
+            let blocks = len.div_ceil(TOPK_BLOCK);
+            let out_v = self.gpu.storage("top-k values", (blocks * k * 4) as u64);
+            let out_i = self.gpu.storage("top-k ids", (blocks * k * 4) as u64);
+            let gpu = &self.gpu;
+            let enc = self
+                .enc
+                .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+            dispatch(
+                gpu,
+                enc,
+                &self.k.topk,
+                &[&in_v, &in_i, &out_v, &out_i],
+                &[len as u32, k as u32, u32::from(first), 0],
+                (blocks as u32, 1),
+            );
+            (in_v, in_i, len, first) = (out_v, out_i, blocks * k, false);
+            if blocks == 1 {
+                break;
+            }
+        }
+        // One readback of k values and k ids: the only bytes a decode step moves.
+        let enc = self
+            .enc
+            .take()
+            .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()));
+        let (v, ids) = self.gpu.read_pair(enc, &in_v, &in_i, k).await?;
+        Ok(v.into_iter()
+            .zip(ids)
+            .filter(|&(v, id)| (id as usize) < x.width && v > -3.0e38)
+            .map(|(v, id)| (id, v))
+            .collect())
     }
 
     async fn read(&mut self, x: &GpuTensor) -> Result<Vec<f32>> {

@@ -40,6 +40,9 @@ pub struct Gpu {
     pub f16: bool,
     /// Largest weight part, bytes.
     pub max_part_bytes: u64,
+    /// Bytes read back and queue submissions so far (tests count them per step).
+    pub bytes_read: std::sync::atomic::AtomicU64,
+    pub submits: std::sync::atomic::AtomicU64,
 }
 
 fn gpu_err(what: &str, e: impl std::fmt::Display) -> Error {
@@ -113,6 +116,8 @@ impl Gpu {
             info: adapter.get_info(),
             f16,
             max_part_bytes,
+            bytes_read: Default::default(),
+            submits: Default::default(),
         }))
     }
 
@@ -135,16 +140,62 @@ impl Gpu {
         buf: &wgpu::Buffer,
         n: usize,
     ) -> Result<Vec<f32>> {
+        let words = self.read_words(enc, &[buf], n).await?;
+        Ok(words[0].iter().map(|&w| f32::from_bits(w)).collect())
+    }
+
+    /// Submit `enc` and wait until the GPU finished it.
+    pub async fn submit_and_wait(&self, enc: wgpu::CommandEncoder) -> Result<()> {
+        self.queue.submit([enc.finish()]);
+        self.submits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (tx, rx) = oneshot();
+        self.queue.on_submitted_work_done(move || tx.send(()));
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| gpu_err("waiting for the GPU", e))?;
+        rx.await;
+        Ok(())
+    }
+
+    /// `n` f32 values and `n` u32 ids (a top-k) in one submission.
+    pub async fn read_pair(
+        &self,
+        enc: wgpu::CommandEncoder,
+        values: &wgpu::Buffer,
+        ids: &wgpu::Buffer,
+        n: usize,
+    ) -> Result<(Vec<f32>, Vec<u32>)> {
+        let mut words = self.read_words(enc, &[values, ids], n).await?;
+        let ids = words.pop().unwrap_or_default();
+        let values = words.pop().unwrap_or_default();
+        Ok((values.into_iter().map(f32::from_bits).collect(), ids))
+    }
+
+    /// The first `n` words of each buffer, through one staging buffer and one submission.
+    async fn read_words(
+        &self,
+        enc: wgpu::CommandEncoder,
+        bufs: &[&wgpu::Buffer],
+        n: usize,
+    ) -> Result<Vec<Vec<u32>>> {
+        use std::sync::atomic::Ordering;
         let bytes = (n as u64) * 4;
+        let total = bytes * bufs.len() as u64;
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size: bytes.max(4),
+            size: total.max(4),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let mut enc = enc;
-        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, bytes);
+        for (i, b) in bufs.iter().enumerate() {
+            enc.copy_buffer_to_buffer(b, 0, &staging, i as u64 * bytes, bytes);
+        }
         self.queue.submit([enc.finish()]);
+        self.submits.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read.fetch_add(total, Ordering::Relaxed);
         let slice = staging.slice(..);
         let (tx, rx) = oneshot();
         slice.map_async(wgpu::MapMode::Read, move |r| tx.send(r));
@@ -158,9 +209,13 @@ impl Gpu {
             let view = slice
                 .get_mapped_range()
                 .map_err(|e| gpu_err("mapping the readback", e))?;
-            view.chunks_exact(4)
-                .take(n)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            let all: Vec<u32> = view
+                .chunks_exact(4)
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            all.chunks(n.max(1))
+                .take(bufs.len())
+                .map(<[u32]>::to_vec)
                 .collect()
         };
         staging.unmap();

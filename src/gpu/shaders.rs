@@ -37,6 +37,10 @@ pub const KERNELS: &[Shader] = &[
         text: include_str!("shaders/elementwise.wgsl"),
     },
     Shader {
+        name: "topk",
+        text: include_str!("shaders/topk.wgsl"),
+    },
+    Shader {
         name: "attention",
         text: include_str!("shaders/attention.wgsl"),
     },

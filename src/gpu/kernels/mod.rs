@@ -154,6 +154,7 @@ pub struct Kernels {
     pub gelu_mul: wgpu::ComputePipeline,
     pub attn_scores: wgpu::ComputePipeline,
     pub attn_mix: wgpu::ComputePipeline,
+    pub topk: wgpu::ComputePipeline,
 }
 
 impl Kernels {
@@ -172,6 +173,7 @@ impl Kernels {
             gelu_mul: pipeline(gpu, "elementwise", None, "gelu_mul")?,
             attn_scores: pipeline_with(gpu, "attention", None, "scores", Some(&attn))?,
             attn_mix: pipeline_with(gpu, "attention", None, "mix", Some(&attn))?,
+            topk: pipeline(gpu, "topk", None, "main")?,
         })
     }
 }
