@@ -72,14 +72,14 @@ setup-browser:
 $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.json
 	cargo build --release --bin kerze $(NATIVE_FEATURES)
 
-# The single-thread SIMD build (every page).
+# The single-thread SIMD build with the WebGPU backend (every page).
 pkg/wasm/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
-	cargo build --release --target wasm32-unknown-unknown --lib
+	cargo build --release --target wasm32-unknown-unknown --lib --features gpu
 	rm -f pkg/wasm/kerze.js pkg/wasm/kerze_bg.wasm pkg/wasm/*.d.ts
 	wasm-bindgen --target web --out-dir pkg/wasm --out-name kerze target/wasm32-unknown-unknown/release/kerze.wasm
 	$(WASM_OPT) $@ -o $@
 
-# The threads + SIMD build (cross-origin-isolated pages), in its own target dir.
+# The threads + SIMD build (cross-origin-isolated pages, CPU only), in its own target dir.
 pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
 	RUSTFLAGS="$(THREADS_RUSTFLAGS)" cargo +nightly build --release --target wasm32-unknown-unknown \
 	  --lib --features threads -Z build-std=panic_abort,std --target-dir target/threads

@@ -88,6 +88,27 @@ async function loadWasm(threads, warn) {
 }
 
 /**
+ * Whether to take the WebGPU path: `webgpu` always; `auto` when this context offers an
+ * adapter that is not a software fallback. Returns [yes, why not].
+ */
+async function probeGpu(device) {
+  if (device === 'cpu') return [false, "device 'cpu' was asked for"];
+  if (device === 'webgpu') return [true, null];
+  const gpu = globalThis.navigator?.gpu;
+  if (!gpu) return [false, 'no WebGPU in this browser'];
+  try {
+    const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+    if (!adapter) return [false, 'no WebGPU adapter'];
+    if (adapter.info?.isFallbackAdapter) {
+      return [false, `the WebGPU adapter (${adapter.info.description || adapter.info.architecture || 'software'}) is a software fallback (slower than the CPU engine)`];
+    }
+    return [true, null];
+  } catch (e) {
+    return [false, `WebGPU failed: ${e?.message ?? e}`];
+  }
+}
+
+/**
  * Stream `spec.url` into one buffer, hashing as it arrives. Throws DownloadError (network,
  * HTTP status, wrong length), IntegrityError (sha256) or AbortError.
  */
@@ -211,7 +232,9 @@ export class Core {
     if (this.engine) throw new KerzeError('EngineBusyError', 'this engine already holds a model');
     const t0 = performance.now();
     onProgress({ phase: 'compile', loaded: 0, total: 1 });
-    const loaded = await loadWasm(args.threads ?? 0, this.warn);
+    const [gpu, noGpu] = await probeGpu(args.device ?? 'auto');
+    // The WebGPU backend is in the single-thread build; the threads build is CPU only.
+    const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn);
     this.glue = loaded.glue;
     onProgress({ phase: 'compile', loaded: 1, total: 1 });
     throwIfAborted(signal);
@@ -263,9 +286,7 @@ export class Core {
     const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null });
     const progress = (loaded, total) => onProgress({ phase: 'load', loaded, total });
     progress(0, bytes.size ?? bytes.byteLength);
-    this.engine = bytes instanceof Blob
-      ? this.glue.Engine.loadBlob(bytes, opts, progress)
-      : this.glue.Engine.load(bytes, opts, progress);
+    this.engine = await this.glue.Engine.loadAsync(bytes, opts, progress);
     const readyMs = performance.now() - t1;
     if (store && source === 'network') {
       try {
@@ -276,8 +297,10 @@ export class Core {
       }
     }
     bytes = null;
+    const engineInfo = JSON.parse(this.engine.info());
+    if (noGpu && engineInfo.backend !== 'webgpu') engineInfo.reason = `${noGpu}: running on the CPU`;
     this.info = {
-      ...JSON.parse(this.engine.info()),
+      ...engineInfo,
       source,
       threads: loaded.threads,
       fetchMs,

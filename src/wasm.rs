@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Uint8Array};
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::future_to_promise;
 
 use crate::chat::{self, Message};
@@ -218,14 +219,18 @@ impl WasmEngine {
             );
         };
         let (engine, info) = Engine::load(src, &opts, &mut progress).map_err(to_js)?;
-        Ok(WasmEngine {
+        Ok(WasmEngine::new(engine, info))
+    }
+
+    fn new(engine: Engine, info: EngineInfo) -> WasmEngine {
+        WasmEngine {
             state: Rc::new(RefCell::new(Some(State {
                 engine,
                 generation: None,
             }))),
             disposed: Rc::new(std::cell::Cell::new(false)),
             info,
-        })
+        }
     }
 }
 
@@ -240,6 +245,39 @@ impl WasmEngine {
         on_progress: &Function,
     ) -> std::result::Result<WasmEngine, JsValue> {
         Self::load_from(&JsBlob::new(blob), options, on_progress)
+    }
+
+    /// Load on the device `options.device` asks for (`auto`: a WebGPU adapter that is not a
+    /// software fallback, else the CPU; `webgpu`: any adapter or an error). `source` is the
+    /// file as a `Uint8Array` or a `Blob` (workers only). Resolves to the engine.
+    #[wasm_bindgen(js_name = loadAsync)]
+    pub async fn load_async(
+        source: JsValue,
+        options: String,
+        on_progress: Function,
+    ) -> std::result::Result<WasmEngine, JsValue> {
+        console_error_panic_hook::set_once();
+        let opts: LoadOptions = parse("load options", &options)?;
+        let src: Box<dyn ByteSource> = if source.is_instance_of::<web_sys::Blob>() {
+            Box::new(JsBlob::new(source.unchecked_into()))
+        } else if source.is_instance_of::<Uint8Array>() {
+            Box::new(JsBytes(source.unchecked_into()))
+        } else {
+            return Err(to_js(Error::InvalidArgument(
+                "the model must be a Uint8Array or a Blob".into(),
+            )));
+        };
+        let mut progress = |loaded: u64, total: u64| {
+            let _ = on_progress.call2(
+                &JsValue::NULL,
+                &JsValue::from_f64(loaded as f64),
+                &JsValue::from_f64(total as f64),
+            );
+        };
+        let (engine, info) = Engine::load_async(src.as_ref(), &opts, &mut progress)
+            .await
+            .map_err(to_js)?;
+        Ok(WasmEngine::new(engine, info))
     }
 
     /// JSON of the engine info.

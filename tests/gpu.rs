@@ -170,7 +170,7 @@ fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
                 max_part_bytes: split_rows.map(|r| gpu_row * r as u64 + 7),
                 ..Default::default()
             });
-            let mv = Matvec::new(&g).unwrap();
+            let mut mv = Matvec::new(&g).unwrap();
             let bytes = random_tensor(ty, rows, cols, &mut rng);
             let info = TensorInfo {
                 name: format!("random {ty} {rows}x{cols}"),
@@ -183,18 +183,18 @@ fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
             assert_eq!(w.parts.len(), rows.div_ceil(split_rows.unwrap_or(rows)));
             let ids: Vec<u32> = (0..rows as u32).collect();
             let deq = cpu_rows(&bytes, &info, &ids);
-            for m in [1, 3, 17] {
+            // Decode (m = 1): lanes per row (GPUs) or a thread per row (software adapters);
+            // prefill (m > 1): the tiled kernel.
+            for (m, per_row) in [(1, false), (1, true), (3, false), (17, false), (64, false)] {
+                mv.row_per_thread = per_row;
                 let x: Vec<f32> = (0..m * cols).map(|_| rng.f(-2.0, 2.0)).collect();
                 let got = gpu_matvec(&g, &mv, &w, &x, m);
-                check(
-                    &got,
-                    rows,
-                    &deq,
-                    &ids,
-                    &x,
-                    m,
-                    &format!("{} m={m} parts={}", info.name, w.parts.len()),
+                let what = format!(
+                    "{} m={m} per_row={per_row} parts={}",
+                    info.name,
+                    w.parts.len()
                 );
+                check(&got, rows, &deq, &ids, &x, m, &what);
             }
         }
     }
@@ -210,7 +210,7 @@ fn matvec_matches_the_cpu_on_the_real_model_with_default_limits() {
         ..Default::default()
     });
     assert_eq!(dev.max_part_bytes, 128 << 20);
-    let mv = Matvec::new(&dev).unwrap();
+    let mut mv = Matvec::new(&dev).unwrap();
     let mut rng = Rng(7);
     for name in [
         "blk.0.attn_q.weight",
@@ -224,7 +224,10 @@ fn matvec_matches_the_cpu_on_the_real_model_with_default_limits() {
         let w = GpuWeight::load(&dev, &info, &src).unwrap();
         let cols = w.cols;
         let x: Vec<f32> = (0..cols).map(|_| rng.f(-1.0, 1.0)).collect();
+        mv.row_per_thread = false;
         let got = gpu_matvec(&dev, &mv, &w, &x, 1);
+        mv.row_per_thread = true;
+        let got_rows = gpu_matvec(&dev, &mv, &w, &x, 1);
         // All rows for the layers; for the LM head a sample, and every row around the split.
         let ids: Vec<u32> = if w.rows > 100_000 {
             let mut v: Vec<u32> = (0..w.rows as u32).step_by(997).collect();
@@ -242,15 +245,10 @@ fn matvec_matches_the_cpu_on_the_real_model_with_default_limits() {
             );
         }
         let deq = cpu_rows(&src, &info, &ids);
-        check(
-            &got,
-            w.rows,
-            &deq,
-            &ids,
-            &x,
-            1,
-            &format!("{name} ({}, parts {})", info.ty, w.parts.len()),
-        );
+        for (y, variant) in [(&got, "lanes"), (&got_rows, "row per thread")] {
+            let what = format!("{name} ({}, parts {}, {variant})", info.ty, w.parts.len());
+            check(y, w.rows, &deq, &ids, &x, 1, &what);
+        }
     }
 }
 

@@ -17,6 +17,10 @@ pub const KERNELS: &[Shader] = &[
         text: include_str!("shaders/matvec.wgsl"),
     },
     Shader {
+        name: "matvec_rows",
+        text: include_str!("shaders/matvec_rows.wgsl"),
+    },
+    Shader {
         name: "matmat",
         text: include_str!("shaders/matmat.wgsl"),
     },
@@ -48,7 +52,7 @@ pub const KERNELS: &[Shader] = &[
 
 /// Kernels built once per weight type (they call the type's `subdot` or `deq`).
 pub fn per_weight_type(kernel: &str) -> bool {
-    matches!(kernel, "matvec" | "matmat" | "embed")
+    matches!(kernel, "matvec" | "matvec_rows" | "matmat" | "embed")
 }
 
 /// Every weight type's access functions.

@@ -361,6 +361,57 @@ try {
     assertEq(r.ids, cli(CERTAIN[1]).ids, 'greedy ids');
   });
 
+  await test('no WebGPU adapter (Chromium without --enable-unsafe-webgpu): auto runs on the CPU, webgpu is a clear error', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 1 });
+      const auto = [e.info.backend, e.info.reason];
+      await e.dispose();
+      let err = null;
+      try { await k.createEngine({ model, device: 'webgpu' }); } catch (x) { err = { name: x.name, message: x.message }; }
+      return { auto, err, gpu: !!navigator.gpu };`));
+    assertEq(r.auto[0], 'cpu-simd', 'backend');
+    assert(/no WebGPU/.test(r.auto[1]), `reason: ${r.auto[1]}`);
+    assertEq(r.err?.name, 'BackendError', `webgpu without an adapter: ${JSON.stringify(r.err)}`);
+    assert(/no WebGPU adapter/.test(r.err.message), r.err.message);
+  });
+
+  await test('WebGPU in Chromium (SwiftShader): the GPU backend runs the model, same ids as the CLI, the reference gate', async () => {
+    const gpuBrowser = await launch({ webgpu: true });
+    const rec = await openPage(gpuBrowser);
+    try {
+      await rec.page.goto(`${A}/www/`);
+      const ref = reference.cases[0];
+      const input = {
+        prompt: CERTAIN[0],
+        ids: [...ref.prompt_ids, ...ref.greedy_ids.slice(0, ref.top10_per_step.length - 1)],
+        first: ref.prompt_ids.length - 1,
+      };
+      const r = await inPage(rec.page, `
+        const a = await k.createEngine({ model, threads: 1 });
+        const auto = [a.info.backend, a.info.reason];
+        await a.dispose();
+        const e = await k.createEngine({ model, device: 'webgpu' });
+        const c = await e.complete(arg.prompt, { maxTokens: 8, temperature: 0 });
+        const top = await e.logitsTopK(arg.ids, { k: 10, first: arg.first });
+        const info = e.info;
+        await e.dispose();
+        return { auto, backend: info.backend, reason: info.reason, ids: c.ids, usage: c.usage, top };`, input);
+      console.log(`     SwiftShader: prefill ${r.usage.prefillTokensPerS.toFixed(2)} tok/s, decode ${r.usage.decodeTokensPerS.toFixed(2)} tok/s; auto: ${r.auto.join(' — ')}`);
+      assertEq(r.backend, 'webgpu', 'backend');
+      assert(r.auto[0].startsWith('cpu'), 'auto skips a software adapter');
+      assertEq(r.ids, cli(CERTAIN[0]).ids.slice(0, 8), 'greedy ids on the GPU');
+      const g = gate([ref], [r.top]);
+      console.log(`     ${JSON.stringify(g)}`);
+      assertEq(g.strongAgree, g.strong, 'clear positions agree');
+      assert(g.agree === 1 && g.mean <= 0.01 && g.max <= 0.05, `exactness ${JSON.stringify(g)}`);
+      assertEq(rec.errors, [], 'console errors');
+      assertEq(strayRequests(rec.requests, A_ALLOWED), [], 'requests');
+    } finally {
+      await rec.context.close();
+      await gpuBrowser.close();
+    }
+  });
+
   await test('strict CSP: the demo still works', async () => {
     const S = await serve('.', ['--only', 'www,pkg,dist,models', '--index', '/www/', '--coop-coep', '--csp', CSP]);
     await withPage(`${S}/www/`, async (page) => {

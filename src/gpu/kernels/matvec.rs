@@ -17,6 +17,10 @@ pub struct Matvec {
     pipelines: HashMap<GgmlType, wgpu::ComputePipeline>,
     /// The tiled product for many activation rows (shaders/matmat.wgsl).
     tiled: HashMap<GgmlType, wgpu::ComputePipeline>,
+    /// One thread per row (shaders/matvec_rows.wgsl): for software adapters.
+    per_row: HashMap<GgmlType, wgpu::ComputePipeline>,
+    /// Use `per_row` for decode: set for software adapters (CPU emulations).
+    pub row_per_thread: bool,
 }
 
 /// Activation rows per tiled workgroup (TM in matmat.wgsl); from 2 rows on the tiled kernel
@@ -27,11 +31,18 @@ impl Matvec {
     pub fn new(gpu: &Gpu) -> Result<Self> {
         let mut pipelines = HashMap::new();
         let mut tiled = HashMap::new();
+        let mut per_row = HashMap::new();
         for (ty, _) in shaders::WEIGHT_TYPES {
             pipelines.insert(*ty, super::pipeline(gpu, "matvec", Some(*ty), "main")?);
             tiled.insert(*ty, super::pipeline(gpu, "matmat", Some(*ty), "main")?);
+            per_row.insert(*ty, super::pipeline(gpu, "matvec_rows", Some(*ty), "main")?);
         }
-        Ok(Self { pipelines, tiled })
+        Ok(Self {
+            pipelines,
+            tiled,
+            per_row,
+            row_per_thread: gpu.info.device_type == wgpu::DeviceType::Cpu,
+        })
     }
 
     /// Record `y (m × w.rows) = x (m × w.cols) @ wᵀ` into `enc`.
@@ -44,12 +55,38 @@ impl Matvec {
         y: &wgpu::Buffer,
         m: usize,
     ) -> Result<()> {
+        // Decode: a thread per row on software adapters (no barriers), lanes per row on
+        // GPUs. Prefill: the tiled kernel. (The thread-per-row kernel gave wrong rows from
+        // the ~30th activation row of the LM head on lavapipe, while it matches the CPU on
+        // every smaller case: not understood yet, so it serves decode only.)
         let tiled = m > 1;
-        let table = if tiled { &self.tiled } else { &self.pipelines };
+        let per_row = !tiled && self.row_per_thread;
+        let table = if tiled {
+            &self.tiled
+        } else if per_row {
+            &self.per_row
+        } else {
+            &self.pipelines
+        };
         let pipeline = table.get(&w.ty).ok_or_else(|| {
             Error::Backend(format!("no matrix product kernel for {} weights", w.ty))
         })?;
         for part in &w.parts {
+            if per_row {
+                let (gx, gy) = grid((part.rows as u32).div_ceil(64));
+                let params = [
+                    w.cols as u32,
+                    part.rows as u32,
+                    part.row0 as u32,
+                    w.rows as u32,
+                    m as u32,
+                    gx,
+                    0,
+                    0,
+                ];
+                super::dispatch(gpu, enc, pipeline, &[&part.buf, x, y], &params, (gx, gy));
+                continue;
+            }
             if tiled {
                 let gx = (part.rows as u32).div_ceil(64);
                 let gy = (m as u32).div_ceil(TM);
