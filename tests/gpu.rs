@@ -374,6 +374,7 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
         let opts = GenerateOptions::greedy_tokens(16);
         let mut g = pollster::block_on(s.start(ids.clone(), &opts, &|| false)).unwrap();
         let mut steps = Vec::new();
+        let e0 = s.be.encode_ms;
         loop {
             let (b0, s0) = (
                 s.be.gpu.bytes_read.load(Ordering::Relaxed),
@@ -395,10 +396,11 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
         let want = pollster::block_on(cpu.generate(ids, &opts, &|| false, &mut |_| {})).unwrap();
         assert_eq!(g.generated(), want.generated(), "{:?}", case.prompt);
         eprintln!(
-            "{:?}: {} steps, {} bytes read per step; prefill {:.1} tok/s, decode {:.2} tok/s on {}",
+            "{:?}: {} steps, {} bytes read per step, {:.2} ms encoding per step; prefill {:.1} tok/s, decode {:.2} tok/s on {}",
             case.prompt,
             steps.len(),
             steps[0].0,
+            (s.be.encode_ms - e0) / (steps.len() - 1) as f64,
             g.usage.prefill_tokens_per_s,
             g.usage.decode_tokens_per_s,
             s.be.gpu.info.name

@@ -45,6 +45,11 @@ pub struct GpuBackend {
     pub gpu: Gpu,
     k: Kernels,
     enc: Option<wgpu::CommandEncoder>,
+    /// When the open encoder got its first command (ms, crate::clock).
+    enc_t0: Option<f64>,
+    /// Milliseconds spent recording commands, from each encoder's first command to its
+    /// submission (the CPU side of a step).
+    pub encode_ms: f64,
 }
 
 impl GpuBackend {
@@ -54,7 +59,13 @@ impl GpuBackend {
             return Ok(None);
         };
         let k = Kernels::new(&gpu)?;
-        Ok(Some(Self { gpu, k, enc: None }))
+        Ok(Some(Self {
+            gpu,
+            k,
+            enc: None,
+            enc_t0: None,
+            encode_ms: 0.0,
+        }))
     }
 
     /// Activations from the CPU (`n_tok` rows of `width`).
@@ -69,7 +80,23 @@ impl GpuBackend {
         Ok(t)
     }
 
+    /// Note when the open encoder got its first command.
+    fn mark(&mut self) {
+        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
+    }
+
+    /// Take the open encoder (or a new one) for submission, counting its recording time.
+    fn take_enc(&mut self) -> wgpu::CommandEncoder {
+        if let Some(t0) = self.enc_t0.take() {
+            self.encode_ms += crate::clock::now_ms() - t0;
+        }
+        self.enc
+            .take()
+            .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()))
+    }
+
     fn enc(&mut self) -> &mut wgpu::CommandEncoder {
+        self.mark();
         let device = &self.gpu.device;
         self.enc
             .get_or_insert_with(|| device.create_command_encoder(&Default::default()))
@@ -103,6 +130,7 @@ impl GpuBackend {
         let out = self.tensor(a.n_tok, a.width);
         let (gx, gy) = grid((a.len() as u32).div_ceil(64));
         let pipeline = if gelu { &self.k.gelu_mul } else { &self.k.add };
+        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
         let enc = self
             .enc
@@ -171,6 +199,7 @@ impl Backend for GpuBackend {
             .embed
             .get(&table.ty)
             .ok_or_else(|| Error::Backend(format!("no embedding kernel for {}", table.ty)))?;
+        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
         let enc = self
             .enc
@@ -209,6 +238,7 @@ impl Backend for GpuBackend {
         let out = self.tensor(x.n_tok, x.width);
         let n_groups = (x.len() / len) as u32;
         let (gx, gy) = grid(n_groups);
+        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
         let enc = self
             .enc
@@ -232,6 +262,7 @@ impl Backend for GpuBackend {
             )));
         }
         let out = self.tensor(x.n_tok, w.rows);
+        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
         let enc = self
             .enc
@@ -270,6 +301,7 @@ impl Backend for GpuBackend {
         let cs_buf = self.init_buffer("rope", &bytes_of(&cs, f32::to_le_bytes));
         let out = self.tensor(x.n_tok, x.width);
         let n = (x.len() / 2) as u32;
+        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
         let enc = self
             .enc
@@ -338,6 +370,7 @@ impl Backend for GpuBackend {
             kv.pos[pt % n_slots] = pt as i32;
         }
         let pos_staging = self.init_buffer("kv pos", &bytes_of(&kv.pos, i32::to_le_bytes));
+        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
         let enc = self
             .enc
@@ -407,7 +440,8 @@ impl Backend for GpuBackend {
     }
 
     async fn sync(&mut self) -> Result<()> {
-        if let Some(enc) = self.enc.take() {
+        if self.enc.is_some() {
+            let enc = self.take_enc();
             self.gpu.submit_and_wait(enc).await?;
         }
         Ok(())
@@ -423,6 +457,7 @@ impl Backend for GpuBackend {
             let blocks = len.div_ceil(TOPK_BLOCK);
             let out_v = self.gpu.storage("top-k values", (blocks * k * 4) as u64);
             let out_i = self.gpu.storage("top-k ids", (blocks * k * 4) as u64);
+            self.enc_t0.get_or_insert_with(crate::clock::now_ms);
             let gpu = &self.gpu;
             let enc = self
                 .enc
@@ -441,10 +476,7 @@ impl Backend for GpuBackend {
             }
         }
         // One readback of k values and k ids: the only bytes a decode step moves.
-        let enc = self
-            .enc
-            .take()
-            .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()));
+        let enc = self.take_enc();
         let (v, ids) = self.gpu.read_pair(enc, &in_v, &in_i, k).await?;
         Ok(v.into_iter()
             .zip(ids)
@@ -454,10 +486,7 @@ impl Backend for GpuBackend {
     }
 
     async fn read(&mut self, x: &GpuTensor) -> Result<Vec<f32>> {
-        let enc = self
-            .enc
-            .take()
-            .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()));
+        let enc = self.take_enc();
         self.gpu.read_f32(enc, &x.buf, x.len()).await
     }
 }
