@@ -19,7 +19,7 @@ use crate::chat::{self, Message};
 use crate::engine::{Engine, EngineInfo, LoadOptions};
 use crate::error::{Error, Result};
 use crate::generate::{GenerateOptions, Generation};
-use crate::gguf::ByteSource;
+use crate::gguf::{read_end, ByteSource};
 
 /// A model file held by JS.
 pub struct JsBytes(pub Uint8Array);
@@ -31,15 +31,7 @@ impl ByteSource for JsBytes {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let len = self.len();
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= len)
-            .ok_or_else(|| {
-                Error::Gguf(format!(
-                    "read of {} bytes at {offset} passes the end of the file ({len} bytes)",
-                    buf.len()
-                ))
-            })?;
+        let end = read_end(offset, buf.len(), len)?;
         // `subarray` clamps silently; the bounds were checked above.
         self.0.subarray(offset as u32, end as u32).copy_to(buf);
         Ok(())
@@ -97,15 +89,7 @@ impl ByteSource for JsBlob {
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let len = self.len();
-        let end = offset
-            .checked_add(buf.len() as u64)
-            .filter(|&e| e <= len)
-            .ok_or_else(|| {
-                Error::Gguf(format!(
-                    "read of {} bytes at {offset} passes the end of the file ({len} bytes)",
-                    buf.len()
-                ))
-            })?;
+        let end = read_end(offset, buf.len(), len)?;
         if end - offset > BLOB_WINDOW {
             let mut tmp = Vec::new();
             self.fetch_into(offset, end, &mut tmp)?;

@@ -35,6 +35,19 @@ pub trait ByteSource {
     }
 }
 
+/// The end of a read of `n` bytes at `offset` in a file of `len` bytes, or the error that
+/// names it when it passes the end.
+pub fn read_end(offset: u64, n: usize, len: u64) -> Result<u64> {
+    offset
+        .checked_add(n as u64)
+        .filter(|&e| e <= len)
+        .ok_or_else(|| {
+            Error::Gguf(format!(
+                "read of {n} bytes at {offset} passes the end of the file ({len} bytes)"
+            ))
+        })
+}
+
 impl ByteSource for [u8] {
     fn len(&self) -> u64 {
         <[u8]>::len(self) as u64

@@ -80,11 +80,6 @@ impl GpuBackend {
         Ok(t)
     }
 
-    /// Note when the open encoder got its first command.
-    fn mark(&mut self) {
-        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
-    }
-
     /// Take the open encoder (or a new one) for submission, counting its recording time.
     fn take_enc(&mut self) -> wgpu::CommandEncoder {
         if let Some(t0) = self.enc_t0.take() {
@@ -96,10 +91,7 @@ impl GpuBackend {
     }
 
     fn enc(&mut self) -> &mut wgpu::CommandEncoder {
-        self.mark();
-        let device = &self.gpu.device;
-        self.enc
-            .get_or_insert_with(|| device.create_command_encoder(&Default::default()))
+        open(&mut self.enc, &mut self.enc_t0, &self.gpu)
     }
 
     fn tensor(&self, n_tok: usize, width: usize) -> GpuTensor {
@@ -130,11 +122,8 @@ impl GpuBackend {
         let out = self.tensor(a.n_tok, a.width);
         let (gx, gy) = grid((a.len() as u32).div_ceil(64));
         let pipeline = if gelu { &self.k.gelu_mul } else { &self.k.add };
-        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
-        let enc = self
-            .enc
-            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         dispatch(
             gpu,
             enc,
@@ -145,6 +134,17 @@ impl GpuBackend {
         );
         Ok(out)
     }
+}
+
+/// The open encoder (a new one when there is none), noting when it got its first command.
+/// Takes the fields, not `self`, so callers may hold other borrows of the backend.
+fn open<'a>(
+    enc: &'a mut Option<wgpu::CommandEncoder>,
+    t0: &mut Option<f64>,
+    gpu: &Gpu,
+) -> &'a mut wgpu::CommandEncoder {
+    t0.get_or_insert_with(crate::clock::now_ms);
+    enc.get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()))
 }
 
 fn bytes_of<T: Copy>(v: &[T], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
@@ -199,11 +199,8 @@ impl Backend for GpuBackend {
             .embed
             .get(&table.ty)
             .ok_or_else(|| Error::Backend(format!("no embedding kernel for {}", table.ty)))?;
-        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
-        let enc = self
-            .enc
-            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         for part in &table.parts {
             let params = [
                 table.cols as u32,
@@ -238,11 +235,8 @@ impl Backend for GpuBackend {
         let out = self.tensor(x.n_tok, x.width);
         let n_groups = (x.len() / len) as u32;
         let (gx, gy) = grid(n_groups);
-        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
-        let enc = self
-            .enc
-            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         dispatch(
             gpu,
             enc,
@@ -262,11 +256,8 @@ impl Backend for GpuBackend {
             )));
         }
         let out = self.tensor(x.n_tok, w.rows);
-        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
-        let enc = self
-            .enc
-            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         self.k
             .matvec
             .encode(gpu, enc, w, &x.buf, &out.buf, x.n_tok)?;
@@ -301,11 +292,8 @@ impl Backend for GpuBackend {
         let cs_buf = self.init_buffer("rope", &bytes_of(&cs, f32::to_le_bytes));
         let out = self.tensor(x.n_tok, x.width);
         let n = (x.len() / 2) as u32;
-        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
-        let enc = self
-            .enc
-            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         dispatch(
             gpu,
             enc,
@@ -370,11 +358,8 @@ impl Backend for GpuBackend {
             kv.pos[pt % n_slots] = pt as i32;
         }
         let pos_staging = self.init_buffer("kv pos", &bytes_of(&kv.pos, i32::to_le_bytes));
-        self.enc_t0.get_or_insert_with(crate::clock::now_ms);
         let gpu = &self.gpu;
-        let enc = self
-            .enc
-            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         let bufs = [
             &q.buf,
             &k.buf,
@@ -457,11 +442,8 @@ impl Backend for GpuBackend {
             let blocks = len.div_ceil(TOPK_BLOCK);
             let out_v = self.gpu.storage("top-k values", (blocks * k * 4) as u64);
             let out_i = self.gpu.storage("top-k ids", (blocks * k * 4) as u64);
-            self.enc_t0.get_or_insert_with(crate::clock::now_ms);
             let gpu = &self.gpu;
-            let enc = self
-                .enc
-                .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()));
+            let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
             dispatch(
                 gpu,
                 enc,

@@ -72,42 +72,19 @@ impl Matvec {
             Error::Backend(format!("no matrix product kernel for {} weights", w.ty))
         })?;
         for part in &w.parts {
-            if per_row {
-                let (gx, gy) = grid((part.rows as u32).div_ceil(64));
-                let params = [
-                    w.cols as u32,
-                    part.rows as u32,
-                    part.row0 as u32,
-                    w.rows as u32,
-                    m as u32,
-                    gx,
-                    0,
-                    0,
-                ];
-                super::dispatch(gpu, enc, pipeline, &[&part.buf, x, y], &params, (gx, gy));
-                continue;
-            }
-            if tiled {
-                let gx = (part.rows as u32).div_ceil(64);
-                let gy = (m as u32).div_ceil(TM);
-                let params = [
-                    w.cols as u32,
-                    part.rows as u32,
-                    part.row0 as u32,
-                    w.rows as u32,
-                    m as u32,
-                    gx,
-                    0,
-                    0,
-                ];
-                super::dispatch(gpu, enc, pipeline, &[&part.buf, x, y], &params, (gx, gy));
-                continue;
-            }
-            let groups = (part.rows as u32).div_ceil(ROWS);
-            let (gx, gy) = grid(groups);
+            let rows = part.rows as u32;
+            // (x, y) workgroups: 64 rows each (thread per row), 64 rows × TM activation rows
+            // (tiled), or ROWS rows each (lanes per row); x past 65 535 folds into y.
+            let (gx, gy) = if per_row {
+                grid(rows.div_ceil(64))
+            } else if tiled {
+                (rows.div_ceil(64), (m as u32).div_ceil(TM))
+            } else {
+                grid(rows.div_ceil(ROWS))
+            };
             let params = [
                 w.cols as u32,
-                part.rows as u32,
+                rows,
                 part.row0 as u32,
                 w.rows as u32,
                 m as u32,

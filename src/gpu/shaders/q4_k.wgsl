@@ -7,21 +7,25 @@ fn q4k_byte(base: u32, i: u32) -> u32 {
     return (w[base + i / 4u] >> (8u * (i % 4u))) & 0xffu;
 }
 
+// 6-bit scale and min of sub-block j (bytes 4..16 of the block).
+fn q4k_scale_min(base: u32, j: u32) -> vec2<u32> {
+    if (j < 4u) {
+        return vec2<u32>(q4k_byte(base, 4u + j) & 63u, q4k_byte(base, 8u + j) & 63u);
+    }
+    return vec2<u32>(
+        (q4k_byte(base, 8u + j) & 0xfu) | ((q4k_byte(base, j) >> 6u) << 4u),
+        (q4k_byte(base, 8u + j) >> 4u) | ((q4k_byte(base, 4u + j) >> 6u) << 4u),
+    );
+}
+
 fn subdot(row: u32, sub: u32, xbase: u32) -> f32 {
     let sb = sub / 8u;
     let j = sub % 8u;
     let base = (row * (p.k / 256u) + sb) * Q4_K_WORDS;
     let dm = unpack2x16float(w[base]);
-    // 6-bit scale and min of sub-block j (bytes 4..16 of the block).
-    var sc: u32;
-    var mn: u32;
-    if (j < 4u) {
-        sc = q4k_byte(base, 4u + j) & 63u;
-        mn = q4k_byte(base, 8u + j) & 63u;
-    } else {
-        sc = (q4k_byte(base, 8u + j) & 0xfu) | ((q4k_byte(base, j) >> 6u) << 4u);
-        mn = (q4k_byte(base, 8u + j) >> 4u) | ((q4k_byte(base, 4u + j) >> 6u) << 4u);
-    }
+    let sm = q4k_scale_min(base, j);
+    let sc = sm.x;
+    let mn = sm.y;
     // Sub-blocks 2t and 2t + 1 share 32 bytes: low nibbles, then high nibbles.
     let qbase = base + 4u + (j / 2u) * 8u;
     let shift = (j % 2u) * 4u;
@@ -44,15 +48,9 @@ fn deq(row: u32, i: u32) -> f32 {
     let l = i % 32u;
     let base = (row * (p.k / 256u) + sb) * Q4_K_WORDS;
     let dm = unpack2x16float(w[base]);
-    var sc: u32;
-    var mn: u32;
-    if (j < 4u) {
-        sc = q4k_byte(base, 4u + j) & 63u;
-        mn = q4k_byte(base, 8u + j) & 63u;
-    } else {
-        sc = (q4k_byte(base, 8u + j) & 0xfu) | ((q4k_byte(base, j) >> 6u) << 4u);
-        mn = (q4k_byte(base, 8u + j) >> 4u) | ((q4k_byte(base, 4u + j) >> 6u) << 4u);
-    }
+    let sm = q4k_scale_min(base, j);
+    let sc = sm.x;
+    let mn = sm.y;
     let q = (q4k_byte(base, 16u + (j / 2u) * 32u + l) >> ((j % 2u) * 4u)) & 0xfu;
     return dm.x * f32(sc) * f32(q) - dm.y * f32(mn);
 }
