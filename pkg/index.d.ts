@@ -4,7 +4,7 @@
 export type KerzeErrorName =
   | 'GgufError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelConfigError'
   | 'TokenizerError' | 'ContextFullError' | 'InvalidArgumentError' | 'AbortError' | 'ModelError'
-  | 'BackendError' | 'IoError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
+  | 'BackendError' | 'DeviceError' | 'IoError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
   | 'UnsupportedDeviceError' | 'WorkerError' | 'DisposedError' | 'EngineCrashedError';
 
 export declare const ERROR_NAMES: readonly KerzeErrorName[];

@@ -14,7 +14,7 @@
 export const ERROR_NAMES = Object.freeze([
   'GgufError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelConfigError',
   'TokenizerError', 'ContextFullError', 'InvalidArgumentError', 'AbortError', 'ModelError',
-  'BackendError', 'IoError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
+  'BackendError', 'DeviceError', 'IoError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
   'UnsupportedDeviceError', 'WorkerError', 'DisposedError', 'EngineCrashedError',
 ]);
 

@@ -97,7 +97,7 @@ fn load(a: &Args) -> Result<(Engine, crate::EngineInfo)> {
         }
     };
     pollster::block_on(Engine::load_async(
-        &src,
+        Box::new(src),
         &LoadOptions { device, n_ctx },
         &mut |_, _| {},
     ))

@@ -51,10 +51,22 @@ pub struct EngineInfo {
     pub load_ms: f64,
 }
 
-/// A loaded model on its device. One per page or process: the size difference between the
-/// variants does not matter.
+/// A loaded model on its device. While it runs on the GPU it keeps the model file at hand:
+/// if the device is lost or fails mid-generation, it loads the weights onto the CPU and the
+/// same generation continues there (every id so far is run again), reporting the switch.
+pub struct Engine {
+    run: Run,
+    info: EngineInfo,
+    /// The model file, kept while the engine runs on the GPU (the CPU loads from it).
+    source: Option<Box<dyn ByteSource>>,
+    /// Why the engine moved to the CPU, until [`Engine::take_switch`] takes it.
+    switched: Option<String>,
+}
+
+/// The session, on whichever device holds it. One per page or process: the size
+/// difference between the variants does not matter.
 #[allow(clippy::large_enum_variant)]
-pub enum Engine {
+enum Run {
     Cpu(Session<CpuBackend>),
     #[cfg(feature = "gpu")]
     Gpu(Session<crate::gpu::backend::GpuBackend>),
@@ -62,11 +74,27 @@ pub enum Engine {
 
 /// `$body` with `$s` bound to the session, whichever device holds it.
 macro_rules! on_session {
-    ($self:expr, $s:ident => $body:expr) => {
-        match $self {
-            Engine::Cpu($s) => $body,
+    ($run:expr, $s:ident => $body:expr) => {
+        match $run {
+            Run::Cpu($s) => $body,
             #[cfg(feature = "gpu")]
-            Engine::Gpu($s) => $body,
+            Run::Gpu($s) => $body,
+        }
+    };
+}
+
+/// Run `$call` (with `$s` bound to the session); when the GPU fails, move to the CPU
+/// (`$on_switch` adjusts the caller's state) and run it again there.
+macro_rules! recovering {
+    ($self:ident, $s:ident => $call:expr, $on_switch:expr) => {
+        loop {
+            match on_session!(&mut $self.run, $s => $call) {
+                Err(Error::Device(why)) if $self.on_gpu() => {
+                    $self.fall_back(why)?;
+                    $on_switch;
+                }
+                r => break r,
+            }
         }
     };
 }
@@ -88,14 +116,15 @@ impl Engine {
                 ))
             }
         };
-        Self::load_cpu(src, opts, reason, progress)
+        Self::load_cpu(src, opts, reason, progress).map(Self::wrap)
     }
 
     /// Parse, validate and load a GGUF model on the device `opts.device` asks for: `auto`
-    /// takes a GPU when there is an adapter that is not a software renderer, else the CPU;
-    /// `webgpu` takes any adapter or fails. [`EngineInfo::reason`] says why.
+    /// takes a GPU when there is an adapter that is not a software renderer and the model
+    /// fits it, else the CPU; `webgpu` takes any adapter or fails. [`EngineInfo::reason`]
+    /// says why. On the GPU the engine keeps `src` to fall back to the CPU.
     pub async fn load_async(
-        src: &dyn ByteSource,
+        src: Box<dyn ByteSource>,
         opts: &LoadOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(Self, EngineInfo)> {
@@ -110,9 +139,21 @@ impl Engine {
                     let software = info.device_type == wgpu::DeviceType::Cpu;
                     let name = format!("{} ({:?})", info.name, info.backend);
                     if opts.device == Device::Webgpu || !software {
-                        return Self::load_gpu(src, opts, be, name, progress);
+                        match Self::load_gpu(src.as_ref(), opts, be, name, progress).await {
+                            Ok((run, info)) => {
+                                let mut e = Self::wrap((run, info));
+                                src.release();
+                                e.0.source = Some(src);
+                                return Ok(e);
+                            }
+                            Err(Error::Device(why)) if opts.device == Device::Auto => {
+                                format!("the model did not load on the GPU ({why}): running on the CPU")
+                            }
+                            Err(e) => return Err(e),
+                        }
+                    } else {
+                        format!("the only GPU adapter, {name}, is a software renderer: the CPU engine is faster")
                     }
-                    format!("the only GPU adapter, {name}, is a software renderer: the CPU engine is faster")
                 }
                 Ok(None) if opts.device == Device::Webgpu => {
                     return Err(Error::Backend(
@@ -123,7 +164,7 @@ impl Engine {
                 Err(e) if opts.device == Device::Webgpu => return Err(e),
                 Err(e) => format!("the GPU failed to open ({e}): running on the CPU"),
             };
-            return Self::load_cpu(src, opts, reason, progress);
+            return Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap);
         }
         let reason = match opts.device {
             Device::Cpu => "device 'cpu' was asked for".to_string(),
@@ -134,7 +175,74 @@ impl Engine {
                 ))
             }
         };
-        Self::load_cpu(src, opts, reason, progress)
+        Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap)
+    }
+
+    fn wrap((run, info): (Run, EngineInfo)) -> (Self, EngineInfo) {
+        let e = Engine {
+            run,
+            info: info.clone(),
+            source: None,
+            switched: None,
+        };
+        (e, info)
+    }
+
+    /// What the engine runs on now, and why.
+    pub fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    /// Why the engine moved from the GPU to the CPU, once (then `None`).
+    pub fn take_switch(&mut self) -> Option<String> {
+        self.switched.take()
+    }
+
+    /// Replace the model file kept for a fall-back to the CPU (the browser keeps a cached
+    /// `Blob` instead of the downloaded bytes). Nothing is kept on the CPU.
+    pub fn keep_source(&mut self, src: Box<dyn ByteSource>) {
+        if self.on_gpu() {
+            src.release();
+            self.source = Some(src);
+        }
+    }
+
+    /// The GPU device while the engine runs there (tests destroy it).
+    #[cfg(feature = "gpu")]
+    pub fn gpu(&self) -> Option<&crate::gpu::Gpu> {
+        match &self.run {
+            Run::Gpu(s) => Some(&s.be.gpu),
+            Run::Cpu(_) => None,
+        }
+    }
+
+    fn on_gpu(&self) -> bool {
+        !matches!(self.run, Run::Cpu(_))
+    }
+
+    /// The GPU failed (`why`): load the weights onto the CPU from the kept file and continue
+    /// there. The caller replays its generation (the new cache is empty).
+    fn fall_back(&mut self, why: String) -> Result<()> {
+        let src = self.source.take().ok_or_else(|| {
+            Error::Device(format!(
+                "{why}; the model file is not at hand to continue on the CPU"
+            ))
+        })?;
+        let cfg = self.config().clone();
+        let t0 = crate::clock::now_ms();
+        let g = Gguf::read(src.as_ref())?;
+        let tok = Tokenizer::from_gguf(&g)?;
+        let mut be = CpuBackend::new();
+        let model = Gemma3::load(&mut be, &g, src.as_ref(), cfg, &mut |_, _| {})?;
+        drop(src);
+        // The GPU session (and its device) goes here.
+        self.run = Run::Cpu(Session::new(be, model, tok)?);
+        let reason = format!("the GPU failed ({why}): continued on the CPU");
+        self.info.backend = cpu_backend_name();
+        self.info.reason = reason.clone();
+        self.info.load_ms = crate::clock::now_ms() - t0;
+        self.switched = Some(reason);
+        Ok(())
     }
 
     fn load_cpu(
@@ -142,38 +250,40 @@ impl Engine {
         opts: &LoadOptions,
         reason: String,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(Self, EngineInfo)> {
+    ) -> Result<(Run, EngineInfo)> {
         let (g, cfg, tok, mut info) = Self::prepare(src, opts)?;
         let t1 = crate::clock::now_ms();
         let mut be = CpuBackend::new();
         let model = Gemma3::load(&mut be, &g, src, cfg, progress)?;
         info.load_ms = crate::clock::now_ms() - t1;
         info.reason = reason;
-        info.backend = if cfg!(all(target_arch = "wasm32", feature = "threads")) {
-            "cpu-simd-threads"
-        } else if cfg!(target_arch = "wasm32") {
-            "cpu-simd"
-        } else {
-            "cpu-native"
-        };
-        Ok((Engine::Cpu(Session::new(be, model, tok)?), info))
+        info.backend = cpu_backend_name();
+        Ok((Run::Cpu(Session::new(be, model, tok)?), info))
     }
 
+    /// Load onto the GPU; an out-of-memory or validation error of the upload, or a lost
+    /// device, is an [`Error::Device`] (`auto` then takes the CPU).
     #[cfg(feature = "gpu")]
-    fn load_gpu(
+    async fn load_gpu(
         src: &dyn ByteSource,
         opts: &LoadOptions,
         mut be: crate::gpu::backend::GpuBackend,
         name: String,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(Self, EngineInfo)> {
+    ) -> Result<(Run, EngineInfo)> {
         let (g, cfg, tok, mut info) = Self::prepare(src, opts)?;
         let t1 = crate::clock::now_ms();
-        let model = Gemma3::load(&mut be, &g, src, cfg, progress)?;
+        let device = be.gpu.device.clone();
+        let (session, scoped) = crate::gpu::scoped(&device, move || {
+            let model = Gemma3::load(&mut be, &g, src, cfg, progress)?;
+            Session::new(be, model, tok)
+        });
+        let session = session?;
+        session.be.gpu.settle(scoped).await?;
         info.load_ms = crate::clock::now_ms() - t1;
         info.reason = format!("WebGPU adapter {name}");
         info.backend = "webgpu";
-        Ok((Engine::Gpu(Session::new(be, model, tok)?), info))
+        Ok((Run::Gpu(session), info))
     }
 
     /// Header, config, the KV-cache budget and the tokenizer: everything but the weights.
@@ -205,11 +315,11 @@ impl Engine {
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
-        on_session!(self, s => &s.tok)
+        on_session!(&self.run, s => &s.tok)
     }
 
     pub fn config(&self) -> &ModelConfig {
-        on_session!(self, s => &s.model.cfg)
+        on_session!(&self.run, s => &s.model.cfg)
     }
 
     /// See [`Session::start`].
@@ -219,29 +329,38 @@ impl Engine {
         opts: &GenerateOptions,
         abort: &dyn Fn() -> bool,
     ) -> Result<Generation> {
-        on_session!(self, s => s.start(prompt_ids, opts, abort).await)
+        let mut g = self.begin(prompt_ids, opts)?;
+        loop {
+            if abort() {
+                return Err(Error::Aborted);
+            }
+            if self.prefill_step(&mut g).await? {
+                return Ok(g);
+            }
+        }
     }
 
     /// See [`Session::begin`].
     pub fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation> {
-        on_session!(self, s => s.begin(prompt_ids, opts))
+        on_session!(&mut self.run, s => s.begin(prompt_ids, opts))
     }
 
-    /// See [`Session::prefill_step`].
+    /// See [`Session::prefill_step`]. If the GPU fails, the generation continues on the CPU.
     pub async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
-        on_session!(self, s => s.prefill_step(g).await)
+        recovering!(self, s => s.prefill_step(g).await, g.replay())
     }
 
-    /// See [`Session::step`].
+    /// See [`Session::step`]. If the GPU fails, the generation continues on the CPU: the
+    /// chunk of the failed step comes first, then the ids so far are run again there.
     pub async fn step(
         &mut self,
         g: &mut Generation,
         abort: &dyn Fn() -> bool,
     ) -> Result<Option<Chunk>> {
-        on_session!(self, s => s.step(g, abort).await)
+        recovering!(self, s => s.step(g, abort).await, g.replay())
     }
 
-    /// See [`Session::generate`].
+    /// Generate to the end, calling `on_chunk` for every piece (see [`Session::generate`]).
     pub async fn generate(
         &mut self,
         prompt_ids: Vec<u32>,
@@ -249,7 +368,11 @@ impl Engine {
         abort: &dyn Fn() -> bool,
         on_chunk: &mut dyn FnMut(&Chunk),
     ) -> Result<Generation> {
-        on_session!(self, s => s.generate(prompt_ids, opts, abort, on_chunk).await)
+        let mut g = self.start(prompt_ids, opts, abort).await?;
+        while let Some(c) = self.step(&mut g, abort).await? {
+            on_chunk(&c);
+        }
+        Ok(g)
     }
 
     /// See [`Session::logits_top_k`].
@@ -259,11 +382,21 @@ impl Engine {
         k: usize,
         first: usize,
     ) -> Result<Vec<Vec<(u32, f32)>>> {
-        on_session!(self, s => s.logits_top_k(ids, k, first).await)
+        recovering!(self, s => s.logits_top_k(ids, k, first).await, ())
     }
 
     /// Forget the KV cache.
     pub fn reset(&mut self) {
-        on_session!(self, s => s.reset())
+        on_session!(&mut self.run, s => s.reset())
+    }
+}
+
+fn cpu_backend_name() -> &'static str {
+    if cfg!(all(target_arch = "wasm32", feature = "threads")) {
+        "cpu-simd-threads"
+    } else if cfg!(target_arch = "wasm32") {
+        "cpu-simd"
+    } else {
+        "cpu-native"
     }
 }

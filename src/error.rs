@@ -43,6 +43,10 @@ pub enum Error {
     /// The compute backend failed (candle, or later the GPU).
     #[error("backend: {0}")]
     Backend(String),
+    /// The GPU device was lost or reported an error: what the engine ran there is void. The
+    /// engine itself recovers onto the CPU; callers see this only when that is impossible.
+    #[error("GPU device: {0}")]
+    Device(String),
     /// File system or process I/O (native only).
     #[error("io: {0}")]
     Io(String),
@@ -62,6 +66,7 @@ impl Error {
             Error::Aborted => "AbortError",
             Error::Model(_) => "ModelError",
             Error::Backend(_) => "BackendError",
+            Error::Device(_) => "DeviceError",
             Error::Io(_) => "IoError",
         }
     }

@@ -84,6 +84,9 @@ pub struct Usage {
     pub decode_ms: f64,
     pub prefill_tokens_per_s: f64,
     pub decode_tokens_per_s: f64,
+    /// Tokens run again after the engine moved to the CPU (the GPU was lost), and the time.
+    pub replayed_tokens: usize,
+    pub replay_ms: f64,
 }
 
 /// The state of one generation between steps.
@@ -96,10 +99,15 @@ pub struct Generation {
     /// Prompt and generated ids so far.
     pub ids: Vec<u32>,
     pub prompt_len: usize,
-    /// Prompt tokens in the cache so far.
+    /// Ids (from the start of `ids`) in the cache so far.
     prefilled: usize,
     /// The token sampled but not yet fed to the model.
     next: Option<u32>,
+    /// A chunk computed but not returned because the step after it failed: the next
+    /// `step` returns it first.
+    stash: Option<Chunk>,
+    /// Running `ids` again on a new backend (see [`Generation::replay`]).
+    replaying: bool,
     pub finish: Option<FinishReason>,
     pub usage: Usage,
 }
@@ -108,6 +116,14 @@ impl Generation {
     /// Generated ids so far.
     pub fn generated(&self) -> &[u32] {
         &self.ids[self.prompt_len..]
+    }
+
+    /// Continue on a session whose cache is empty (the engine moved to another backend):
+    /// the next steps run every id so far again, then sample as if nothing happened.
+    pub fn replay(&mut self) {
+        self.prefilled = 0;
+        self.next = None;
+        self.replaying = true;
     }
 }
 
@@ -252,6 +268,8 @@ impl<B: Backend> Session<B> {
             prefilled: self.cached_ids.len(),
             ids: prompt_ids,
             next: None,
+            stash: None,
+            replaying: false,
             finish: None,
             usage: Usage {
                 prompt_tokens: 0,
@@ -261,10 +279,11 @@ impl<B: Backend> Session<B> {
         })
     }
 
-    /// Run the next chunk of the prompt; `true` once the whole prompt is in the cache and
-    /// the first token is sampled.
+    /// Run the next chunk of the prompt (or, after [`Generation::replay`], of every id so
+    /// far); `true` once all are in the cache and the next token is sampled.
     pub async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
-        if g.prefilled >= g.prompt_len {
+        let target = g.ids.len();
+        if g.prefilled >= target {
             return Ok(true);
         }
         if self.cached_ids[..] != g.ids[..g.prefilled] {
@@ -272,12 +291,12 @@ impl<B: Backend> Session<B> {
                 "the session ran something else since this generation began".into(),
             ));
         }
-        let end = (g.prefilled + PREFILL_CHUNK).min(g.prompt_len);
+        let end = (g.prefilled + PREFILL_CHUNK).min(target);
         let chunk = g.ids[g.prefilled..end].to_vec();
         let t0 = now_ms();
         let h = self.forward_chunk(&chunk)?;
         g.prefilled = end;
-        let done = end == g.prompt_len;
+        let done = end == target;
         if done {
             g.usage.prompt_tokens = g.prompt_len;
             if g.max_tokens == 0 {
@@ -289,9 +308,17 @@ impl<B: Backend> Session<B> {
         } else {
             self.be.sync().await?;
         }
-        g.usage.prefill_ms += now_ms() - t0;
-        g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens - g.prompt_len) as f64
-            / (g.usage.prefill_ms / 1000.0).max(1e-9);
+        let dt = now_ms() - t0;
+        if g.replaying {
+            g.usage.replay_ms += dt;
+            g.usage.replayed_tokens += chunk.len();
+            g.replaying = !done;
+        } else {
+            g.usage.prefill_ms += dt;
+            g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens
+                - g.prompt_len) as f64
+                / (g.usage.prefill_ms / 1000.0).max(1e-9);
+        }
         Ok(done)
     }
 
@@ -301,6 +328,9 @@ impl<B: Backend> Session<B> {
         g: &mut Generation,
         abort: &dyn Fn() -> bool,
     ) -> Result<Option<Chunk>> {
+        if let Some(c) = g.stash.take() {
+            return Ok(Some(c));
+        }
         if g.finish.is_some() {
             return Ok(self.flush(g));
         }
@@ -331,8 +361,18 @@ impl<B: Backend> Session<B> {
             g.finish = Some(FinishReason::ContextFull);
         } else {
             let t0 = now_ms();
-            let h = self.feed(&[id], abort).await?;
-            g.next = Some(self.sample_next(g, &h).await?);
+            match self.advance(g, id, abort).await {
+                Ok(next) => {
+                    g.next = Some(next);
+                    g.prefilled = g.ids.len();
+                }
+                Err(e) => {
+                    // Keep the text: a caller that recovers (the engine, onto the CPU) gets
+                    // it from the next step.
+                    g.stash = Some(Chunk { text, token_id: id });
+                    return Err(e);
+                }
+            }
             g.usage.decode_ms += now_ms() - t0;
             let n = g.usage.completion_tokens as f64;
             g.usage.decode_tokens_per_s = n / (g.usage.decode_ms / 1000.0).max(1e-9);
@@ -345,6 +385,12 @@ impl<B: Backend> Session<B> {
             }));
         }
         Ok(Some(Chunk { text, token_id: id }))
+    }
+
+    /// Feed `id` and sample the token after it.
+    async fn advance(&mut self, g: &mut Generation, id: u32, abort: &dyn Fn() -> bool) -> Result<u32> {
+        let h = self.feed(&[id], abort).await?;
+        self.sample_next(g, &h).await
     }
 
     /// The text held back (an incomplete character or a partial stop string) once finished.

@@ -106,6 +106,10 @@ impl ByteSource for JsBlob {
         buf.copy_from_slice(&w_bytes[at..at + buf.len()]);
         Ok(())
     }
+
+    fn release(&self) {
+        *self.window.borrow_mut() = (0, Vec::new());
+    }
 }
 
 fn js_error(name: &str, message: &str) -> JsValue {
@@ -137,7 +141,10 @@ struct State {
 pub struct WasmEngine {
     state: Rc<RefCell<Option<State>>>,
     disposed: Rc<std::cell::Cell<bool>>,
-    info: EngineInfo,
+    /// The engine's info as of its last call (readable while a call runs), and a move to
+    /// the CPU not yet reported to JS.
+    info: Rc<RefCell<EngineInfo>>,
+    switched: Rc<RefCell<Option<String>>>,
 }
 
 impl WasmEngine {
@@ -155,9 +162,14 @@ impl WasmEngine {
     {
         let slot = self.state.clone();
         let disposed = self.disposed.clone();
+        let (info, switched) = (self.info.clone(), self.switched.clone());
         future_to_promise(async move {
             let st = slot.borrow_mut().take().ok_or_else(busy)?;
-            let (st, r) = f(st).await;
+            let (mut st, r) = f(st).await;
+            if let Some(why) = st.engine.take_switch() {
+                *info.borrow_mut() = st.engine.info().clone();
+                *switched.borrow_mut() = Some(why);
+            }
             if !disposed.get() {
                 *slot.borrow_mut() = Some(st);
             }
@@ -213,7 +225,8 @@ impl WasmEngine {
                 generation: None,
             }))),
             disposed: Rc::new(std::cell::Cell::new(false)),
-            info,
+            info: Rc::new(RefCell::new(info)),
+            switched: Rc::new(RefCell::new(None)),
         }
     }
 }
@@ -258,15 +271,32 @@ impl WasmEngine {
                 &JsValue::from_f64(total as f64),
             );
         };
-        let (engine, info) = Engine::load_async(src.as_ref(), &opts, &mut progress)
+        let (engine, info) = Engine::load_async(src, &opts, &mut progress)
             .await
             .map_err(to_js)?;
         Ok(WasmEngine::new(engine, info))
     }
 
-    /// JSON of the engine info.
+    /// JSON of the engine info (it changes when the engine moves from the GPU to the CPU).
     pub fn info(&self) -> std::result::Result<String, JsValue> {
-        json(&self.info)
+        json(&*self.info.borrow())
+    }
+
+    /// Why the engine moved from the GPU to the CPU during the last calls, once (then
+    /// `undefined`): the generation went on there, nothing was lost.
+    #[wasm_bindgen(js_name = takeSwitch)]
+    pub fn take_switch(&self) -> Option<String> {
+        self.switched.borrow_mut().take()
+    }
+
+    /// Keep `blob` (the cached model file, workers only) instead of the bytes the engine was
+    /// loaded from, for a move to the CPU if the GPU fails: the bytes can then be freed.
+    #[wasm_bindgen(js_name = keepSource)]
+    pub fn keep_source(&self, blob: web_sys::Blob) -> std::result::Result<(), JsValue> {
+        self.with(|st| {
+            st.engine.keep_source(Box::new(JsBlob::new(blob)));
+            Ok(())
+        })
     }
 
     /// Token ids of `text`; `special`: parse control tokens like `<start_of_turn>` (else they

@@ -15,6 +15,7 @@ use half::f16;
 use kerze::cpu::int8::QMatrix;
 use kerze::gguf::{FileSource, GgmlType, Gguf, TensorInfo};
 use kerze::gpu::kernels::matvec::Matvec;
+use kerze::gpu::kernels::Recorder;
 use kerze::gpu::shaders;
 use kerze::gpu::weights::{block_layout, GpuWeight};
 use kerze::gpu::{Gpu, GpuOptions};
@@ -121,8 +122,9 @@ fn gpu_matvec(g: &Gpu, mv: &Matvec, w: &GpuWeight, x: &[f32], m: usize) -> Vec<f
         &x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
     );
     let yb = g.storage("y", (m * w.rows * 4) as u64);
-    let mut enc = g.device.create_command_encoder(&Default::default());
-    mv.encode(g, &mut enc, w, &xb, &yb, m).unwrap();
+    let mut rec = Recorder::new(g);
+    mv.encode(g, &mut rec, w, &xb, &yb, m).unwrap();
+    let enc = rec.take(g).unwrap();
     pollster::block_on(g.read_f32(enc, &yb, m * w.rows)).unwrap()
 }
 
@@ -358,8 +360,9 @@ fn gpu_top_k_equals_the_cpu_top_k() {
     }
 }
 
-/// A decode step on the GPU is one submission and reads back at most 4 KiB (the top-k), and
-/// greedy generation gives the CPU engine's tokens.
+/// A decode step on the GPU is one submission, reads back at most 4 KiB (the top-k) and,
+/// once a step of its shape ran, creates no buffer and no bind group; greedy generation
+/// gives the CPU engine's tokens.
 #[test]
 fn decode_steps_read_back_little_and_match_the_cpu() {
     use kerze::{Engine, GenerateOptions, LoadOptions};
@@ -374,36 +377,114 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
         let opts = GenerateOptions::greedy_tokens(16);
         let mut g = pollster::block_on(s.start(ids.clone(), &opts, &|| false)).unwrap();
         let mut steps = Vec::new();
-        let e0 = s.be.encode_ms;
-        loop {
-            let (b0, s0) = (
+        let e0 = s.be.encode_ms();
+        let counts = |s: &kerze::generate::Session<kerze::gpu::backend::GpuBackend>| {
+            [
                 s.be.gpu.bytes_read.load(Ordering::Relaxed),
                 s.be.gpu.submits.load(Ordering::Relaxed),
-            );
+                s.be.gpu.buffers_created.load(Ordering::Relaxed),
+                s.be.bind_groups_created(),
+            ]
+        };
+        loop {
+            let c0 = counts(&s);
             let Some(_) = pollster::block_on(s.step(&mut g, &|| false)).unwrap() else {
                 break;
             };
-            steps.push((
-                s.be.gpu.bytes_read.load(Ordering::Relaxed) - b0,
-                s.be.gpu.submits.load(Ordering::Relaxed) - s0,
-            ));
+            let c1 = counts(&s);
+            steps.push([0, 1, 2, 3].map(|i| c1[i] - c0[i]));
         }
-        // Every step but the last computes the next token.
-        for &(bytes, submits) in &steps[..steps.len() - 1] {
+        // Every step but the last computes the next token; the first decode step may meet
+        // new shapes (one-row activations), none after it.
+        for (i, &[bytes, submits, buffers, binds]) in steps[..steps.len() - 1].iter().enumerate() {
             assert!(bytes > 0 && bytes <= 4096, "{bytes} bytes read in a step");
             assert_eq!(submits, 1, "submissions in a step");
+            if i > 0 {
+                assert_eq!((buffers, binds), (0, 0), "buffers, bind groups created in step {i}");
+            }
         }
         let want = pollster::block_on(cpu.generate(ids, &opts, &|| false, &mut |_| {})).unwrap();
         assert_eq!(g.generated(), want.generated(), "{:?}", case.prompt);
         eprintln!(
-            "{:?}: {} steps, {} bytes read per step, {:.2} ms encoding per step; prefill {:.1} tok/s, decode {:.2} tok/s on {}",
+            "{:?}: {} steps, {} bytes read per step, first step {} buffers / {} bind groups created, {:.2} ms encoding per step, pool {} KiB; prefill {:.1} tok/s, decode {:.2} tok/s on {}",
             case.prompt,
             steps.len(),
-            steps[0].0,
-            (s.be.encode_ms - e0) / (steps.len() - 1) as f64,
+            steps[0][0],
+            steps[0][2],
+            steps[0][3],
+            (s.be.encode_ms() - e0) / (steps.len() - 1) as f64,
+            s.be.pool_bytes() / 1024,
             g.usage.prefill_tokens_per_s,
             g.usage.decode_tokens_per_s,
             s.be.gpu.info.name
+        );
+    }
+}
+
+/// The GPU is lost mid-generation (the device destroyed, as a driver reset or the browser
+/// reclaiming it would): the tokens produced so far are kept, the engine loads the weights
+/// onto the CPU from the kept file, runs the ids so far again and finishes there, reporting
+/// the switch — and the continuation is what the CPU alone produces from that prefix. Lost
+/// before the prompt ran, the whole generation is the CPU's.
+#[test]
+fn device_loss_mid_generation_continues_on_the_cpu() {
+    use kerze::{Device, Engine, GenerateOptions, LoadOptions};
+    let path = common::model_path();
+    let load = || {
+        let opts = LoadOptions {
+            device: Device::Webgpu,
+            n_ctx: None,
+        };
+        let src = Box::new(FileSource::open(&path).unwrap());
+        pollster::block_on(Engine::load_async(src, &opts, &mut |_, _| {})).unwrap()
+    };
+    let src = FileSource::open(&path).unwrap();
+    let (mut cpu, _) = Engine::load(&src, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let never = || false;
+    let n = 10;
+    let opts = GenerateOptions::greedy_tokens(n);
+    // Lost after `lose_after` tokens were returned (None: before the prompt ran).
+    for lose_after in [Some(3usize), None] {
+        let (mut e, info) = load();
+        assert_eq!(info.backend, "webgpu");
+        let ids = e
+            .tokenizer()
+            .encode_user("The three primary colors are", true)
+            .unwrap();
+        let mut g = e.begin(ids.clone(), &opts).unwrap();
+        if lose_after.is_none() {
+            e.gpu().unwrap().destroy();
+        }
+        while !pollster::block_on(e.prefill_step(&mut g)).unwrap() {}
+        let mut text = String::new();
+        let mut produced_on_gpu = 0;
+        let mut i = 0;
+        loop {
+            if Some(i) == lose_after {
+                // The token after these is already sampled on the GPU.
+                produced_on_gpu = i + 1;
+                e.gpu().unwrap().destroy();
+            }
+            let Some(c) = pollster::block_on(e.step(&mut g, &never)).unwrap() else {
+                break;
+            };
+            text.push_str(&c.text);
+            i += 1;
+        }
+        let switch = e.take_switch().expect("the switch is reported");
+        assert!(switch.contains("continued on the CPU"), "{switch}");
+        assert_eq!(e.info().backend, "cpu-native");
+        assert!(e.gpu().is_none());
+        let got = g.generated().to_vec();
+        assert_eq!(got.len(), n, "every token arrives");
+        assert_eq!(text, e.tokenizer().decode(&got, false).unwrap(), "no text lost");
+        let prefix: Vec<u32> = ids.iter().chain(&got[..produced_on_gpu]).copied().collect();
+        let rest = GenerateOptions::greedy_tokens(n - produced_on_gpu);
+        let want = pollster::block_on(cpu.generate(prefix, &rest, &never, &mut |_| {})).unwrap();
+        assert_eq!(&got[produced_on_gpu..], want.generated(), "lost after {lose_after:?}");
+        eprintln!(
+            "lost after {lose_after:?}: {switch}; {} tokens run again on the CPU in {:.0} ms",
+            g.usage.replayed_tokens, g.usage.replay_ms
         );
     }
 }

@@ -33,6 +33,8 @@ pub trait ByteSource {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Drop read-ahead buffers: the source is kept but idle (a GPU engine's fall-back).
+    fn release(&self) {}
 }
 
 /// The end of a read of `n` bytes at `offset` in a file of `len` bytes, or the error that

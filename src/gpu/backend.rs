@@ -1,10 +1,11 @@
 //! [`Backend`] on the GPU: every op records a dispatch into one command encoder; `read`
 //! submits it and reads the result back. The forward pass is the same generic model code as
-//! on the CPU.
+//! on the CPU. Activations come from a pool, parameters and small inputs from one arena,
+//! bind groups from a cache: a decode step of a shape seen before creates nothing.
 
-use wgpu::util::DeviceExt;
+use std::sync::Arc;
 
-use super::kernels::{dispatch, grid, Kernels};
+use super::kernels::{grid, Bind, Kernels, Pool, Recorder};
 use super::weights::GpuWeight;
 use super::{Gpu, GpuOptions};
 use crate::backend::{AttnParams, Backend};
@@ -14,8 +15,8 @@ use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 /// Activations on the GPU: `n_tok` rows of `width` f32.
 #[derive(Clone)]
 pub struct GpuTensor {
-    /// wgpu buffers are reference-counted handles: clones share the buffer.
-    buf: wgpu::Buffer,
+    /// From the pool: free again when the last clone is dropped.
+    buf: Arc<wgpu::Buffer>,
     pub n_tok: usize,
     pub width: usize,
 }
@@ -27,12 +28,12 @@ impl GpuTensor {
 }
 
 /// One layer's KV cache: `n_slots` rows of keys and values, and the position each slot
-/// holds (-1: empty), mirrored on the CPU.
+/// holds (-1: empty), written on the GPU.
 pub struct GpuKv {
     k: wgpu::Buffer,
     v: wgpu::Buffer,
     pos_buf: wgpu::Buffer,
-    pos: Vec<i32>,
+    n_slots: usize,
     width: usize,
 }
 
@@ -44,12 +45,10 @@ const TOPK_BLOCK: usize = 1024;
 pub struct GpuBackend {
     pub gpu: Gpu,
     k: Kernels,
-    enc: Option<wgpu::CommandEncoder>,
-    /// When the open encoder got its first command (ms, crate::clock).
-    enc_t0: Option<f64>,
-    /// Milliseconds spent recording commands, from each encoder's first command to its
-    /// submission (the CPU side of a step).
-    pub encode_ms: f64,
+    pub rec: Recorder,
+    pool: Pool,
+    /// Rotary cos/sin put in the arena this recording: (positions, head_dim, base) → range.
+    rope_cs: Vec<((usize, usize, usize, u32), u64, (u64, u64))>,
 }
 
 impl GpuBackend {
@@ -59,20 +58,38 @@ impl GpuBackend {
             return Ok(None);
         };
         let k = Kernels::new(&gpu)?;
+        let rec = Recorder::new(&gpu);
         Ok(Some(Self {
             gpu,
             k,
-            enc: None,
-            enc_t0: None,
-            encode_ms: 0.0,
+            rec,
+            pool: Pool::default(),
+            rope_cs: Vec::new(),
         }))
     }
 
+    /// Milliseconds spent recording commands so far.
+    pub fn encode_ms(&self) -> f64 {
+        self.rec.encode_ms
+    }
+
+    /// Bind groups created so far.
+    pub fn bind_groups_created(&self) -> u64 {
+        self.rec.bind_groups_created
+    }
+
+    /// Bytes of activation buffers held by the pool.
+    pub fn pool_bytes(&self) -> u64 {
+        self.pool.bytes()
+    }
+
     /// Activations from the CPU (`n_tok` rows of `width`).
-    pub fn upload(&self, data: &[f32], n_tok: usize, width: usize) -> Result<GpuTensor> {
+    pub fn upload(&mut self, data: &[f32], n_tok: usize, width: usize) -> Result<GpuTensor> {
         if data.len() != n_tok * width {
             return Err(Error::Backend("upload: shape".into()));
         }
+        // Submit what is recorded first: the queue write lands before the next submission.
+        self.flush();
         let t = self.tensor(n_tok, width);
         self.gpu
             .queue
@@ -80,36 +97,37 @@ impl GpuBackend {
         Ok(t)
     }
 
-    /// Take the open encoder (or a new one) for submission, counting its recording time.
+    /// Take what was recorded (or a new encoder) for submission.
     fn take_enc(&mut self) -> wgpu::CommandEncoder {
-        if let Some(t0) = self.enc_t0.take() {
-            self.encode_ms += crate::clock::now_ms() - t0;
-        }
-        self.enc
-            .take()
+        self.rope_cs.clear();
+        self.rec
+            .take(&self.gpu)
             .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()))
     }
 
-    fn enc(&mut self) -> &mut wgpu::CommandEncoder {
-        open(&mut self.enc, &mut self.enc_t0, &self.gpu)
+    /// Submit what was recorded without waiting.
+    fn flush(&mut self) {
+        if let Some(enc) = self.rec.take(&self.gpu) {
+            self.rope_cs.clear();
+            self.gpu.queue.submit([enc.finish()]);
+            self.gpu.count_submit();
+        }
     }
 
-    fn tensor(&self, n_tok: usize, width: usize) -> GpuTensor {
+    fn tensor(&mut self, n_tok: usize, width: usize) -> GpuTensor {
         GpuTensor {
-            buf: self.gpu.storage("act", (n_tok * width * 4) as u64),
+            buf: self.pool.take(&self.gpu, (n_tok * width * 4) as u64),
             n_tok,
             width,
         }
     }
 
-    fn init_buffer(&self, label: &str, bytes: &[u8]) -> wgpu::Buffer {
-        self.gpu
-            .device
-            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-                label: Some(label),
-                contents: bytes,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC,
-            })
+    /// Put `bytes` (a step's small input) into the arena, with room for `then` more bytes
+    /// of parameters after it, so no submission falls between the two.
+    fn put(&mut self, bytes: &[u8], then: u64) -> (u64, u64) {
+        self.rec
+            .reserve(&self.gpu, bytes.len() as u64 + then, 2);
+        self.rec.put(bytes)
     }
 
     fn elementwise(&mut self, a: &GpuTensor, b: &GpuTensor, gelu: bool) -> Result<GpuTensor> {
@@ -119,16 +137,14 @@ impl GpuBackend {
                 a.n_tok, a.width, b.n_tok, b.width
             )));
         }
+        self.gpu.check()?;
         let out = self.tensor(a.n_tok, a.width);
         let (gx, gy) = grid((a.len() as u32).div_ceil(64));
         let pipeline = if gelu { &self.k.gelu_mul } else { &self.k.add };
-        let gpu = &self.gpu;
-        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
-        dispatch(
-            gpu,
-            enc,
+        self.rec.dispatch(
+            &self.gpu,
             pipeline,
-            &[&a.buf, &b.buf, &out.buf],
+            &[b_(&a.buf), b_(&b.buf), b_(&out.buf)],
             &[a.len() as u32, gx, 0, 0],
             (gx, gy),
         );
@@ -136,15 +152,9 @@ impl GpuBackend {
     }
 }
 
-/// The open encoder (a new one when there is none), noting when it got its first command.
-/// Takes the fields, not `self`, so callers may hold other borrows of the backend.
-fn open<'a>(
-    enc: &'a mut Option<wgpu::CommandEncoder>,
-    t0: &mut Option<f64>,
-    gpu: &Gpu,
-) -> &'a mut wgpu::CommandEncoder {
-    t0.get_or_insert_with(crate::clock::now_ms);
-    enc.get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()))
+/// A whole buffer as a binding.
+fn b_(buf: &wgpu::Buffer) -> Bind<'_> {
+    buf.into()
 }
 
 fn bytes_of<T: Copy>(v: &[T], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
@@ -163,26 +173,27 @@ impl Backend for GpuBackend {
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<GpuKv> {
         let width = n_head_kv * head_dim;
         let bytes = (n_slots * width * 4) as u64;
-        let pos = vec![-1i32; n_slots];
-        let pos_buf = self.gpu.storage("kv pos", (n_slots * 4) as u64);
-        self.gpu
-            .queue
-            .write_buffer(&pos_buf, 0, &bytes_of(&pos, i32::to_le_bytes));
-        Ok(GpuKv {
+        let mut kv = GpuKv {
             k: self.gpu.storage("k cache", bytes),
             v: self.gpu.storage("v cache", bytes),
-            pos_buf,
-            pos,
+            pos_buf: self.gpu.storage("kv pos", (n_slots * 4) as u64),
+            n_slots,
             width,
-        })
+        };
+        self.clear_kv(&mut kv);
+        Ok(kv)
     }
 
     fn clear_kv(&mut self, kv: &mut GpuKv) {
-        kv.pos.iter_mut().for_each(|p| *p = -1);
-        let staging = self.init_buffer("kv pos", &bytes_of(&kv.pos, i32::to_le_bytes));
-        let size = (kv.pos.len() * 4) as u64;
-        self.enc()
-            .copy_buffer_to_buffer(&staging, 0, &kv.pos_buf, 0, size);
+        let n = kv.n_slots as u32;
+        let (gx, gy) = grid(n.div_ceil(64));
+        self.rec.dispatch(
+            &self.gpu,
+            &self.k.fill,
+            &[b_(&kv.pos_buf)],
+            &[n, (-1i32) as u32, gx, 0],
+            (gx, gy),
+        );
     }
 
     fn embed(&mut self, table: &GpuWeight, ids: &[u32], scale: f32) -> Result<GpuTensor> {
@@ -192,15 +203,16 @@ impl Backend for GpuBackend {
                 table.rows
             )));
         }
+        self.gpu.check()?;
         let out = self.tensor(ids.len(), table.cols);
-        let ids_buf = self.init_buffer("ids", &bytes_of(ids, u32::to_le_bytes));
+        let params_bytes = (table.parts.len() as u64) * (32 + 256);
+        let ids_range = self.put(&bytes_of(ids, u32::to_le_bytes), params_bytes);
+        let arena = self.rec.arena();
         let pipeline = self
             .k
             .embed
             .get(&table.ty)
             .ok_or_else(|| Error::Backend(format!("no embedding kernel for {}", table.ty)))?;
-        let gpu = &self.gpu;
-        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         for part in &table.parts {
             let params = [
                 table.cols as u32,
@@ -212,11 +224,10 @@ impl Backend for GpuBackend {
                 0,
                 0,
             ];
-            dispatch(
-                gpu,
-                enc,
+            self.rec.dispatch(
+                &self.gpu,
                 pipeline,
-                &[&part.buf, &ids_buf, &out.buf],
+                &[b_(&part.buf), arena.range(ids_range), b_(&out.buf)],
                 &params,
                 (ids.len() as u32, 1),
             );
@@ -232,16 +243,14 @@ impl Backend for GpuBackend {
                 w.rows, w.cols, w.ty, x.width
             )));
         }
+        self.gpu.check()?;
         let out = self.tensor(x.n_tok, x.width);
         let n_groups = (x.len() / len) as u32;
         let (gx, gy) = grid(n_groups);
-        let gpu = &self.gpu;
-        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
-        dispatch(
-            gpu,
-            enc,
+        self.rec.dispatch(
+            &self.gpu,
             &self.k.rms_norm,
-            &[&x.buf, &w.parts[0].buf, &out.buf],
+            &[b_(&x.buf), b_(&w.parts[0].buf), b_(&out.buf)],
             &[len as u32, n_groups, eps.to_bits(), gx],
             (gx, gy),
         );
@@ -255,12 +264,11 @@ impl Backend for GpuBackend {
                 x.width, w.rows, w.cols
             )));
         }
+        self.gpu.check()?;
         let out = self.tensor(x.n_tok, w.rows);
-        let gpu = &self.gpu;
-        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
         self.k
             .matvec
-            .encode(gpu, enc, w, &x.buf, &out.buf, x.n_tok)?;
+            .encode(&self.gpu, &mut self.rec, w, &x.buf, &out.buf, x.n_tok)?;
         Ok(out)
     }
 
@@ -278,27 +286,57 @@ impl Backend for GpuBackend {
         {
             return Err(Error::Backend("rope: shape".into()));
         }
-        let half = head_dim / 2;
-        // cos/sin in f64, as the CPU backend computes them.
-        let mut cs = Vec::with_capacity(pos.len() * half * 2);
-        for &p in pos {
-            for i in 0..half {
-                let f = f64::from(base).powf(-2.0 * i as f64 / head_dim as f64);
-                let (s, c) = (p as f64 * f).sin_cos();
-                cs.push(c as f32);
-                cs.push(s as f32);
-            }
+        self.gpu.check()?;
+        if let Some(t) = (1..pos.len()).find(|&t| pos[t] != pos[t - 1] + 1) {
+            return Err(Error::Backend(format!(
+                "rope: positions not consecutive at row {t}"
+            )));
         }
-        let cs_buf = self.init_buffer("rope", &bytes_of(&cs, f32::to_le_bytes));
+        let half = head_dim / 2;
+        // cos/sin in f64, as the CPU backend computes them; once per recording for all the
+        // layers (and q and k) that share the positions and base.
+        let key = (pos[0], pos.len(), head_dim, base.to_bits());
+        let generation = self.rec.generation;
+        let cached = self
+            .rope_cs
+            .iter()
+            .find(|(k, g, _)| *k == key && *g == generation)
+            .map(|e| e.2);
+        let range = match cached {
+            Some(r) => {
+                self.rec.reserve(&self.gpu, 16, 1);
+                if self.rec.generation == generation {
+                    Some(r)
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
+        let range = match range {
+            Some(r) => r,
+            None => {
+                let mut cs = Vec::with_capacity(pos.len() * half * 2);
+                for &p in pos {
+                    for i in 0..half {
+                        let f = f64::from(base).powf(-2.0 * i as f64 / head_dim as f64);
+                        let (s, c) = (p as f64 * f).sin_cos();
+                        cs.push(c as f32);
+                        cs.push(s as f32);
+                    }
+                }
+                let r = self.put(&bytes_of(&cs, f32::to_le_bytes), 16);
+                self.rope_cs.push((key, self.rec.generation, r));
+                r
+            }
+        };
         let out = self.tensor(x.n_tok, x.width);
         let n = (x.len() / 2) as u32;
-        let gpu = &self.gpu;
-        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
-        dispatch(
-            gpu,
-            enc,
+        let arena = self.rec.arena();
+        self.rec.dispatch(
+            &self.gpu,
             &self.k.rope,
-            &[&x.buf, &cs_buf, &out.buf],
+            &[b_(&x.buf), arena.range(range), b_(&out.buf)],
             &[x.width as u32, head_dim as u32, x.n_tok as u32, 0],
             (n.div_ceil(64), 1),
         );
@@ -333,13 +371,16 @@ impl Backend for GpuBackend {
                 "attention: positions not consecutive at row {t}"
             )));
         }
-        let n_slots = kv.pos.len();
+        self.gpu.check()?;
+        let n_slots = kv.n_slots;
         let first = pos.first().copied().unwrap_or(0);
         let n_cached = n_slots.min(first);
         let n_keys = n_cached + n_tok;
+        // Sized for the most keys this chunk length can see, so every decode step binds the
+        // same scores buffer.
         let scores = self
-            .gpu
-            .storage("scores", (n_tok * p.n_head * n_keys * 4) as u64);
+            .pool
+            .take(&self.gpu, (n_tok * p.n_head * (n_slots + n_tok) * 4) as u64);
         let out = self.tensor(n_tok, p.n_head * p.head_dim);
         let window = p.window.min(u32::MAX as usize) as u32;
         let params = [
@@ -352,47 +393,39 @@ impl Backend for GpuBackend {
             window,
             p.scale.to_bits(),
         ];
-        // The new rows enter the cache after the attention (below), and the slot positions
-        // are updated by a copy recorded after it: the kernels see the cache as it was.
-        for &pt in pos {
-            kv.pos[pt % n_slots] = pt as i32;
-        }
-        let pos_staging = self.init_buffer("kv pos", &bytes_of(&kv.pos, i32::to_le_bytes));
-        let gpu = &self.gpu;
-        let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
-        let bufs = [
-            &q.buf,
-            &k.buf,
-            &v.buf,
-            &kv.k,
-            &kv.v,
-            &kv.pos_buf,
-            &scores,
-            &out.buf,
+        let binds = [
+            b_(&q.buf),
+            b_(&k.buf),
+            b_(&v.buf),
+            b_(&kv.k),
+            b_(&kv.v),
+            b_(&kv.pos_buf),
+            b_(&scores),
+            b_(&out.buf),
         ];
-        dispatch(
-            gpu,
-            enc,
+        self.rec.dispatch(
+            &self.gpu,
             &self.k.attn_scores,
-            &bufs,
+            &binds,
             &params,
             ((n_keys as u32).div_ceil(64), (n_tok * p.n_head) as u32),
         );
-        dispatch(
-            gpu,
-            enc,
+        self.rec.dispatch(
+            &self.gpu,
             &self.k.attn_mix,
-            &bufs,
+            &binds,
             &params,
             ((n_tok * p.n_head) as u32, 1),
         );
-        let row = (kv_w * 4) as u64;
-        for (t, &pt) in pos.iter().enumerate() {
-            let slot = (pt % n_slots) as u64;
-            enc.copy_buffer_to_buffer(&k.buf, t as u64 * row, &kv.k, slot * row, row);
-            enc.copy_buffer_to_buffer(&v.buf, t as u64 * row, &kv.v, slot * row, row);
-        }
-        enc.copy_buffer_to_buffer(&pos_staging, 0, &kv.pos_buf, 0, (n_slots * 4) as u64);
+        // The new rows enter the cache after the attention: the kernels above saw the
+        // cache as it was.
+        self.rec.dispatch(
+            &self.gpu,
+            &self.k.kv_write,
+            &[b_(&k.buf), b_(&v.buf), b_(&kv.k), b_(&kv.v), b_(&kv.pos_buf)],
+            &[n_tok as u32, kv_w as u32, first as u32, n_slots as u32],
+            (n_tok as u32, 1),
+        );
         Ok(out)
     }
 
@@ -414,9 +447,8 @@ impl Backend for GpuBackend {
         }
         let out = self.tensor(n, x.width);
         let w = (x.width * 4) as u64;
-        let (src, dst) = (x.buf.clone(), out.buf.clone());
-        self.enc()
-            .copy_buffer_to_buffer(&src, start as u64 * w, &dst, 0, n as u64 * w);
+        self.rec
+            .copy(&self.gpu, &x.buf, start as u64 * w, &out.buf, 0, n as u64 * w);
         Ok(out)
     }
 
@@ -425,14 +457,15 @@ impl Backend for GpuBackend {
     }
 
     async fn sync(&mut self) -> Result<()> {
-        if self.enc.is_some() {
-            let enc = self.take_enc();
+        if let Some(enc) = self.rec.take(&self.gpu) {
+            self.rope_cs.clear();
             self.gpu.submit_and_wait(enc).await?;
         }
         Ok(())
     }
 
     async fn top_k(&mut self, x: &GpuTensor, k: usize) -> Result<Vec<(u32, f32)>> {
+        self.gpu.check()?;
         let k = k.clamp(1, TOPK_MAX);
         let row = self.rows(x, x.n_tok - 1, 1)?;
         let mut len = x.width;
@@ -440,15 +473,12 @@ impl Backend for GpuBackend {
         let (mut in_v, mut in_i) = (row.buf.clone(), row.buf.clone());
         loop {
             let blocks = len.div_ceil(TOPK_BLOCK);
-            let out_v = self.gpu.storage("top-k values", (blocks * k * 4) as u64);
-            let out_i = self.gpu.storage("top-k ids", (blocks * k * 4) as u64);
-            let gpu = &self.gpu;
-            let enc = open(&mut self.enc, &mut self.enc_t0, gpu);
-            dispatch(
-                gpu,
-                enc,
+            let out_v = self.pool.take(&self.gpu, (blocks * k * 4) as u64);
+            let out_i = self.pool.take(&self.gpu, (blocks * k * 4) as u64);
+            self.rec.dispatch(
+                &self.gpu,
                 &self.k.topk,
-                &[&in_v, &in_i, &out_v, &out_i],
+                &[b_(&in_v), b_(&in_i), b_(&out_v), b_(&out_i)],
                 &[len as u32, k as u32, u32::from(first), 0],
                 (blocks as u32, 1),
             );

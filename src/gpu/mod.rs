@@ -43,6 +43,13 @@ pub struct Gpu {
     /// Bytes read back and queue submissions so far (tests count them per step).
     pub bytes_read: std::sync::atomic::AtomicU64,
     pub submits: std::sync::atomic::AtomicU64,
+    /// Buffers created so far (weights, caches, activations, readback).
+    pub buffers_created: std::sync::atomic::AtomicU64,
+    /// The readback buffer, reused while big enough.
+    staging: Mutex<Option<wgpu::Buffer>>,
+    /// The first error the device reported outside a scope, or its loss: once set, nothing
+    /// it computes is trusted (`check`).
+    fault: Arc<Mutex<Option<String>>>,
 }
 
 fn gpu_err(what: &str, e: impl std::fmt::Display) -> Error {
@@ -105,6 +112,18 @@ impl Gpu {
             })
             .await
             .map_err(|e| gpu_err("the GPU refused a device", e))?;
+        // Errors and loss are recorded, never left to wgpu's default handler (which panics:
+        // in wasm that would kill the engine); the engine then continues on the CPU.
+        let fault = Arc::new(Mutex::new(None::<String>));
+        let f = fault.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            note_fault(&f, format!("{e}"));
+        }));
+        let f = fault.clone();
+        device.set_device_lost_callback(move |reason, msg| {
+            let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
+            note_fault(&f, format!("the device was lost ({reason:?}{msg})"));
+        });
         let binding = limits
             .max_storage_buffer_binding_size
             .min(limits.max_buffer_size);
@@ -118,11 +137,67 @@ impl Gpu {
             max_part_bytes,
             bytes_read: Default::default(),
             submits: Default::default(),
+            buffers_created: Default::default(),
+            staging: Mutex::new(None),
+            fault,
         }))
+    }
+
+    /// `Err(Error::Device)` once the device reported an error or was lost.
+    pub fn check(&self) -> Result<()> {
+        match self.fault.lock().ok().and_then(|f| f.clone()) {
+            Some(why) => Err(Error::Device(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Destroy the device, as a driver reset or a browser reclaiming the GPU would: what
+    /// follows fails with [`Error::Device`] (tests of the recovery onto the CPU).
+    pub fn destroy(&self) {
+        self.device.destroy();
+    }
+
+    /// Submit `enc` inside error scopes; the returned future gives the first validation or
+    /// out-of-memory error of the submission (the encoder's own errors surface at `finish`).
+    /// Push, submit and pop happen at once, so no other work can interleave with the scopes.
+    fn submit(&self, enc: wgpu::CommandEncoder) -> ScopeErrors {
+        self.count_submit();
+        scoped(&self.device, || self.queue.submit([enc.finish()])).1
+    }
+
+    /// Wait for the queue, then report any error the scope `scoped` caught, or a fault.
+    pub async fn settle(&self, scoped: ScopeErrors) -> Result<()> {
+        let (tx, rx) = oneshot();
+        self.queue.on_submitted_work_done(move || tx.send(()));
+        #[cfg(not(target_arch = "wasm32"))]
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Device(format!("waiting for the GPU: {e}")))?;
+        rx.await;
+        self.after(scoped.await)
+    }
+
+    /// The fault after a submission: the scope's error, else any error or loss reported.
+    fn after(&self, scoped: Option<String>) -> Result<()> {
+        if let Some(e) = scoped {
+            note_fault(&self.fault, e);
+        }
+        self.check()
+    }
+
+    pub fn count_buffer(&self) {
+        self.buffers_created
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn count_submit(&self) {
+        self.submits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A storage buffer of `bytes` (rounded up to 4).
     pub fn storage(&self, label: &str, bytes: u64) -> wgpu::Buffer {
+        self.count_buffer();
         self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes.max(4).next_multiple_of(4),
@@ -146,17 +221,9 @@ impl Gpu {
 
     /// Submit `enc` and wait until the GPU finished it.
     pub async fn submit_and_wait(&self, enc: wgpu::CommandEncoder) -> Result<()> {
-        self.queue.submit([enc.finish()]);
-        self.submits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (tx, rx) = oneshot();
-        self.queue.on_submitted_work_done(move || tx.send(()));
-        #[cfg(not(target_arch = "wasm32"))]
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| gpu_err("waiting for the GPU", e))?;
-        rx.await;
-        Ok(())
+        self.check()?;
+        let scoped = self.submit(enc);
+        self.settle(scoped).await
     }
 
     /// `n` f32 values and `n` u32 ids (a top-k) in one submission.
@@ -183,32 +250,51 @@ impl Gpu {
         use std::sync::atomic::Ordering;
         let bytes = (n as u64) * 4;
         let total = bytes * bufs.len() as u64;
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: total.max(4),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let staging = {
+            let mut kept = self
+                .staging
+                .lock()
+                .map_err(|_| Error::Backend("the readback buffer is poisoned".into()))?;
+            match kept.as_ref() {
+                Some(b) if b.size() >= total => b.clone(),
+                _ => {
+                    self.count_buffer();
+                    let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("readback"),
+                        size: total.max(1024).next_multiple_of(4),
+                        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                        mapped_at_creation: false,
+                    });
+                    *kept = Some(b.clone());
+                    b
+                }
+            }
+        };
+        self.check()?;
+        if total == 0 {
+            return Ok(vec![Vec::new(); bufs.len()]);
+        }
         let mut enc = enc;
         for (i, b) in bufs.iter().enumerate() {
             enc.copy_buffer_to_buffer(b, 0, &staging, i as u64 * bytes, bytes);
         }
-        self.queue.submit([enc.finish()]);
-        self.submits.fetch_add(1, Ordering::Relaxed);
+        let scoped = self.submit(enc);
         self.bytes_read.fetch_add(total, Ordering::Relaxed);
-        let slice = staging.slice(..);
+        let slice = staging.slice(..total);
         let (tx, rx) = oneshot();
         slice.map_async(wgpu::MapMode::Read, move |r| tx.send(r));
         #[cfg(not(target_arch = "wasm32"))]
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| gpu_err("waiting for the GPU", e))?;
-        rx.await
-            .map_err(|e| gpu_err("reading back from the GPU", e))?;
+            .map_err(|e| Error::Device(format!("waiting for the GPU: {e}")))?;
+        let mapped = rx.await;
+        // A lost device fails the mapping; an error in the step voids what it computed.
+        self.after(scoped.await)?;
+        mapped.map_err(|e| Error::Device(format!("reading back from the GPU: {e}")))?;
         let out = {
             let view = slice
                 .get_mapped_range()
-                .map_err(|e| gpu_err("mapping the readback", e))?;
+                .map_err(|e| Error::Device(format!("mapping the readback: {e}")))?;
             let all: Vec<u32> = view
                 .chunks_exact(4)
                 .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -220,6 +306,40 @@ impl Gpu {
         };
         staging.unmap();
         Ok(out)
+    }
+}
+
+/// Run `f` (work that creates or writes GPU resources: the weight upload, a submission)
+/// inside error scopes; the future gives its first out-of-memory or validation error. Push,
+/// `f` and pop happen at once: no other work can interleave with the scopes.
+pub fn scoped<T>(device: &wgpu::Device, f: impl FnOnce() -> T) -> (T, ScopeErrors) {
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let oom = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let out = f();
+    let oom = oom.pop();
+    let validation = validation.pop();
+    (
+        out,
+        Box::pin(async move {
+            let (o, v) = (oom.await, validation.await);
+            o.or(v).map(|e| e.to_string())
+        }),
+    )
+}
+
+/// The first error error scopes caught (see [`scoped`]).
+pub type ScopeErrors = Pin<Box<dyn Future<Output = Option<String>>>>;
+
+/// Record the first fault, on one line (wgpu's messages span several).
+fn note_fault(fault: &Mutex<Option<String>>, why: String) {
+    let line = why
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "Caused by:")
+        .collect::<Vec<_>>()
+        .join(": ");
+    if let Ok(mut f) = fault.lock() {
+        f.get_or_insert(line);
     }
 }
 

@@ -48,6 +48,14 @@ pub const KERNELS: &[Shader] = &[
         name: "attention",
         text: include_str!("shaders/attention.wgsl"),
     },
+    Shader {
+        name: "kv_write",
+        text: include_str!("shaders/kv_write.wgsl"),
+    },
+    Shader {
+        name: "fill",
+        text: include_str!("shaders/fill.wgsl"),
+    },
 ];
 
 /// Kernels built once per weight type (they call the type's `subdot` or `deq`).

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::grid;
+use super::{grid, Recorder};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::gpu::shaders;
@@ -49,7 +49,7 @@ impl Matvec {
     pub fn encode(
         &self,
         gpu: &Gpu,
-        enc: &mut wgpu::CommandEncoder,
+        rec: &mut Recorder,
         w: &GpuWeight,
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
@@ -92,7 +92,13 @@ impl Matvec {
                 0,
                 0,
             ];
-            super::dispatch(gpu, enc, pipeline, &[&part.buf, x, y], &params, (gx, gy));
+            rec.dispatch(
+                gpu,
+                pipeline,
+                &[(&part.buf).into(), x.into(), y.into()],
+                &params,
+                (gx, gy),
+            );
         }
         Ok(())
     }

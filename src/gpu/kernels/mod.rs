@@ -1,11 +1,10 @@
-//! Launch code of the kernels: pipelines built once at load, dispatches recorded into the
-//! caller's encoder.
+//! Launch code of the kernels: pipelines built once at load; dispatches recorded by the
+//! [`Recorder`] (one encoder per step, parameters in one arena, cached bind groups) on
+//! buffers from the [`Pool`].
 
 pub mod matvec;
 
 use std::collections::HashMap;
-
-use wgpu::util::DeviceExt;
 
 use super::{shaders, Gpu};
 use crate::error::{Error, Result};
@@ -100,48 +99,258 @@ fn pipeline_with(
         }))
 }
 
-/// Record one dispatch: `buffers` bound at 0.., the params as a uniform after them.
-pub fn dispatch(
-    gpu: &Gpu,
-    enc: &mut wgpu::CommandEncoder,
-    pipeline: &wgpu::ComputePipeline,
-    buffers: &[&wgpu::Buffer],
-    params: &[u32],
-    groups: (u32, u32),
-) {
-    let bytes: Vec<u8> = params.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let ubuf = gpu
-        .device
-        .create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("params"),
-            contents: &bytes,
-            usage: wgpu::BufferUsages::UNIFORM,
+/// A buffer binding: the whole buffer, or `size` bytes from `offset`.
+#[derive(Clone, Copy)]
+pub struct Bind<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub offset: u64,
+    pub size: Option<u64>,
+}
+
+impl<'a> From<&'a wgpu::Buffer> for Bind<'a> {
+    fn from(buf: &'a wgpu::Buffer) -> Self {
+        Bind {
+            buf,
+            offset: 0,
+            size: None,
+        }
+    }
+}
+
+/// The recorder's arena buffer.
+pub struct Arena(wgpu::Buffer);
+
+impl Arena {
+    /// The range `(offset, size)` that [`Recorder::put`] gave, as a binding.
+    pub fn range(&self, (offset, size): (u64, u64)) -> Bind<'_> {
+        Bind {
+            buf: &self.0,
+            offset,
+            size: Some(size),
+        }
+    }
+}
+
+/// A bind group's identity: the pipeline and every binding. A decode step binds the same
+/// buffers (weights, the KV cache, pooled activations, ranges of the arena) at the same
+/// places every time, so its bind groups are made once and found again.
+#[derive(PartialEq, Eq, Hash)]
+struct BindKey {
+    pipeline: wgpu::ComputePipeline,
+    bindings: Vec<(wgpu::Buffer, u64, u64)>,
+}
+
+/// Bytes of the arena that holds a recording's parameters and small inputs (token ids,
+/// rotary cos/sin): a step needs ~100 KB; a recording that needs more is submitted in parts.
+const ARENA_BYTES: u64 = 4 << 20;
+/// Bind groups kept before the cache starts over (prefill chunk shapes add a few each).
+const MAX_BIND_GROUPS: usize = 16_384;
+
+/// Records the commands of a step into one encoder: uniforms and small inputs go into one
+/// arena buffer, written once at submission; bind groups come from a cache.
+pub struct Recorder {
+    enc: Option<wgpu::CommandEncoder>,
+    /// When the open encoder got its first command (ms, crate::clock).
+    t0: Option<f64>,
+    /// Milliseconds spent recording, from each encoder's first command to its submission
+    /// (the CPU side of a step).
+    pub encode_ms: f64,
+    arena: wgpu::Buffer,
+    align: u64,
+    data: Vec<u8>,
+    /// Bumped each time the arena is handed to a submission: earlier ranges are void.
+    pub generation: u64,
+    binds: HashMap<BindKey, wgpu::BindGroup>,
+    /// Bind groups created so far (tests count them per step).
+    pub bind_groups_created: u64,
+}
+
+impl Recorder {
+    pub fn new(gpu: &Gpu) -> Self {
+        let l = &gpu.limits;
+        let align = u64::from(
+            l.min_uniform_buffer_offset_alignment
+                .max(l.min_storage_buffer_offset_alignment),
+        );
+        let arena = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("arena"),
+            size: ARENA_BYTES.min(l.max_buffer_size),
+            usage: wgpu::BufferUsages::UNIFORM
+                | wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
         });
-    let layout = pipeline.get_bind_group_layout(0);
-    let mut entries: Vec<wgpu::BindGroupEntry> = buffers
-        .iter()
-        .enumerate()
-        .map(|(i, b)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource: b.as_entire_binding(),
-        })
-        .collect();
-    entries.push(wgpu::BindGroupEntry {
-        binding: buffers.len() as u32,
-        resource: ubuf.as_entire_binding(),
-    });
-    let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &layout,
-        entries: &entries,
-    });
-    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: None,
-        timestamp_writes: None,
-    });
-    pass.set_pipeline(pipeline);
-    pass.set_bind_group(0, &bind, &[]);
-    pass.dispatch_workgroups(groups.0, groups.1, 1);
+        gpu.count_buffer();
+        Self {
+            enc: None,
+            t0: None,
+            encode_ms: 0.0,
+            arena,
+            align,
+            data: Vec::new(),
+            generation: 0,
+            binds: HashMap::new(),
+            bind_groups_created: 0,
+        }
+    }
+
+    /// The open encoder (a new one when there is none).
+    pub fn enc(&mut self, gpu: &Gpu) -> &mut wgpu::CommandEncoder {
+        self.t0.get_or_insert_with(crate::clock::now_ms);
+        self.enc
+            .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()))
+    }
+
+    /// Make room for `bytes` more (in up to `pieces` aligned pieces) in the arena, submitting
+    /// what was recorded when it is full. Ranges taken before a submission are void after it.
+    pub fn reserve(&mut self, gpu: &Gpu, bytes: u64, pieces: u64) {
+        let need = self.data.len() as u64 + bytes + pieces * self.align;
+        if need > self.arena.size() {
+            if let Some(enc) = self.take(gpu) {
+                gpu.queue.submit([enc.finish()]);
+                gpu.count_submit();
+            }
+        }
+    }
+
+    /// Put `bytes` into the arena: its range (offset, size). Call [`Recorder::reserve`] first.
+    pub fn put(&mut self, bytes: &[u8]) -> (u64, u64) {
+        let off = (self.data.len() as u64).next_multiple_of(self.align);
+        self.data.resize(off as usize, 0);
+        self.data.extend_from_slice(bytes);
+        let size = (bytes.len() as u64).next_multiple_of(4).max(4);
+        self.data.resize((off + size) as usize, 0);
+        (off, size)
+    }
+
+    /// The arena buffer (a handle: bind ranges of it with [`Arena::range`]).
+    pub fn arena(&self) -> Arena {
+        Arena(self.arena.clone())
+    }
+
+    /// Record one dispatch: `bindings` at 0.., the params as a uniform after them.
+    pub fn dispatch(
+        &mut self,
+        gpu: &Gpu,
+        pipeline: &wgpu::ComputePipeline,
+        bindings: &[Bind],
+        params: &[u32],
+        groups: (u32, u32),
+    ) {
+        let bytes: Vec<u8> = params.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.reserve(gpu, bytes.len() as u64, 1);
+        let (off, size) = self.put(&bytes);
+        let mut all: Vec<(wgpu::Buffer, u64, u64)> = bindings
+            .iter()
+            .map(|b| (b.buf.clone(), b.offset, b.size.unwrap_or(u64::MAX)))
+            .collect();
+        all.push((self.arena.clone(), off, size));
+        let key = BindKey {
+            pipeline: pipeline.clone(),
+            bindings: all,
+        };
+        if self.binds.len() >= MAX_BIND_GROUPS && !self.binds.contains_key(&key) {
+            self.binds.clear();
+        }
+        let bind = match self.binds.get(&key) {
+            Some(b) => b.clone(),
+            None => {
+                let layout = pipeline.get_bind_group_layout(0);
+                let entries: Vec<wgpu::BindGroupEntry> = key
+                    .bindings
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (buf, offset, size))| wgpu::BindGroupEntry {
+                        binding: i as u32,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: buf,
+                            offset: *offset,
+                            size: (*size != u64::MAX)
+                                .then(|| wgpu::BufferSize::new(*size))
+                                .flatten(),
+                        }),
+                    })
+                    .collect();
+                let b = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: None,
+                    layout: &layout,
+                    entries: &entries,
+                });
+                self.bind_groups_created += 1;
+                self.binds.insert(key, b.clone());
+                b
+            }
+        };
+        let enc = self.enc(gpu);
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, &bind, &[]);
+        pass.dispatch_workgroups(groups.0, groups.1, 1);
+    }
+
+    /// Record a buffer copy.
+    pub fn copy(
+        &mut self,
+        gpu: &Gpu,
+        src: &wgpu::Buffer,
+        src_off: u64,
+        dst: &wgpu::Buffer,
+        dst_off: u64,
+        size: u64,
+    ) {
+        self.enc(gpu)
+            .copy_buffer_to_buffer(src, src_off, dst, dst_off, size);
+    }
+
+    /// What was recorded, ready to submit (the arena is written first: a queue write lands
+    /// before the next submission), or `None` when nothing was.
+    pub fn take(&mut self, gpu: &Gpu) -> Option<wgpu::CommandEncoder> {
+        if let Some(t0) = self.t0.take() {
+            self.encode_ms += crate::clock::now_ms() - t0;
+        }
+        if !self.data.is_empty() {
+            gpu.queue.write_buffer(&self.arena, 0, &self.data);
+            self.data.clear();
+        }
+        self.generation += 1;
+        self.enc.take()
+    }
+}
+
+/// Activation buffers, reused: a buffer is free when only the pool holds it. Sizes are
+/// rounded up to a power of two, so a step of the same shape takes the same buffers in the
+/// same order (and finds its bind groups again), and prefill chunks of any length share a
+/// few sizes. Kernels never read a buffer's length, only their parameters.
+#[derive(Default)]
+pub struct Pool {
+    free: HashMap<u64, Vec<std::sync::Arc<wgpu::Buffer>>>,
+}
+
+impl Pool {
+    pub fn take(&mut self, gpu: &Gpu, bytes: u64) -> std::sync::Arc<wgpu::Buffer> {
+        let size = bytes.max(256).next_power_of_two();
+        let list = self.free.entry(size).or_default();
+        if let Some(b) = list
+            .iter()
+            .find(|b| std::sync::Arc::strong_count(b) == 1)
+        {
+            return b.clone();
+        }
+        let b = std::sync::Arc::new(gpu.storage("activations", size));
+        list.push(b.clone());
+        b
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.free
+            .iter()
+            .map(|(size, v)| size * v.len() as u64)
+            .sum()
+    }
 }
 
 /// Every pipeline of the forward pass.
@@ -154,6 +363,8 @@ pub struct Kernels {
     pub gelu_mul: wgpu::ComputePipeline,
     pub attn_scores: wgpu::ComputePipeline,
     pub attn_mix: wgpu::ComputePipeline,
+    pub kv_write: wgpu::ComputePipeline,
+    pub fill: wgpu::ComputePipeline,
     pub topk: wgpu::ComputePipeline,
 }
 
@@ -173,6 +384,8 @@ impl Kernels {
             gelu_mul: pipeline(gpu, "elementwise", None, "gelu_mul")?,
             attn_scores: pipeline_with(gpu, "attention", None, "scores", Some(&attn))?,
             attn_mix: pipeline_with(gpu, "attention", None, "mix", Some(&attn))?,
+            kv_write: pipeline(gpu, "kv_write", None, "main")?,
+            fill: pipeline(gpu, "fill", None, "main")?,
             topk: pipeline(gpu, "topk", None, "main")?,
         })
     }
