@@ -214,10 +214,18 @@ async function readCached(hit, signal, onProgress) {
   return buf;
 }
 
+function engineInfo0(engine) {
+  return JSON.parse(engine.info());
+}
+
 export class Core {
-  /** @param {{ warn?: (message: string) => void }} hooks */
+  /**
+   * @param {{ warn?: (message: string) => void, info?: (info: object) => void }} hooks
+   *   `info` is called with the new engine info when the engine moves from the GPU to the CPU.
+   */
   constructor(hooks = {}) {
     this.warn = hooks.warn ?? ((m) => console.warn(`kerze: ${m}`));
+    this.onInfo = hooks.info ?? (() => {});
     this.glue = null;
     this.engine = null;
     this.info = null;
@@ -296,6 +304,16 @@ export class Core {
         this.warn(`the model was not cached (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it will download again next time`);
       }
     }
+    if (store && source === 'network' && engineInfo0(this.engine).backend === 'webgpu' && typeof FileReaderSync === 'function') {
+      // On the GPU the engine keeps the model file to continue on the CPU if the device is
+      // lost: keep the cached Blob (on disk) rather than the downloaded bytes.
+      try {
+        const hit = await store.match(spec.key);
+        if (hit) this.engine.keepSource(await hit.response.blob());
+      } catch {
+        // keeps the bytes
+      }
+    }
     bytes = null;
     const engineInfo = JSON.parse(this.engine.info());
     if (noGpu && engineInfo.backend !== 'webgpu') engineInfo.reason = `${noGpu}: running on the CPU`;
@@ -339,13 +357,13 @@ export class Core {
       throwIfAborted(signal);
       const ids = this.promptIds(input);
       engine.begin(ids, JSON.stringify(options));
-      while (!(await engine.prefillStep())) {
+      while (!(await this.#switched(engine.prefillStep()))) {
         await yieldToEventLoop();
         throwIfAborted(signal);
       }
       for (;;) {
         throwIfAborted(signal);
-        const c = await engine.step();
+        const c = await this.#switched(engine.step());
         if (c === undefined) break;
         yield JSON.parse(c);
         await yieldToEventLoop();
@@ -364,6 +382,23 @@ export class Core {
     }
   }
 
+  /**
+   * `pending`, then: if the engine moved from the GPU to the CPU meanwhile (the device was
+   * lost; the generation went on there), the new info and a warning.
+   */
+  async #switched(pending) {
+    try {
+      return await pending;
+    } finally {
+      const why = this.engine?.takeSwitch();
+      if (why) {
+        this.info = { ...this.info, ...JSON.parse(this.engine.info()) };
+        this.warn(why);
+        this.onInfo(this.info);
+      }
+    }
+  }
+
   tokenize(text, { special = false, bos = false } = {}) {
     return Array.from(this.#need().tokenize(text, special, bos));
   }
@@ -375,7 +410,7 @@ export class Core {
   async logitsTopK(ids, k, first) {
     const engine = this.#need();
     if (this.busy) throw new KerzeError('EngineBusyError', 'a generation is running on this engine');
-    return JSON.parse(await engine.logitsTopK(Uint32Array.from(ids), k, first));
+    return JSON.parse(await this.#switched(engine.logitsTopK(Uint32Array.from(ids), k, first)));
   }
 
   reset() {

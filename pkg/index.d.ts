@@ -127,6 +127,9 @@ export interface Usage {
   decodeMs: number;
   prefillTokensPerS: number;
   decodeTokensPerS: number;
+  /** Tokens run again after the engine moved from the GPU to the CPU (the device was lost). */
+  replayedTokens: number;
+  replayMs: number;
 }
 
 export type FinishReason = 'stop' | 'length' | 'context_full';
@@ -220,6 +223,7 @@ export interface ChatCompletions {
 /** A loaded model. */
 export declare class Engine {
   private constructor();
+  /** Replaced (and a warning given) when the engine moves from the GPU to the CPU. */
   readonly info: Readonly<EngineInfo>;
   readonly chat: { readonly completions: ChatCompletions };
   /** Stream the continuation of `prompt` (user text; control tokens stay text). */

@@ -98,7 +98,7 @@ function chooseThreads(threads) {
 
 class InThreadTransport {
   constructor(onWarning) {
-    this.core = new Core({ warn: onWarning });
+    this.core = new Core({ warn: onWarning, info: (info) => this.onInfo?.(info) });
   }
 
   async request(op, args, { onProgress, onChunk, signal } = {}) {
@@ -183,6 +183,10 @@ class WorkerTransport {
   #onMessage(m) {
     if (m?.type === 'warning') {
       this.onWarning(m.message);
+      return;
+    }
+    if (m?.type === 'info') {
+      this.onInfo?.(m.info);
       return;
     }
     const p = this.pending.get(m?.id);
@@ -293,8 +297,14 @@ export class Engine {
 
   constructor(transport, info) {
     this.#t = transport;
-    /** What runs and why: { backend, reason, model, nCtx, ... }. */
+    /**
+     * What runs and why: { backend, reason, model, nCtx, ... }. Replaced when the engine
+     * moves from the GPU to the CPU (the device was lost; generation goes on there).
+     */
     this.info = Object.freeze(info);
+    transport.onInfo = (next) => {
+      this.info = Object.freeze({ ...this.info, ...next });
+    };
     this.chat = Object.freeze({
       completions: Object.freeze({ create: (body, req) => this.#chatCreate(body, req) }),
     });

@@ -9,6 +9,8 @@
 //                { id, type: 'result', value }        the op's result (ends the request)
 //                { id, type: 'error', error }         the op failed (ends the request)
 //                { type: 'warning', message }         not fatal (e.g. no cache available)
+//                { type: 'info', info }               the engine info changed (the GPU was
+//                                                     lost: the engine went on on the CPU)
 
 /** Every error name the engine produces (Rust `Error::kind()` plus the JS side's own). */
 export const ERROR_NAMES = Object.freeze([

@@ -7,7 +7,10 @@ import { serializeError } from './protocol.js';
 
 /** Answer messages on `scope` (a DedicatedWorkerGlobalScope). */
 export function serve(scope) {
-  const core = new Core({ warn: (message) => scope.postMessage({ type: 'warning', message }) });
+  const core = new Core({
+    warn: (message) => scope.postMessage({ type: 'warning', message }),
+    info: (info) => scope.postMessage({ type: 'info', info }),
+  });
   const running = new Map();
   let queue = Promise.resolve();
 

@@ -86,12 +86,12 @@ macro_rules! on_session {
 /// Run `$call` (with `$s` bound to the session); when the GPU fails, move to the CPU
 /// (`$on_switch` adjusts the caller's state) and run it again there.
 macro_rules! recovering {
-    ($self:ident, $s:ident => $call:expr, $on_switch:expr) => {
+    ($self:ident, $s:ident => $call:expr $(, $on_switch:expr)?) => {
         loop {
             match on_session!(&mut $self.run, $s => $call) {
                 Err(Error::Device(why)) if $self.on_gpu() => {
                     $self.fall_back(why)?;
-                    $on_switch;
+                    $($on_switch;)?
                 }
                 r => break r,
             }
@@ -147,7 +147,9 @@ impl Engine {
                                 return Ok(e);
                             }
                             Err(Error::Device(why)) if opts.device == Device::Auto => {
-                                format!("the model did not load on the GPU ({why}): running on the CPU")
+                                format!(
+                                    "the model did not load on the GPU ({why}): running on the CPU"
+                                )
                             }
                             Err(e) => return Err(e),
                         }
@@ -382,7 +384,7 @@ impl Engine {
         k: usize,
         first: usize,
     ) -> Result<Vec<Vec<(u32, f32)>>> {
-        recovering!(self, s => s.logits_top_k(ids, k, first).await, ())
+        recovering!(self, s => s.logits_top_k(ids, k, first).await)
     }
 
     /// Forget the KV cache.

@@ -315,8 +315,8 @@ impl<B: Backend> Session<B> {
             g.replaying = !done;
         } else {
             g.usage.prefill_ms += dt;
-            g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens
-                - g.prompt_len) as f64
+            g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens - g.prompt_len)
+                as f64
                 / (g.usage.prefill_ms / 1000.0).max(1e-9);
         }
         Ok(done)
@@ -388,7 +388,12 @@ impl<B: Backend> Session<B> {
     }
 
     /// Feed `id` and sample the token after it.
-    async fn advance(&mut self, g: &mut Generation, id: u32, abort: &dyn Fn() -> bool) -> Result<u32> {
+    async fn advance(
+        &mut self,
+        g: &mut Generation,
+        id: u32,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<u32> {
         let h = self.feed(&[id], abort).await?;
         self.sample_next(g, &h).await
     }

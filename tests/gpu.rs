@@ -400,7 +400,11 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
             assert!(bytes > 0 && bytes <= 4096, "{bytes} bytes read in a step");
             assert_eq!(submits, 1, "submissions in a step");
             if i > 0 {
-                assert_eq!((buffers, binds), (0, 0), "buffers, bind groups created in step {i}");
+                assert_eq!(
+                    (buffers, binds),
+                    (0, 0),
+                    "buffers, bind groups created in step {i}"
+                );
             }
         }
         let want = pollster::block_on(cpu.generate(ids, &opts, &|| false, &mut |_| {})).unwrap();
@@ -477,11 +481,19 @@ fn device_loss_mid_generation_continues_on_the_cpu() {
         assert!(e.gpu().is_none());
         let got = g.generated().to_vec();
         assert_eq!(got.len(), n, "every token arrives");
-        assert_eq!(text, e.tokenizer().decode(&got, false).unwrap(), "no text lost");
+        assert_eq!(
+            text,
+            e.tokenizer().decode(&got, false).unwrap(),
+            "no text lost"
+        );
         let prefix: Vec<u32> = ids.iter().chain(&got[..produced_on_gpu]).copied().collect();
         let rest = GenerateOptions::greedy_tokens(n - produced_on_gpu);
         let want = pollster::block_on(cpu.generate(prefix, &rest, &never, &mut |_| {})).unwrap();
-        assert_eq!(&got[produced_on_gpu..], want.generated(), "lost after {lose_after:?}");
+        assert_eq!(
+            &got[produced_on_gpu..],
+            want.generated(),
+            "lost after {lose_after:?}"
+        );
         eprintln!(
             "lost after {lose_after:?}: {switch}; {} tokens run again on the CPU in {:.0} ms",
             g.usage.replayed_tokens, g.usage.replay_ms

@@ -3,7 +3,7 @@
 //! on the CPU. Activations come from a pool, parameters and small inputs from one arena,
 //! bind groups from a cache: a decode step of a shape seen before creates nothing.
 
-use std::sync::Arc;
+use std::rc::Rc;
 
 use super::kernels::{grid, Bind, Kernels, Pool, Recorder};
 use super::weights::GpuWeight;
@@ -16,7 +16,7 @@ use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 #[derive(Clone)]
 pub struct GpuTensor {
     /// From the pool: free again when the last clone is dropped.
-    buf: Arc<wgpu::Buffer>,
+    buf: Rc<wgpu::Buffer>,
     pub n_tok: usize,
     pub width: usize,
 }
@@ -47,8 +47,16 @@ pub struct GpuBackend {
     k: Kernels,
     pub rec: Recorder,
     pool: Pool,
-    /// Rotary cos/sin put in the arena this recording: (positions, head_dim, base) → range.
-    rope_cs: Vec<((usize, usize, usize, u32), u64, (u64, u64))>,
+    /// Rotary cos/sin put in the arena this recording.
+    rope_cs: Vec<RopeCs>,
+}
+
+/// Rotary cos/sin in the arena: for (first position, rows, head_dim, base bits), the
+/// recorder generation it was put in and its range.
+struct RopeCs {
+    key: (usize, usize, usize, u32),
+    generation: u64,
+    range: (u64, u64),
 }
 
 impl GpuBackend {
@@ -125,8 +133,7 @@ impl GpuBackend {
     /// Put `bytes` (a step's small input) into the arena, with room for `then` more bytes
     /// of parameters after it, so no submission falls between the two.
     fn put(&mut self, bytes: &[u8], then: u64) -> (u64, u64) {
-        self.rec
-            .reserve(&self.gpu, bytes.len() as u64 + then, 2);
+        self.rec.reserve(&self.gpu, bytes.len() as u64 + then, 2);
         self.rec.put(bytes)
     }
 
@@ -300,8 +307,8 @@ impl Backend for GpuBackend {
         let cached = self
             .rope_cs
             .iter()
-            .find(|(k, g, _)| *k == key && *g == generation)
-            .map(|e| e.2);
+            .find(|e| e.key == key && e.generation == generation)
+            .map(|e| e.range);
         let range = match cached {
             Some(r) => {
                 self.rec.reserve(&self.gpu, 16, 1);
@@ -326,7 +333,11 @@ impl Backend for GpuBackend {
                     }
                 }
                 let r = self.put(&bytes_of(&cs, f32::to_le_bytes), 16);
-                self.rope_cs.push((key, self.rec.generation, r));
+                self.rope_cs.push(RopeCs {
+                    key,
+                    generation: self.rec.generation,
+                    range: r,
+                });
                 r
             }
         };
@@ -422,7 +433,13 @@ impl Backend for GpuBackend {
         self.rec.dispatch(
             &self.gpu,
             &self.k.kv_write,
-            &[b_(&k.buf), b_(&v.buf), b_(&kv.k), b_(&kv.v), b_(&kv.pos_buf)],
+            &[
+                b_(&k.buf),
+                b_(&v.buf),
+                b_(&kv.k),
+                b_(&kv.v),
+                b_(&kv.pos_buf),
+            ],
             &[n_tok as u32, kv_w as u32, first as u32, n_slots as u32],
             (n_tok as u32, 1),
         );
@@ -447,8 +464,14 @@ impl Backend for GpuBackend {
         }
         let out = self.tensor(n, x.width);
         let w = (x.width * 4) as u64;
-        self.rec
-            .copy(&self.gpu, &x.buf, start as u64 * w, &out.buf, 0, n as u64 * w);
+        self.rec.copy(
+            &self.gpu,
+            &x.buf,
+            start as u64 * w,
+            &out.buf,
+            0,
+            n as u64 * w,
+        );
         Ok(out)
     }
 

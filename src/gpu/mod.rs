@@ -121,7 +121,11 @@ impl Gpu {
         }));
         let f = fault.clone();
         device.set_device_lost_callback(move |reason, msg| {
-            let msg = if msg.is_empty() { String::new() } else { format!(": {msg}") };
+            let msg = if msg.is_empty() {
+                String::new()
+            } else {
+                format!(": {msg}")
+            };
             note_fault(&f, format!("the device was lost ({reason:?}{msg})"));
         });
         let binding = limits

@@ -412,6 +412,54 @@ try {
     }
   });
 
+  await test('WebGPU device lost mid-generation (SwiftShader): the tokens so far are kept, the generation finishes on the CPU, the switch is reported', async () => {
+    const gpuBrowser = await launch({ webgpu: true });
+    const rec = await openPage(gpuBrowser);
+    try {
+      await rec.page.goto(`${A}/www/`);
+      const r = await inPage(rec.page, `
+        // The page holds the GPUDevice the engine asks for (worker: false), and destroys it
+        // as a driver reset or the browser reclaiming the GPU would.
+        let device = null;
+        const request = GPUAdapter.prototype.requestDevice;
+        GPUAdapter.prototype.requestDevice = async function (...a) {
+          device = await request.apply(this, a);
+          return device;
+        };
+        const warnings = [];
+        const e = await k.createEngine({ model, device: 'webgpu', worker: false, onWarning: (m) => warnings.push(m) });
+        const before = e.info.backend;
+        const ids = [];
+        let text = '';
+        const it = e.generate(arg, { maxTokens: 8, temperature: 0 });
+        for await (const c of it) {
+          ids.push(c.tokenId);
+          text += c.text;
+          if (ids.length === 2) device.destroy();
+        }
+        const info = e.info;
+        const again = await e.complete(arg, { maxTokens: 4, temperature: 0 });
+        const whole = await e.detokenize(ids);
+        await e.dispose();
+        return { before, backend: info.backend, reason: info.reason, ids, text, whole, warnings, again: again.ids };`, CERTAIN[0]);
+      console.log(`     ${r.reason}`);
+      assertEq(r.before, 'webgpu', 'backend before');
+      assertEq(r.backend, 'cpu-simd', 'backend after');
+      assert(/continued on the CPU/.test(r.reason), r.reason);
+      assertEq(r.warnings.filter((w) => /continued on the CPU/.test(w)).length, 1, `one warning: ${JSON.stringify(r.warnings)}`);
+      const want = cli(CERTAIN[0]).ids;
+      // 3 tokens came from the GPU (the third was sampled when the device went), 5 from the CPU.
+      assertEq(r.ids, want.slice(0, 8), 'the ids: GPU prefix, then the CPU continuation');
+      assertEq(r.text, r.whole, 'no text lost');
+      assertEq(r.again, want.slice(0, 4), 'the engine goes on on the CPU');
+      assertEq(rec.errors.filter((e) => !/lost|destroy/i.test(e)), [], 'console errors');
+      assertEq(strayRequests(rec.requests, A_ALLOWED), [], 'requests');
+    } finally {
+      await rec.context.close();
+      await gpuBrowser.close();
+    }
+  });
+
   await test('strict CSP: the demo still works', async () => {
     const S = await serve('.', ['--only', 'www,pkg,dist,models', '--index', '/www/', '--coop-coep', '--csp', CSP]);
     await withPage(`${S}/www/`, async (page) => {

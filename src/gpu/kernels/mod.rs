@@ -326,20 +326,17 @@ impl Recorder {
 /// few sizes. Kernels never read a buffer's length, only their parameters.
 #[derive(Default)]
 pub struct Pool {
-    free: HashMap<u64, Vec<std::sync::Arc<wgpu::Buffer>>>,
+    free: HashMap<u64, Vec<std::rc::Rc<wgpu::Buffer>>>,
 }
 
 impl Pool {
-    pub fn take(&mut self, gpu: &Gpu, bytes: u64) -> std::sync::Arc<wgpu::Buffer> {
+    pub fn take(&mut self, gpu: &Gpu, bytes: u64) -> std::rc::Rc<wgpu::Buffer> {
         let size = bytes.max(256).next_power_of_two();
         let list = self.free.entry(size).or_default();
-        if let Some(b) = list
-            .iter()
-            .find(|b| std::sync::Arc::strong_count(b) == 1)
-        {
+        if let Some(b) = list.iter().find(|b| std::rc::Rc::strong_count(b) == 1) {
             return b.clone();
         }
-        let b = std::sync::Arc::new(gpu.storage("activations", size));
+        let b = std::rc::Rc::new(gpu.storage("activations", size));
         list.push(b.clone());
         b
     }
