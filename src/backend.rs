@@ -39,6 +39,17 @@ pub trait Backend {
     fn embed(&mut self, table: &Self::Weight, ids: &[u32], scale: f32) -> Result<Self::Tensor>;
     /// RMS-normalise each group of `len(w)` values and multiply by `w`.
     fn rms_norm(&mut self, x: &Self::Tensor, w: &Self::Weight, eps: f32) -> Result<Self::Tensor>;
+    /// `res + rms_norm(x, w)`: a residual after a post-norm. A GPU does it in one pass.
+    fn add_rms_norm(
+        &mut self,
+        res: &Self::Tensor,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        eps: f32,
+    ) -> Result<Self::Tensor> {
+        let n = self.rms_norm(x, w, eps)?;
+        self.add(res, &n)
+    }
     /// `x @ wᵀ`: `(n_tok, k) × (n, k)ᵀ → (n_tok, n)`.
     fn matmul(&mut self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
     /// NeoX-style rotary embedding of every `head_dim` group; row `t` is at position `pos[t]`.

@@ -280,8 +280,9 @@ impl Engine {
             let model = Gemma3::load(&mut be, &g, src, cfg, progress)?;
             Session::new(be, model, tok)
         });
-        let session = session?;
+        let mut session = session?;
         session.be.gpu.settle(scoped).await?;
+        session.warm_up().await?;
         info.load_ms = crate::clock::now_ms() - t1;
         info.reason = format!("WebGPU adapter {name}");
         info.backend = "webgpu";

@@ -174,6 +174,19 @@ impl<B: Backend> Session<B> {
         }
     }
 
+    /// Run one decode-shaped step (`<bos>`, the LM head, a top-1) and forget it: a GPU
+    /// creates the buffers and bind groups of a decode step here, at load, and generation
+    /// starts at full speed.
+    pub async fn warm_up(&mut self) -> Result<()> {
+        self.reset();
+        let id = self.tok.bos().unwrap_or(0);
+        let h = self.feed(&[id], &|| false).await?;
+        let logits = self.model.lm_head(&mut self.be, &h)?;
+        self.be.top_k(&logits, 1).await?;
+        self.reset();
+        Ok(())
+    }
+
     /// Run `ids` after what the cache holds, in chunks; the hidden state of the last row.
     async fn feed(&mut self, ids: &[u32], abort: &dyn Fn() -> bool) -> Result<B::Tensor> {
         let mut last = None;

@@ -39,6 +39,8 @@ pub struct GpuKv {
 
 /// The most candidates the GPU top-k gives (more: the logits are read whole).
 pub const TOPK_MAX: usize = 128;
+/// Query heads per KV head the attention kernels take (GMAX in attention.wgsl).
+const ATTN_GROUP_MAX: usize = 8;
 /// Candidates per top-k workgroup (BLOCK in topk.wgsl).
 const TOPK_BLOCK: usize = 1024;
 
@@ -159,6 +161,50 @@ impl GpuBackend {
     }
 }
 
+impl GpuBackend {
+    /// `[res +] rms_norm(x, w)`.
+    fn norm(
+        &mut self,
+        res: Option<&GpuTensor>,
+        x: &GpuTensor,
+        w: &GpuWeight,
+        eps: f32,
+    ) -> Result<GpuTensor> {
+        let len = w.cols;
+        if w.ty != GgmlType::F32 || w.rows != 1 || len == 0 || !x.len().is_multiple_of(len) {
+            return Err(Error::Backend(format!(
+                "rms_norm: weight {}×{} {} on rows of {}",
+                w.rows, w.cols, w.ty, x.width
+            )));
+        }
+        if res.is_some_and(|r| r.len() != x.len()) {
+            return Err(Error::Backend("add_rms_norm: shapes differ".into()));
+        }
+        self.gpu.check()?;
+        let out = self.tensor(x.n_tok, x.width);
+        let n_groups = (x.len() / len) as u32;
+        let (gx, gy) = grid(n_groups);
+        let res_buf = res.map_or(&x.buf, |r| &r.buf);
+        self.rec.dispatch(
+            &self.gpu,
+            &self.k.rms_norm,
+            &[b_(&x.buf), b_(&w.parts[0].buf), b_(res_buf), b_(&out.buf)],
+            &[
+                len as u32,
+                n_groups,
+                eps.to_bits(),
+                gx,
+                u32::from(res.is_some()),
+                0,
+                0,
+                0,
+            ],
+            (gx, gy),
+        );
+        Ok(out)
+    }
+}
+
 /// A whole buffer as a binding.
 fn b_(buf: &wgpu::Buffer) -> Bind<'_> {
     buf.into()
@@ -243,25 +289,17 @@ impl Backend for GpuBackend {
     }
 
     fn rms_norm(&mut self, x: &GpuTensor, w: &GpuWeight, eps: f32) -> Result<GpuTensor> {
-        let len = w.cols;
-        if w.ty != GgmlType::F32 || w.rows != 1 || len == 0 || !x.len().is_multiple_of(len) {
-            return Err(Error::Backend(format!(
-                "rms_norm: weight {}×{} {} on rows of {}",
-                w.rows, w.cols, w.ty, x.width
-            )));
-        }
-        self.gpu.check()?;
-        let out = self.tensor(x.n_tok, x.width);
-        let n_groups = (x.len() / len) as u32;
-        let (gx, gy) = grid(n_groups);
-        self.rec.dispatch(
-            &self.gpu,
-            &self.k.rms_norm,
-            &[b_(&x.buf), b_(&w.parts[0].buf), b_(&out.buf)],
-            &[len as u32, n_groups, eps.to_bits(), gx],
-            (gx, gy),
-        );
-        Ok(out)
+        self.norm(None, x, w, eps)
+    }
+
+    fn add_rms_norm(
+        &mut self,
+        res: &GpuTensor,
+        x: &GpuTensor,
+        w: &GpuWeight,
+        eps: f32,
+    ) -> Result<GpuTensor> {
+        self.norm(Some(res), x, w, eps)
     }
 
     fn matmul(&mut self, x: &GpuTensor, w: &GpuWeight) -> Result<GpuTensor> {
@@ -374,6 +412,7 @@ impl Backend for GpuBackend {
             || v.n_tok != n_tok
             || p.n_head_kv == 0
             || !p.n_head.is_multiple_of(p.n_head_kv)
+            || p.n_head / p.n_head_kv > ATTN_GROUP_MAX
         {
             return Err(Error::Backend("attention: shapes disagree".into()));
         }
@@ -419,14 +458,17 @@ impl Backend for GpuBackend {
             &self.k.attn_scores,
             &binds,
             &params,
-            ((n_keys as u32).div_ceil(64), (n_tok * p.n_head) as u32),
+            ((n_keys as u32).div_ceil(64), (n_tok * p.n_head_kv) as u32),
         );
         self.rec.dispatch(
             &self.gpu,
             &self.k.attn_mix,
             &binds,
             &params,
-            ((n_tok * p.n_head) as u32, 1),
+            (
+                (n_tok * p.n_head_kv) as u32,
+                (p.head_dim as u32).div_ceil(64),
+            ),
         );
         // The new rows enter the cache after the attention: the kernels above saw the
         // cache as it was.

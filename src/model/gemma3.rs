@@ -184,16 +184,14 @@ impl<B: Backend> Gemma3<B> {
             };
             let a = be.attention(&q, &k, &v, kv, &pos, p)?; // (n_tok, n_head * head_dim)
             let a = be.matmul(&a, &l.wo)?; // (n_tok, n_embd)
-            let a = be.rms_norm(&a, &l.post_attn_norm, c.rms_eps)?;
-            x = be.add(&x, &a)?; // residual
-                                 // feed-forward
+            x = be.add_rms_norm(&x, &a, &l.post_attn_norm, c.rms_eps)?; // residual
+                                                                        // feed-forward
             let h = be.rms_norm(&x, &l.ffn_norm, c.rms_eps)?;
             let gate = be.matmul(&h, &l.w_gate)?; // (n_tok, n_ff)
             let up = be.matmul(&h, &l.w_up)?; // (n_tok, n_ff)
             let f = be.gelu_mul(&gate, &up)?; // (n_tok, n_ff)
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
-            let f = be.rms_norm(&f, &l.post_ffn_norm, c.rms_eps)?;
-            x = be.add(&x, &f)?; // residual
+            x = be.add_rms_norm(&x, &f, &l.post_ffn_norm, c.rms_eps)?; // residual
         }
         cache.n_past = needed;
         be.rms_norm(&x, &self.output_norm, c.rms_eps)

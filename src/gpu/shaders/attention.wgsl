@@ -1,9 +1,10 @@
 // Attention of a chunk of n_tok queries (positions first .. first + n_tok - 1) over the
 // cached keys (slots whose position is < first) and the chunk's own keys, causal and
-// windowed; 4 query heads share one KV head. Two entry points:
+// windowed; the query heads of a group (4 in Gemma 3) share one KV head, and each K and V
+// row is read once for the whole group. Two entry points:
 //   scores: s[t, h, j] for j over the first n_cached slots then n_tok new rows (-inf: hidden)
-//   mix:    out[t, h, :] = softmax(s[t, h, :]) · V, one workgroup per (t, h)
-// The new keys and values enter the cache after this (a copy recorded later), so a ring
+//   mix:    out[t, h, :] = softmax(s[t, h, :]) · V, one workgroup per (t, KV head, 64 dims)
+// The new keys and values enter the cache after this (kv_write.wgsl, recorded later), so a ring
 // slot this chunk overwrites is still read with its old key here. A session fills its cache
 // from position 0, so the slots holding positions < first are slots 0 .. min(n_slots, first)
 // (`n_cached`); the kernels still check each slot's position.
@@ -57,96 +58,144 @@ fn key_row(t: u32, j: u32) -> i32 {
     return i32(j);
 }
 
+// Query heads per KV head, at most (the host checks).
+const GMAX: u32 = 8u;
+
+// Row of scores of query row t, head h.
+fn srow(t: u32, h: u32) -> u32 {
+    return (t * p.n_head + h) * n_keys();
+}
+
 @compute @workgroup_size(64)
 fn scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    // wid.x: a block of 64 keys; wid.y: t * n_head + h.
+    // wid.x: a block of 64 keys; wid.y: t * n_head_kv + kh. Each key row is read once for
+    // the query heads that share its KV head.
     let j = wid.x * 64u + li;
-    let th = wid.y;
-    let t = th / p.n_head;
-    let h = th % p.n_head;
+    let t = wid.y / p.n_head_kv;
+    let kh = wid.y % p.n_head_kv;
+    let grp = p.n_head / p.n_head_kv;
     if (j >= n_keys()) {
         return;
     }
-    let idx = th * n_keys() + j;
     if (key_row(t, j) < 0) {
-        s[idx] = NEG_INF;
+        for (var g = 0u; g < grp; g++) {
+            s[srow(t, kh * grp + g) + j] = NEG_INF;
+        }
         return;
     }
-    let kh = h / (p.n_head / p.n_head_kv);
     let kv_w = p.n_head_kv * p.head_dim;
-    let qb = (t * p.n_head + h) * p.head_dim;
-    var acc = 0.0;
+    let qb = (t * p.n_head + kh * grp) * p.head_dim;
+    var acc: array<f32, GMAX>;
     if (j < p.n_cached) {
         let kb = j * kv_w + kh * p.head_dim;
         for (var d = 0u; d < p.head_dim; d++) {
-            acc += q[qb + d] * k_cache[kb + d];
+            let kv = k_cache[kb + d];
+            for (var g = 0u; g < grp; g++) {
+                acc[g] += q[qb + g * p.head_dim + d] * kv;
+            }
         }
     } else {
         let kb = (j - p.n_cached) * kv_w + kh * p.head_dim;
         for (var d = 0u; d < p.head_dim; d++) {
-            acc += q[qb + d] * k_new[kb + d];
+            let kv = k_new[kb + d];
+            for (var g = 0u; g < grp; g++) {
+                acc[g] += q[qb + g * p.head_dim + d] * kv;
+            }
         }
     }
-    s[idx] = acc * p.scale;
+    for (var g = 0u; g < grp; g++) {
+        s[srow(t, kh * grp + g) + j] = acc[g] * p.scale;
+    }
 }
 
 var<workgroup> red: array<f32, 64>;
 
-@compute @workgroup_size(64)
-fn mix(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
-    let th = wid.x;
-    let t = th / p.n_head;
-    let h = th % p.n_head;
-    let nk = n_keys();
-    let sb = th * nk;
-    // max
-    var m = NEG_INF;
-    for (var j = li; j < nk; j += 64u) {
-        m = max(m, s[sb + j]);
+// Max (max_op) or sum of exp(s - m) over the visible keys of one row, across the workgroup.
+fn reduce(sb: u32, nk: u32, li: u32, m: f32, max_op: bool) -> f32 {
+    var acc = 0.0;
+    if (max_op) {
+        acc = NEG_INF;
     }
-    red[li] = m;
-    workgroupBarrier();
-    for (var step = 32u; step > 0u; step /= 2u) {
-        if (li < step) {
-            red[li] = max(red[li], red[li + step]);
-        }
-        workgroupBarrier();
-    }
-    let mx = red[0];
-    workgroupBarrier();
-    // sum of exp
-    var sum = 0.0;
     for (var j = li; j < nk; j += 64u) {
         let v = s[sb + j];
-        if (v > NEG_INF) {
-            sum += exp(v - mx);
+        if (max_op) {
+            acc = max(acc, v);
+        } else if (v > NEG_INF) {
+            acc += exp(v - m);
         }
     }
-    red[li] = sum;
+    red[li] = acc;
     workgroupBarrier();
     for (var step = 32u; step > 0u; step /= 2u) {
         if (li < step) {
-            red[li] += red[li + step];
+            if (max_op) {
+                red[li] = max(red[li], red[li + step]);
+            } else {
+                red[li] += red[li + step];
+            }
         }
         workgroupBarrier();
     }
-    let inv = 1.0 / red[0];
-    let kh = h / (p.n_head / p.n_head_kv);
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Softmax weights of a tile of 64 keys for each head of the group.
+var<workgroup> wt: array<f32, 512>; // GMAX * 64
+
+@compute @workgroup_size(64)
+fn mix(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    // wid.x: t * n_head_kv + kh; wid.y: a block of 64 of the head's dimensions. Each value
+    // row is read once for all the heads of the group; the softmax weights of each tile of
+    // keys are computed once per workgroup.
+    let t = wid.x / p.n_head_kv;
+    let kh = wid.x % p.n_head_kv;
+    let grp = p.n_head / p.n_head_kv;
+    let nk = n_keys();
+    let d = wid.y * 64u + li;
+    let sb0 = srow(t, kh * grp);
+    var mx: array<f32, GMAX>;
+    var inv: array<f32, GMAX>;
+    for (var g = 0u; g < grp; g++) {
+        mx[g] = reduce(sb0 + g * nk, nk, li, 0.0, true);
+        inv[g] = 1.0 / reduce(sb0 + g * nk, nk, li, mx[g], false);
+    }
     let kv_w = p.n_head_kv * p.head_dim;
-    let ob = (t * p.n_head + h) * p.head_dim;
-    for (var d = li; d < p.head_dim; d += 64u) {
-        var acc = 0.0;
-        for (var j = 0u; j < nk; j++) {
-            let v = s[sb + j];
-            if (v > NEG_INF) {
-                let pw = exp(v - mx) * inv;
-                if (j < p.n_cached) {
-                    acc += pw * v_cache[j * kv_w + kh * p.head_dim + d];
+    var acc: array<f32, GMAX>;
+    for (var j0 = 0u; j0 < nk; j0 += 64u) {
+        let j = j0 + li;
+        for (var g = 0u; g < grp; g++) {
+            var w = 0.0;
+            if (j < nk) {
+                let v = s[sb0 + g * nk + j];
+                if (v > NEG_INF) {
+                    w = exp(v - mx[g]) * inv[g];
+                }
+            }
+            wt[g * 64u + li] = w;
+        }
+        workgroupBarrier();
+        if (d < p.head_dim) {
+            let n = min(64u, nk - j0);
+            for (var u = 0u; u < n; u++) {
+                let jj = j0 + u;
+                var v: f32;
+                if (jj < p.n_cached) {
+                    v = v_cache[jj * kv_w + kh * p.head_dim + d];
                 } else {
-                    acc += pw * v_new[(j - p.n_cached) * kv_w + kh * p.head_dim + d];
+                    v = v_new[(jj - p.n_cached) * kv_w + kh * p.head_dim + d];
+                }
+                for (var g = 0u; g < grp; g++) {
+                    acc[g] += wt[g * 64u + u] * v;
                 }
             }
         }
-        out[ob + d] = acc;
+        workgroupBarrier();
+    }
+    if (d < p.head_dim) {
+        for (var g = 0u; g < grp; g++) {
+            out[(t * p.n_head + kh * grp + g) * p.head_dim + d] = acc[g];
+        }
     }
 }
