@@ -76,7 +76,10 @@ fn random_tensor(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u
     for _ in 0..n_blocks {
         let mut blk: Vec<u8> = (0..fb).map(|_| rng.byte()).collect();
         match ty {
-            GgmlType::Q8_0 | GgmlType::Q5_0 => blk[0..2].copy_from_slice(&h(rng.f(-0.05, 0.05))),
+            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => {
+                blk[0..2].copy_from_slice(&h(rng.f(-0.05, 0.05)))
+            }
+            GgmlType::F16 => blk.copy_from_slice(&h(rng.f(-1.0, 1.0))),
             GgmlType::Q4_K => {
                 blk[0..2].copy_from_slice(&h(rng.f(0.001, 0.02)));
                 blk[2..4].copy_from_slice(&h(rng.f(0.001, 0.02)));
@@ -90,10 +93,18 @@ fn random_tensor(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u
     out
 }
 
-/// Dequantized rows `ids` of the tensor, the CPU backend's way.
+/// Dequantized rows `ids` of the tensor, the CPU backend's way (its int8 unpacking, or
+/// candle's for F16 and Q4_0).
 fn cpu_rows(src: &dyn kerze::gguf::ByteSource, info: &TensorInfo, ids: &[u32]) -> Vec<f32> {
+    use kerze::Backend;
     let cols = info.dims[0] as usize;
     let rows = info.dims[1] as usize;
+    if matches!(info.ty, GgmlType::F16 | GgmlType::Q4_0) {
+        let mut be = kerze::cpu::CpuBackend::new();
+        let w = be.load_weight(info, src).unwrap();
+        let x = be.embed(&w, ids, 1.0).unwrap();
+        return pollster::block_on(be.read(&x)).unwrap();
+    }
     if info.ty == GgmlType::F32 {
         let mut out = Vec::new();
         for &r in ids {
@@ -162,6 +173,10 @@ fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
         (GgmlType::Q4_K, 1024),
         (GgmlType::Q6_K, 512),
         (GgmlType::Q6_K, 2048),
+        (GgmlType::Q4_0, 96),
+        (GgmlType::Q4_0, 640),
+        (GgmlType::F16, 64),
+        (GgmlType::F16, 160),
         (GgmlType::F32, 64),
     ] {
         for (rows, split_rows) in [(37usize, None), (301, Some(10usize)), (5, Some(1))] {
@@ -498,5 +513,55 @@ fn device_loss_mid_generation_continues_on_the_cpu() {
             "lost after {lose_after:?}: {switch}; {} tokens run again on the CPU in {:.0} ms",
             g.usage.replayed_tokens, g.usage.replay_ms
         );
+    }
+}
+
+/// The embedding gather dequantizes rows as the CPU does, for every weight type, across
+/// split parts (rows on both sides of each split).
+#[test]
+fn embedding_gather_matches_the_cpu_for_every_type() {
+    use kerze::gpu::backend::GpuBackend;
+    use kerze::Backend;
+    let mut rng = Rng(5);
+    for (ty, cols) in [
+        (GgmlType::Q8_0, 96),
+        (GgmlType::Q5_0, 160),
+        (GgmlType::Q4_0, 96),
+        (GgmlType::Q4_K, 256),
+        (GgmlType::Q6_K, 512),
+        (GgmlType::F16, 64),
+        (GgmlType::F32, 64),
+    ] {
+        let rows = 301;
+        let (per, _, gb) = block_layout(ty).unwrap();
+        let opts = GpuOptions {
+            max_part_bytes: Some((cols / per * gb) as u64 * 10 + 7),
+            ..Default::default()
+        };
+        let mut be = pollster::block_on(GpuBackend::new(&opts))
+            .unwrap()
+            .expect("no Vulkan adapter");
+        let bytes = random_tensor(ty, rows, cols, &mut rng);
+        let info = TensorInfo {
+            name: format!("random {ty} {rows}x{cols}"),
+            ty,
+            dims: vec![cols as u64, rows as u64],
+            offset: 0,
+            n_bytes: bytes.len() as u64,
+        };
+        let w = be.load_weight(&info, &bytes).unwrap();
+        let ids = [0u32, 9, 10, 11, 150, 299, 300, 10];
+        let x = be.embed(&w, &ids, 1.0).unwrap();
+        let got = pollster::block_on(be.read(&x)).unwrap();
+        let want = cpu_rows(&bytes, &info, &ids);
+        assert_eq!(got.len(), want.len());
+        let (mut num, mut den) = (0f64, 0f64);
+        for (a, b) in got.iter().zip(&want) {
+            num += f64::from(a - b).powi(2);
+            den += f64::from(*b).powi(2);
+        }
+        let nmse = num / den.max(1e-30);
+        eprintln!("embed {}: NMSE {nmse:.2e}", info.name);
+        assert!(nmse < NMSE_MAX, "embed {}: NMSE {nmse:.3e}", info.name);
     }
 }

@@ -94,6 +94,20 @@ pub const WEIGHT_TYPES: &[(GgmlType, Shader)] = &[
         },
     ),
     (
+        GgmlType::Q4_0,
+        Shader {
+            name: "q4_0",
+            text: include_str!("shaders/q4_0.wgsl"),
+        },
+    ),
+    (
+        GgmlType::F16,
+        Shader {
+            name: "f16",
+            text: include_str!("shaders/f16.wgsl"),
+        },
+    ),
+    (
         GgmlType::F32,
         Shader {
             name: "f32",
