@@ -146,9 +146,15 @@ impl Engine {
                                 e.0.source = Some(src);
                                 return Ok(e);
                             }
-                            Err(Error::Device(why)) if opts.device == Device::Auto => {
+                            // What the GPU cannot do (a lost device, out of memory, a
+                            // limit) leaves `auto` the CPU; a bad file fails there too.
+                            Err(
+                                e @ (Error::Device(_)
+                                | Error::Backend(_)
+                                | Error::UnsupportedTensorType { .. }),
+                            ) if opts.device == Device::Auto => {
                                 format!(
-                                    "the model did not load on the GPU ({why}): running on the CPU"
+                                    "the model did not load on the GPU ({e}): running on the CPU"
                                 )
                             }
                             Err(e) => return Err(e),
