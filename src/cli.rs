@@ -226,9 +226,25 @@ fn cmd_bench(a: &Args) -> Result<()> {
     let load_s = t0.elapsed().as_secs_f64();
     let ids = engine.tokenizer().bench_prompt(n_prompt)?;
     let opts = GenerateOptions::greedy_tokens(n_gen);
-    let g = pollster::block_on(engine.generate(ids, &opts, &never, &mut |_| {}))?;
+    // The decode steps' share of the GPU counters: after the prompt, to the end.
+    let mut g = pollster::block_on(engine.start(ids, &opts, &never))?;
+    let c0 = gpu_counters(&engine);
+    while pollster::block_on(engine.step(&mut g, &never))?.is_some() {}
+    let c1 = gpu_counters(&engine);
+    let steps = g.usage.completion_tokens.saturating_sub(1).max(1) as f64;
+    let per_step = match (c0, c1) {
+        (Some(a), Some(b)) => serde_json::json!({
+            "encode_ms": (b.0 - a.0) / steps,
+            "submits": (b.1 - a.1) as f64 / steps,
+            "bytes_read": (b.2 - a.2) as f64 / steps,
+            "buffers_created": (b.3 - a.3) as f64 / steps,
+            "bind_groups_created": (b.4 - a.4) as f64 / steps,
+        }),
+        _ => serde_json::Value::Null,
+    };
     let rss = peak_rss_mb();
     let v = serde_json::json!({
+        "gpu_per_decode_step": per_step,
         "backend": info.backend,
         "threads": std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()),
         "prompt_tokens": g.usage.prompt_tokens,
@@ -245,6 +261,22 @@ fn cmd_bench(a: &Args) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     }
     Ok(())
+}
+
+/// (encode ms, submits, bytes read, buffers, bind groups) while on the GPU.
+fn gpu_counters(e: &Engine) -> Option<(f64, u64, u64, u64, u64)> {
+    #[cfg(feature = "gpu")]
+    if let Some(c) = e.gpu_counters() {
+        return Some((
+            c.encode_ms,
+            c.submits,
+            c.bytes_read,
+            c.buffers_created,
+            c.bind_groups_created,
+        ));
+    }
+    let _ = e;
+    None
 }
 
 fn peak_rss_mb() -> Option<f64> {

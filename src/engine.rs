@@ -51,6 +51,16 @@ pub struct EngineInfo {
     pub load_ms: f64,
 }
 
+/// What the GPU did so far (see [`Engine::gpu_counters`]).
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct GpuCounters {
+    pub encode_ms: f64,
+    pub submits: u64,
+    pub bytes_read: u64,
+    pub buffers_created: u64,
+    pub bind_groups_created: u64,
+}
+
 /// A loaded model on its device. While it runs on the GPU it keeps the model file at hand:
 /// if the device is lost or fails mid-generation, it loads the weights onto the CPU and the
 /// same generation continues there (every id so far is run again), reporting the switch.
@@ -220,6 +230,24 @@ impl Engine {
     pub fn gpu(&self) -> Option<&crate::gpu::Gpu> {
         match &self.run {
             Run::Gpu(s) => Some(&s.be.gpu),
+            Run::Cpu(_) => None,
+        }
+    }
+
+    /// GPU counters while the engine runs there: milliseconds spent recording commands,
+    /// submissions, bytes read back, buffers and bind groups created (benchmarks report them
+    /// per step).
+    #[cfg(feature = "gpu")]
+    pub fn gpu_counters(&self) -> Option<GpuCounters> {
+        use std::sync::atomic::Ordering::Relaxed;
+        match &self.run {
+            Run::Gpu(s) => Some(GpuCounters {
+                encode_ms: s.be.encode_ms(),
+                submits: s.be.gpu.submits.load(Relaxed),
+                bytes_read: s.be.gpu.bytes_read.load(Relaxed),
+                buffers_created: s.be.gpu.buffers_created.load(Relaxed),
+                bind_groups_created: s.be.bind_groups_created(),
+            }),
             Run::Cpu(_) => None,
         }
     }

@@ -41,7 +41,7 @@ pub mod wasm;
 
 pub use backend::{AttnParams, Backend};
 pub use config::ModelConfig;
-pub use engine::{Device, Engine, EngineInfo, LoadOptions};
+pub use engine::{Device, Engine, EngineInfo, GpuCounters, LoadOptions};
 pub use error::{Error, Result};
 pub use generate::{Chunk, FinishReason, GenerateOptions, Generation, Session, Usage};
 pub use gguf::{ByteSource, GgmlType, Gguf, TensorInfo};

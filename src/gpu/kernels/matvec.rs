@@ -32,10 +32,14 @@ impl Matvec {
         let mut pipelines = HashMap::new();
         let mut tiled = HashMap::new();
         let mut per_row = HashMap::new();
+        let l = super::layout(gpu, 3, 2, None);
         for (ty, _) in shaders::WEIGHT_TYPES {
-            pipelines.insert(*ty, super::pipeline(gpu, "matvec", Some(*ty), "main")?);
-            tiled.insert(*ty, super::pipeline(gpu, "matmat", Some(*ty), "main")?);
-            per_row.insert(*ty, super::pipeline(gpu, "matvec_rows", Some(*ty), "main")?);
+            pipelines.insert(*ty, super::pipeline(gpu, "matvec", Some(*ty), "main", &l)?);
+            tiled.insert(*ty, super::pipeline(gpu, "matmat", Some(*ty), "main", &l)?);
+            per_row.insert(
+                *ty,
+                super::pipeline(gpu, "matvec_rows", Some(*ty), "main", &l)?,
+            );
         }
         Ok(Self {
             pipelines,

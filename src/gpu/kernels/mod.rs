@@ -20,20 +20,45 @@ pub fn grid(n: u32) -> (u32, u32) {
     }
 }
 
-/// Compile `kernel` (with weight type `ty`) and make a pipeline for `entry` (its bind group
-/// layout derived from what the entry point uses).
+/// Compile `kernel` (with weight type `ty`) and make a pipeline for `entry` with `layout`.
 pub fn pipeline(
     gpu: &Gpu,
     kernel: &str,
     ty: Option<GgmlType>,
     entry: &str,
+    layout: &wgpu::PipelineLayout,
 ) -> Result<wgpu::ComputePipeline> {
-    pipeline_with(gpu, kernel, ty, entry, None)
+    let src = shaders::source(kernel, ty)
+        .ok_or_else(|| Error::Backend(format!("no shader {kernel} for {ty:?}")))?;
+    let module = gpu
+        .device
+        .create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(kernel),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+    Ok(gpu
+        .device
+        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(entry),
+            layout: Some(layout),
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: Default::default(),
+            cache: None,
+        }))
 }
 
-/// A layout of `n_storage` storage buffers (the first `n_read` read-only) and a uniform
-/// after them, for entry points that share one bind group but not every binding.
-pub fn shared_layout(gpu: &Gpu, n_storage: u32, n_read: u32) -> wgpu::PipelineLayout {
+/// Every kernel binds `n_storage` storage buffers (the first `n_read` read-only) and then
+/// its params as a uniform: this is its layout. The params, and storage binding `arena_at`
+/// when there is one (a small input: token ids, rotary cos/sin), live in the recorder's
+/// arena at dynamic offsets, so a bind group does not depend on where in the arena a step
+/// put them.
+pub fn layout(
+    gpu: &Gpu,
+    n_storage: u32,
+    n_read: u32,
+    arena_at: Option<u32>,
+) -> wgpu::PipelineLayout {
     let mut entries: Vec<wgpu::BindGroupLayoutEntry> = (0..n_storage)
         .map(|i| wgpu::BindGroupLayoutEntry {
             binding: i,
@@ -42,7 +67,7 @@ pub fn shared_layout(gpu: &Gpu, n_storage: u32, n_read: u32) -> wgpu::PipelineLa
                 ty: wgpu::BufferBindingType::Storage {
                     read_only: i < n_read,
                 },
-                has_dynamic_offset: false,
+                has_dynamic_offset: arena_at == Some(i),
                 min_binding_size: None,
             },
             count: None,
@@ -53,7 +78,7 @@ pub fn shared_layout(gpu: &Gpu, n_storage: u32, n_read: u32) -> wgpu::PipelineLa
         visibility: wgpu::ShaderStages::COMPUTE,
         ty: wgpu::BindingType::Buffer {
             ty: wgpu::BufferBindingType::Uniform,
-            has_dynamic_offset: false,
+            has_dynamic_offset: true,
             min_binding_size: None,
         },
         count: None,
@@ -72,39 +97,14 @@ pub fn shared_layout(gpu: &Gpu, n_storage: u32, n_read: u32) -> wgpu::PipelineLa
         })
 }
 
-fn pipeline_with(
-    gpu: &Gpu,
-    kernel: &str,
-    ty: Option<GgmlType>,
-    entry: &str,
-    layout: Option<&wgpu::PipelineLayout>,
-) -> Result<wgpu::ComputePipeline> {
-    let src = shaders::source(kernel, ty)
-        .ok_or_else(|| Error::Backend(format!("no shader {kernel} for {ty:?}")))?;
-    let module = gpu
-        .device
-        .create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(kernel),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
-    Ok(gpu
-        .device
-        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(entry),
-            layout,
-            module: &module,
-            entry_point: Some(entry),
-            compilation_options: Default::default(),
-            cache: None,
-        }))
-}
-
-/// A buffer binding: the whole buffer, or `size` bytes from `offset`.
+/// A buffer binding: the whole buffer, or `size` bytes from `offset` (`dynamic`: an arena
+/// range, bound at a dynamic offset).
 #[derive(Clone, Copy)]
 pub struct Bind<'a> {
     pub buf: &'a wgpu::Buffer,
     pub offset: u64,
     pub size: Option<u64>,
+    pub dynamic: bool,
 }
 
 impl<'a> From<&'a wgpu::Buffer> for Bind<'a> {
@@ -113,6 +113,7 @@ impl<'a> From<&'a wgpu::Buffer> for Bind<'a> {
             buf,
             offset: 0,
             size: None,
+            dynamic: false,
         }
     }
 }
@@ -127,13 +128,14 @@ impl Arena {
             buf: &self.0,
             offset,
             size: Some(size),
+            dynamic: true,
         }
     }
 }
 
-/// A bind group's identity: the pipeline and every binding. A decode step binds the same
-/// buffers (weights, the KV cache, pooled activations, ranges of the arena) at the same
-/// places every time, so its bind groups are made once and found again.
+/// A bind group's identity: the pipeline and every binding (arena ranges by size only: they
+/// move, at dynamic offsets). A decode step binds the same buffers (weights, the KV cache,
+/// pooled activations) every time, so its bind groups are made once and found again.
 #[derive(PartialEq, Eq, Hash)]
 struct BindKey {
     pipeline: wgpu::ComputePipeline,
@@ -240,11 +242,19 @@ impl Recorder {
         let bytes: Vec<u8> = params.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.reserve(gpu, bytes.len() as u64, 1);
         let (off, size) = self.put(&bytes);
-        let mut all: Vec<(wgpu::Buffer, u64, u64)> = bindings
-            .iter()
-            .map(|b| (b.buf.clone(), b.offset, b.size.unwrap_or(u64::MAX)))
-            .collect();
-        all.push((self.arena.clone(), off, size));
+        let mut dynamic = Vec::new();
+        let mut all: Vec<(wgpu::Buffer, u64, u64)> = Vec::with_capacity(bindings.len() + 1);
+        for b in bindings {
+            let offset = if b.dynamic {
+                dynamic.push(b.offset as u32);
+                0
+            } else {
+                b.offset
+            };
+            all.push((b.buf.clone(), offset, b.size.unwrap_or(u64::MAX)));
+        }
+        all.push((self.arena.clone(), 0, size));
+        dynamic.push(off as u32);
         let key = BindKey {
             pipeline: pipeline.clone(),
             bindings: all,
@@ -287,7 +297,7 @@ impl Recorder {
             timestamp_writes: None,
         });
         pass.set_pipeline(pipeline);
-        pass.set_bind_group(0, &bind, &[]);
+        pass.set_bind_group(0, &bind, &dynamic);
         pass.dispatch_workgroups(groups.0, groups.1, 1);
     }
 
@@ -367,23 +377,25 @@ pub struct Kernels {
 
 impl Kernels {
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        let attn = shared_layout(gpu, 8, 6);
+        let l3_2 = layout(gpu, 3, 2, None);
+        let gather = layout(gpu, 3, 2, Some(1));
         let mut embed = HashMap::new();
         for (ty, _) in shaders::WEIGHT_TYPES {
-            embed.insert(*ty, pipeline(gpu, "embed", Some(*ty), "main")?);
+            embed.insert(*ty, pipeline(gpu, "embed", Some(*ty), "main", &gather)?);
         }
+        let attn = layout(gpu, 8, 6, None);
         Ok(Self {
             matvec: matvec::Matvec::new(gpu)?,
             embed,
-            rms_norm: pipeline(gpu, "rms_norm", None, "main")?,
-            rope: pipeline(gpu, "rope", None, "main")?,
-            add: pipeline(gpu, "elementwise", None, "add")?,
-            gelu_mul: pipeline(gpu, "elementwise", None, "gelu_mul")?,
-            attn_scores: pipeline_with(gpu, "attention", None, "scores", Some(&attn))?,
-            attn_mix: pipeline_with(gpu, "attention", None, "mix", Some(&attn))?,
-            kv_write: pipeline(gpu, "kv_write", None, "main")?,
-            fill: pipeline(gpu, "fill", None, "main")?,
-            topk: pipeline(gpu, "topk", None, "main")?,
+            rms_norm: pipeline(gpu, "rms_norm", None, "main", &layout(gpu, 4, 3, None))?,
+            rope: pipeline(gpu, "rope", None, "main", &gather)?,
+            add: pipeline(gpu, "elementwise", None, "add", &l3_2)?,
+            gelu_mul: pipeline(gpu, "elementwise", None, "gelu_mul", &l3_2)?,
+            attn_scores: pipeline(gpu, "attention", None, "scores", &attn)?,
+            attn_mix: pipeline(gpu, "attention", None, "mix", &attn)?,
+            kv_write: pipeline(gpu, "kv_write", None, "main", &layout(gpu, 5, 2, None))?,
+            fill: pipeline(gpu, "fill", None, "main", &layout(gpu, 1, 0, None))?,
+            topk: pipeline(gpu, "topk", None, "main", &layout(gpu, 4, 2, None))?,
         })
     }
 }
