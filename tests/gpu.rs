@@ -200,9 +200,17 @@ fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
             assert_eq!(w.parts.len(), rows.div_ceil(split_rows.unwrap_or(rows)));
             let ids: Vec<u32> = (0..rows as u32).collect();
             let deq = cpu_rows(&bytes, &info, &ids);
-            // Decode (m = 1): lanes per row (GPUs) or a thread per row (software adapters);
-            // prefill (m > 1): the tiled kernel.
-            for (m, per_row) in [(1, false), (1, true), (3, false), (17, false), (64, false)] {
+            // GPUs: lanes per row (m = 1) or the tiled kernel (m > 1); software adapters: a
+            // thread per row, in slices of activation rows (Q6_K × 2048 at m = 64 is 4).
+            for (m, per_row) in [
+                (1, false),
+                (1, true),
+                (3, false),
+                (3, true),
+                (17, false),
+                (64, false),
+                (64, true),
+            ] {
                 mv.row_per_thread = per_row;
                 let x: Vec<f32> = (0..m * cols).map(|_| rng.f(-2.0, 2.0)).collect();
                 let got = gpu_matvec(&g, &mv, &w, &x, m);

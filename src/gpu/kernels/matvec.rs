@@ -19,9 +19,18 @@ pub struct Matvec {
     tiled: HashMap<GgmlType, wgpu::ComputePipeline>,
     /// One thread per row (shaders/matvec_rows.wgsl): for software adapters.
     per_row: HashMap<GgmlType, wgpu::ComputePipeline>,
-    /// Use `per_row` for decode: set for software adapters (CPU emulations).
+    /// Use `per_row` (decode and prefill): set for software adapters (CPU emulations).
     pub row_per_thread: bool,
 }
+
+/// Loop iterations one invocation of the thread-per-row kernel may run. llvmpipe (lavapipe)
+/// silently ends every loop of an invocation after ~65 535 iterations in all (measured: a
+/// Q6_K 640×2048 product for 64 activation rows left rows 31.. unwritten), so a long
+/// product is dispatched in slices of activation rows that stay under this.
+const ROW_LOOP_BUDGET: usize = 40_000;
+
+/// Loop iterations per 32-weight sub-block in a type's `subdot`, at most, plus the caller's.
+const SUBDOT_ITERATIONS: usize = 34;
 
 /// Activation rows per tiled workgroup (TM in matmat.wgsl); from 2 rows on the tiled kernel
 /// pays (each weight is dequantized once per TM rows).
@@ -59,12 +68,11 @@ impl Matvec {
         y: &wgpu::Buffer,
         m: usize,
     ) -> Result<()> {
-        // Decode: a thread per row on software adapters (no barriers), lanes per row on
-        // GPUs. Prefill: the tiled kernel. (The thread-per-row kernel gave wrong rows from
-        // the ~30th activation row of the LM head on lavapipe, while it matches the CPU on
-        // every smaller case: not understood yet, so it serves decode only.)
-        let tiled = m > 1;
-        let per_row = !tiled && self.row_per_thread;
+        // A thread per row on software adapters (no barriers: CPU emulations run it as plain
+        // SIMD loops; 1.7x the tiled kernel's prefill on lavapipe); on GPUs lanes per row
+        // for decode and the tiled kernel for prefill.
+        let per_row = self.row_per_thread;
+        let tiled = !per_row && m > 1;
         let table = if tiled {
             &self.tiled
         } else if per_row {
@@ -75,6 +83,13 @@ impl Matvec {
         let pipeline = table.get(&w.ty).ok_or_else(|| {
             Error::Backend(format!("no matrix product kernel for {} weights", w.ty))
         })?;
+        // Activation rows per dispatch: all, or for the thread-per-row kernel as many as
+        // keep an invocation's loops under the software adapter's budget.
+        let slice = if per_row {
+            (ROW_LOOP_BUDGET / ((w.cols / 32).max(1) * SUBDOT_ITERATIONS)).max(1)
+        } else {
+            m.max(1)
+        };
         for part in &w.parts {
             let rows = part.rows as u32;
             // (x, y) workgroups: 64 rows each (thread per row), 64 rows × TM activation rows
@@ -86,23 +101,26 @@ impl Matvec {
             } else {
                 grid(rows.div_ceil(ROWS))
             };
-            let params = [
-                w.cols as u32,
-                rows,
-                part.row0 as u32,
-                w.rows as u32,
-                m as u32,
-                gx,
-                0,
-                0,
-            ];
-            rec.dispatch(
-                gpu,
-                pipeline,
-                &[(&part.buf).into(), x.into(), y.into()],
-                &params,
-                (gx, gy),
-            );
+            for m0 in (0..m).step_by(slice) {
+                let mc = slice.min(m - m0);
+                let params = [
+                    w.cols as u32,
+                    rows,
+                    part.row0 as u32,
+                    w.rows as u32,
+                    mc as u32,
+                    gx,
+                    m0 as u32,
+                    0,
+                ];
+                rec.dispatch(
+                    gpu,
+                    pipeline,
+                    &[(&part.buf).into(), x.into(), y.into()],
+                    &params,
+                    (gx, gy),
+                );
+            }
         }
         Ok(())
     }

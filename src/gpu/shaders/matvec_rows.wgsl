@@ -1,6 +1,8 @@
-// The decode product for software adapters (lavapipe, SwiftShader): one thread per output
+// The matrix product for software adapters (lavapipe, SwiftShader): one thread per output
 // row, no workgroup memory and no barriers, which CPU emulations run as plain SIMD loops
-// (the lane-per-sub-block kernel, matvec.wgsl, is for real GPUs). Same bindings and params.
+// (matvec.wgsl and matmat.wgsl are for real GPUs). Same bindings; the params name a slice
+// of `m` activation rows from `m0` (llvmpipe ends an invocation's loops after ~65 535
+// iterations in all, so the host keeps slices short).
 struct Params {
     k: u32,
     n_rows: u32,
@@ -8,7 +10,7 @@ struct Params {
     n: u32,
     m: u32,
     groups_x: u32,
-    _pad0: u32,
+    m0: u32,
     _pad1: u32,
 }
 
@@ -24,7 +26,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         return;
     }
     let n_sub = p.k / 32u;
-    for (var i = 0u; i < p.m; i++) {
+    for (var i = p.m0; i < p.m0 + p.m; i++) {
         var acc = 0.0;
         for (var s = 0u; s < n_sub; s++) {
             acc += subdot(row, s, i * p.k + s * 32u);
