@@ -2,10 +2,10 @@
 //! with our own WGSL kernels (shaders/*.wgsl, loaded by one table in shaders.rs; launch code
 //! in kernels/). Weights stay quantized on the GPU (weights.rs).
 //!
-//! Built so far: the device with the limits the model needs, quantized weight upload
-//! (repacked for alignment, split by rows under the binding limit) and the decode
-//! matrix-vector product for every weight type, tested against the CPU backend. The other
-//! ops, the `Backend` impl and the device choice in `engine.rs` come next.
+//! This file: the device with the limits the model needs, submission and readback, and the
+//! fault record: wgpu errors (caught by error scopes around every submission and the weight
+//! upload, or by the uncaptured-error handler) and device loss become [`Error::Device`], never
+//! a panic, and the engine moves to the CPU. `backend.rs` is the `Backend` impl.
 
 pub mod backend;
 pub mod kernels;
