@@ -367,6 +367,12 @@ export class Core {
         if (c === undefined) break;
         yield JSON.parse(c);
         await yieldToEventLoop();
+        // After a move to the CPU the tokens so far run again: chunk by chunk, like the
+        // prompt, so aborts and the page's events get through (a no-op otherwise).
+        while (!(await this.#switched(engine.prefillStep()))) {
+          await yieldToEventLoop();
+          throwIfAborted(signal);
+        }
       }
       finished = true;
       return JSON.parse(engine.finish());

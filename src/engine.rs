@@ -259,20 +259,24 @@ impl Engine {
     /// The GPU failed (`why`): load the weights onto the CPU from the kept file and continue
     /// there. The caller replays its generation (the new cache is empty).
     fn fall_back(&mut self, why: String) -> Result<()> {
-        let src = self.source.take().ok_or_else(|| {
-            Error::Device(format!(
-                "{why}; the model file is not at hand to continue on the CPU"
-            ))
-        })?;
-        let cfg = self.config().clone();
         let t0 = crate::clock::now_ms();
-        let g = Gguf::read(src.as_ref())?;
-        let tok = Tokenizer::from_gguf(&g)?;
-        let mut be = CpuBackend::new();
-        let model = Gemma3::load(&mut be, &g, src.as_ref(), cfg, &mut |_, _| {})?;
-        drop(src);
+        // The file stays kept until the CPU session stands: a failed read can be retried.
+        let session = {
+            let src = self.source.as_deref().ok_or_else(|| {
+                Error::Device(format!(
+                    "{why}; the model file is not at hand to continue on the CPU"
+                ))
+            })?;
+            let cfg = self.config().clone();
+            let g = Gguf::read(src)?;
+            let tok = Tokenizer::from_gguf(&g)?;
+            let mut be = CpuBackend::new();
+            let model = Gemma3::load(&mut be, &g, src, cfg, &mut |_, _| {})?;
+            Session::new(be, model, tok)?
+        };
+        self.source = None;
         // The GPU session (and its device) goes here.
-        self.run = Run::Cpu(Session::new(be, model, tok)?);
+        self.run = Run::Cpu(session);
         let reason = format!("the GPU failed ({why}): continued on the CPU");
         self.info.backend = cpu_backend_name();
         self.info.reason = reason.clone();

@@ -296,7 +296,7 @@ impl<B: Backend> Session<B> {
     /// far); `true` once all are in the cache and the next token is sampled.
     pub async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
         let target = g.ids.len();
-        if g.prefilled >= target {
+        if g.prefilled >= target || g.finish.is_some() {
             return Ok(true);
         }
         if self.cached_ids[..] != g.ids[..g.prefilled] {

@@ -344,7 +344,8 @@ impl WasmEngine {
         })
     }
 
-    /// Run the next prompt chunk; resolves to `true` once the prompt is done.
+    /// Run the next prompt chunk (or, after a move from the GPU to the CPU, the next chunk of
+    /// the tokens so far); resolves to `true` once there is nothing left to run.
     #[wasm_bindgen(js_name = prefillStep)]
     pub fn prefill_step(&self) -> Promise {
         self.run(|mut st| async move {

@@ -119,8 +119,7 @@ impl GpuBackend {
     fn flush(&mut self) {
         if let Some(enc) = self.rec.take(&self.gpu) {
             self.rope_cs.clear();
-            self.gpu.queue.submit([enc.finish()]);
-            self.gpu.count_submit();
+            self.gpu.submit_later(enc);
         }
     }
 
@@ -332,6 +331,9 @@ impl Backend for GpuBackend {
             return Err(Error::Backend("rope: shape".into()));
         }
         self.gpu.check()?;
+        if pos.is_empty() {
+            return Err(Error::Backend("rope: no rows".into()));
+        }
         if let Some(t) = (1..pos.len()).find(|&t| pos[t] != pos[t - 1] + 1) {
             return Err(Error::Backend(format!(
                 "rope: positions not consecutive at row {t}"
@@ -422,15 +424,28 @@ impl Backend for GpuBackend {
             )));
         }
         self.gpu.check()?;
+        if n_tok == 0 {
+            return Err(Error::Backend("attention: no rows".into()));
+        }
         let n_slots = kv.n_slots;
-        let first = pos.first().copied().unwrap_or(0);
+        let first = pos[0];
         let n_cached = n_slots.min(first);
         let n_keys = n_cached + n_tok;
         // Sized for the most keys this chunk length can see, so every decode step binds the
-        // same scores buffer.
-        let scores = self
-            .pool
-            .take(&self.gpu, (n_tok * p.n_head * (n_slots + n_tok) * 4) as u64);
+        // same scores buffer; where that passes the binding limit (long contexts, many
+        // heads), for the keys present in steps of 1024.
+        let row_bytes = (n_tok * p.n_head * 4) as u64;
+        let limit = self.gpu.max_part_bytes;
+        let mut keys = n_slots + n_tok;
+        if row_bytes * keys as u64 > limit {
+            keys = n_keys.next_multiple_of(1024).min(keys);
+        }
+        if row_bytes * keys as u64 > limit {
+            return Err(Error::Device(format!(
+                "the attention scores of {n_tok} rows over {n_keys} keys pass the GPU's binding limit of {limit} bytes"
+            )));
+        }
+        let scores = self.pool.take_exact(&self.gpu, row_bytes * keys as u64);
         let out = self.tensor(n_tok, p.n_head * p.head_dim);
         let window = p.window.min(u32::MAX as usize) as u32;
         let params = [

@@ -47,6 +47,9 @@ pub struct Gpu {
     pub buffers_created: std::sync::atomic::AtomicU64,
     /// The readback buffer, reused while big enough.
     staging: Mutex<Option<wgpu::Buffer>>,
+    /// Error scopes of submissions nobody waited for (a full arena, an upload): collected
+    /// at the next wait, so their errors void that step too.
+    pending: std::cell::RefCell<Vec<ScopeErrors>>,
     /// The first error the device reported outside a scope, or its loss: once set, nothing
     /// it computes is trusted (`check`).
     fault: Arc<Mutex<Option<String>>>,
@@ -143,6 +146,7 @@ impl Gpu {
             submits: Default::default(),
             buffers_created: Default::default(),
             staging: Mutex::new(None),
+            pending: Default::default(),
             fault,
         }))
     }
@@ -178,15 +182,28 @@ impl Gpu {
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| Error::Device(format!("waiting for the GPU: {e}")))?;
         rx.await;
-        self.after(scoped.await)
+        self.after(scoped).await
     }
 
-    /// The fault after a submission: the scope's error, else any error or loss reported.
-    fn after(&self, scoped: Option<String>) -> Result<()> {
-        if let Some(e) = scoped {
+    /// The fault after a submission: its scopes' error or an earlier unwaited submission's,
+    /// else any error or loss reported.
+    async fn after(&self, scoped: ScopeErrors) -> Result<()> {
+        let earlier = std::mem::take(&mut *self.pending.borrow_mut());
+        if let Some(e) = scoped.await {
             note_fault(&self.fault, e);
         }
+        for p in earlier {
+            if let Some(e) = p.await {
+                note_fault(&self.fault, e);
+            }
+        }
         self.check()
+    }
+
+    /// Submit `enc` without waiting; its errors are collected at the next wait.
+    pub fn submit_later(&self, enc: wgpu::CommandEncoder) {
+        let errors = self.submit(enc);
+        self.pending.borrow_mut().push(errors);
     }
 
     pub fn count_buffer(&self) {
@@ -293,7 +310,7 @@ impl Gpu {
             .map_err(|e| Error::Device(format!("waiting for the GPU: {e}")))?;
         let mapped = rx.await;
         // A lost device fails the mapping; an error in the step voids what it computed.
-        self.after(scoped.await)?;
+        self.after(scoped).await?;
         mapped.map_err(|e| Error::Device(format!("reading back from the GPU: {e}")))?;
         let out = {
             let view = slice

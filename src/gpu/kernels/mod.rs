@@ -209,8 +209,7 @@ impl Recorder {
         let need = self.data.len() as u64 + bytes + pieces * self.align;
         if need > self.arena.size() {
             if let Some(enc) = self.take(gpu) {
-                gpu.queue.submit([enc.finish()]);
-                gpu.count_submit();
+                gpu.submit_later(enc);
             }
         }
     }
@@ -341,7 +340,10 @@ pub struct Pool {
 
 impl Pool {
     pub fn take(&mut self, gpu: &Gpu, bytes: u64) -> std::rc::Rc<wgpu::Buffer> {
-        let size = bytes.max(256).next_power_of_two();
+        self.take_sized(gpu, bytes.max(256).next_power_of_two())
+    }
+
+    fn take_sized(&mut self, gpu: &Gpu, size: u64) -> std::rc::Rc<wgpu::Buffer> {
         let list = self.free.entry(size).or_default();
         if let Some(b) = list.iter().find(|b| std::rc::Rc::strong_count(b) == 1) {
             return b.clone();
@@ -349,6 +351,12 @@ impl Pool {
         let b = std::rc::Rc::new(gpu.storage("activations", size));
         list.push(b.clone());
         b
+    }
+
+    /// A buffer of exactly `bytes` (rounded to 256): for sizes near the binding limit, where
+    /// rounding up to a power of two could pass it.
+    pub fn take_exact(&mut self, gpu: &Gpu, bytes: u64) -> std::rc::Rc<wgpu::Buffer> {
+        self.take_sized(gpu, bytes.max(256).next_multiple_of(256))
     }
 
     /// Bytes held.
