@@ -214,10 +214,6 @@ async function readCached(hit, signal, onProgress) {
   return buf;
 }
 
-function engineInfo0(engine) {
-  return JSON.parse(engine.info());
-}
-
 export class Core {
   /**
    * @param {{ warn?: (message: string) => void, info?: (info: object) => void }} hooks
@@ -304,7 +300,8 @@ export class Core {
         this.warn(`the model was not cached (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it will download again next time`);
       }
     }
-    if (store && source === 'network' && engineInfo0(this.engine).backend === 'webgpu' && typeof FileReaderSync === 'function') {
+    const engineInfo = JSON.parse(this.engine.info());
+    if (store && source === 'network' && engineInfo.backend === 'webgpu' && typeof FileReaderSync === 'function') {
       // On the GPU the engine keeps the model file to continue on the CPU if the device is
       // lost: keep the cached Blob (on disk) rather than the downloaded bytes.
       try {
@@ -315,7 +312,6 @@ export class Core {
       }
     }
     bytes = null;
-    const engineInfo = JSON.parse(this.engine.info());
     if (noGpu && engineInfo.backend !== 'webgpu') engineInfo.reason = `${noGpu}: running on the CPU`;
     this.info = {
       ...engineInfo,

@@ -234,11 +234,11 @@ fn cmd_bench(a: &Args) -> Result<()> {
     let steps = g.usage.completion_tokens.saturating_sub(1).max(1) as f64;
     let per_step = match (c0, c1) {
         (Some(a), Some(b)) => serde_json::json!({
-            "encode_ms": (b.0 - a.0) / steps,
-            "submits": (b.1 - a.1) as f64 / steps,
-            "bytes_read": (b.2 - a.2) as f64 / steps,
-            "buffers_created": (b.3 - a.3) as f64 / steps,
-            "bind_groups_created": (b.4 - a.4) as f64 / steps,
+            "encode_ms": (b.encode_ms - a.encode_ms) / steps,
+            "submits": (b.submits - a.submits) as f64 / steps,
+            "bytes_read": (b.bytes_read - a.bytes_read) as f64 / steps,
+            "buffers_created": (b.buffers_created - a.buffers_created) as f64 / steps,
+            "bind_groups_created": (b.bind_groups_created - a.bind_groups_created) as f64 / steps,
         }),
         _ => serde_json::Value::Null,
     };
@@ -263,20 +263,15 @@ fn cmd_bench(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// (encode ms, submits, bytes read, buffers, bind groups) while on the GPU.
-fn gpu_counters(e: &Engine) -> Option<(f64, u64, u64, u64, u64)> {
+/// The GPU counters while the engine runs there.
+fn gpu_counters(e: &Engine) -> Option<crate::GpuCounters> {
     #[cfg(feature = "gpu")]
-    if let Some(c) = e.gpu_counters() {
-        return Some((
-            c.encode_ms,
-            c.submits,
-            c.bytes_read,
-            c.buffers_created,
-            c.bind_groups_created,
-        ));
+    return e.gpu_counters();
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = e;
+        None
     }
-    let _ = e;
-    None
 }
 
 fn peak_rss_mb() -> Option<f64> {

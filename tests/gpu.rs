@@ -142,19 +142,26 @@ fn gpu_matvec(g: &Gpu, mv: &Matvec, w: &GpuWeight, x: &[f32], m: usize) -> Vec<f
 /// NMSE of `got` rows `ids` against the f64 products of the dequantized rows.
 fn check(got: &[f32], n_rows: usize, deq: &[f32], ids: &[u32], x: &[f32], m: usize, what: &str) {
     let cols = x.len() / m;
-    let (mut num, mut den) = (0f64, 0f64);
-    for i in 0..m {
-        for (k, &r) in ids.iter().enumerate() {
+    let pairs = (0..m).flat_map(|i| {
+        ids.iter().enumerate().map(move |(k, &r)| {
             let w = &deq[k * cols..(k + 1) * cols];
             let want: f64 = w
                 .iter()
                 .zip(&x[i * cols..(i + 1) * cols])
                 .map(|(a, b)| f64::from(*a) * f64::from(*b))
                 .sum();
-            let g = f64::from(got[i * n_rows + r as usize]);
-            num += (g - want).powi(2);
-            den += want.powi(2);
-        }
+            (f64::from(got[i * n_rows + r as usize]), want)
+        })
+    });
+    assert_nmse(pairs, what);
+}
+
+/// Normalised MSE of (got, want) pairs under [`NMSE_MAX`].
+fn assert_nmse(pairs: impl Iterator<Item = (f64, f64)>, what: &str) {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (g, want) in pairs {
+        num += (g - want).powi(2);
+        den += want.powi(2);
     }
     let nmse = num / den.max(1e-30);
     eprintln!("{what}: NMSE {nmse:.2e}");
@@ -338,12 +345,7 @@ fn whole_model_on_the_gpu_meets_the_reference_gate() {
         .iter()
         .filter(|c| full || c.prompt_ids.len() < 100)
     {
-        let seq: Vec<u32> = case
-            .prompt_ids
-            .iter()
-            .chain(&case.greedy_ids)
-            .copied()
-            .collect();
+        let seq = case.sequence();
         n += seq.len();
         let first = case.prompt_ids.len() - 1;
         let top = pollster::block_on(s.logits_top_k(&seq, 10, first)).unwrap();
@@ -563,13 +565,10 @@ fn embedding_gather_matches_the_cpu_for_every_type() {
         let got = pollster::block_on(be.read(&x)).unwrap();
         let want = cpu_rows(&bytes, &info, &ids);
         assert_eq!(got.len(), want.len());
-        let (mut num, mut den) = (0f64, 0f64);
-        for (a, b) in got.iter().zip(&want) {
-            num += f64::from(a - b).powi(2);
-            den += f64::from(*b).powi(2);
-        }
-        let nmse = num / den.max(1e-30);
-        eprintln!("embed {}: NMSE {nmse:.2e}", info.name);
-        assert!(nmse < NMSE_MAX, "embed {}: NMSE {nmse:.3e}", info.name);
+        let pairs = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (f64::from(*a), f64::from(*b)));
+        assert_nmse(pairs, &format!("embed {}", info.name));
     }
 }

@@ -30,12 +30,7 @@ fn kerze(args: &[&str]) -> serde_json::Value {
 fn teacher_forced(reference: &Reference) -> Agreement {
     let mut stats = Agreement::default();
     for case in &reference.cases {
-        let seq: Vec<String> = case
-            .prompt_ids
-            .iter()
-            .chain(&case.greedy_ids)
-            .map(u32::to_string)
-            .collect();
+        let seq: Vec<String> = case.sequence().iter().map(u32::to_string).collect();
         let v = kerze(&["logits", "--ids", &seq.join(","), "--top", "10"]);
         let top: Vec<Vec<(u32, f32)>> = serde_json::from_value(v["top"].clone()).unwrap();
         assert_eq!(top.len(), seq.len());

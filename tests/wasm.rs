@@ -72,12 +72,7 @@ async fn real_model_teacher_forced_against_reference() {
     for case in &reference.cases {
         let ids = engine.tokenizer().encode_user(&case.prompt, true).unwrap();
         assert_eq!(ids, case.prompt_ids, "prompt ids of {:?}", case.prompt);
-        let seq: Vec<u32> = case
-            .prompt_ids
-            .iter()
-            .chain(&case.greedy_ids)
-            .copied()
-            .collect();
+        let seq = case.sequence();
         let first = case.prompt_ids.len() - 1;
         let top = engine.logits_top_k(&seq, 10, first).await.unwrap();
         stats.add_case(case, &top);

@@ -49,7 +49,7 @@ pub struct GpuBackend {
     k: Kernels,
     pub rec: Recorder,
     pool: Pool,
-    /// Rotary cos/sin put in the arena this recording.
+    /// Rotary cos/sin put in the arena (valid for the recording of their generation).
     rope_cs: Vec<RopeCs>,
 }
 
@@ -109,7 +109,6 @@ impl GpuBackend {
 
     /// Take what was recorded (or a new encoder) for submission.
     fn take_enc(&mut self) -> wgpu::CommandEncoder {
-        self.rope_cs.clear();
         self.rec
             .take(&self.gpu)
             .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()))
@@ -118,7 +117,6 @@ impl GpuBackend {
     /// Submit what was recorded without waiting.
     fn flush(&mut self) {
         if let Some(enc) = self.rec.take(&self.gpu) {
-            self.rope_cs.clear();
             self.gpu.submit_later(enc);
         }
     }
@@ -158,9 +156,7 @@ impl GpuBackend {
         );
         Ok(out)
     }
-}
 
-impl GpuBackend {
     /// `[res +] rms_norm(x, w)`.
     fn norm(
         &mut self,
@@ -342,26 +338,14 @@ impl Backend for GpuBackend {
         let half = head_dim / 2;
         // cos/sin in f64, as the CPU backend computes them; once per recording for all the
         // layers (and q and k) that share the positions and base.
-        let key = (pos[0], pos.len(), head_dim, base.to_bits());
+        // Room for the params first: a submission between finding a range and binding it
+        // would void the range. Entries from earlier recordings are void.
+        self.rec.reserve(&self.gpu, 16, 1);
         let generation = self.rec.generation;
-        let cached = self
-            .rope_cs
-            .iter()
-            .find(|e| e.key == key && e.generation == generation)
-            .map(|e| e.range);
-        let range = match cached {
-            Some(r) => {
-                self.rec.reserve(&self.gpu, 16, 1);
-                if self.rec.generation == generation {
-                    Some(r)
-                } else {
-                    None
-                }
-            }
-            None => None,
-        };
-        let range = match range {
-            Some(r) => r,
+        self.rope_cs.retain(|e| e.generation == generation);
+        let key = (pos[0], pos.len(), head_dim, base.to_bits());
+        let range = match self.rope_cs.iter().find(|e| e.key == key) {
+            Some(e) => e.range,
             None => {
                 let mut cs = Vec::with_capacity(pos.len() * half * 2);
                 for &p in pos {
@@ -538,7 +522,6 @@ impl Backend for GpuBackend {
 
     async fn sync(&mut self) -> Result<()> {
         if let Some(enc) = self.rec.take(&self.gpu) {
-            self.rope_cs.clear();
             self.gpu.submit_and_wait(enc).await?;
         }
         Ok(())

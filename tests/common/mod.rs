@@ -19,6 +19,18 @@ pub struct RefCase {
     pub top10_per_step: Vec<Vec<(u32, f64)>>,
 }
 
+impl RefCase {
+    /// The prompt and then the reference's greedy continuation: what a teacher-forced run
+    /// feeds.
+    pub fn sequence(&self) -> Vec<u32> {
+        self.prompt_ids
+            .iter()
+            .chain(&self.greedy_ids)
+            .copied()
+            .collect()
+    }
+}
+
 /// Teacher-forced agreement of our top-k logits with a reference's, position by position.
 #[derive(Default, Debug)]
 pub struct Agreement {
