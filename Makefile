@@ -26,11 +26,11 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node setup-gpu fetch build build-wasm test test-native test-wasm test-browser lint demo bench bench-native bench-wasm bench-browser fuzz clean
+.PHONY: help setup setup-rust setup-browser setup-node setup-gpu fetch build build-wasm test test-native test-wasm test-browser test-bundlers lint demo bench bench-native bench-wasm bench-browser fuzz clean
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
-	@echo "make test   — every test: lint, native, wasm in headless Chromium"
+	@echo "make test   — every test: lint, native, wasm and the package in headless Chromium, bundlers"
 	@echo "make fetch  — fetch the default model into models/"
 	@echo "make bench  — prefill/decode tokens/s natively and in headless Chromium"
 	@echo "make fuzz   — 100 000 mutated GGUF headers"
@@ -80,24 +80,34 @@ pkg/wasm/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
 	$(WASM_OPT) $@ -o $@
 
 # The threads + SIMD build (cross-origin-isolated pages, CPU only), in its own target dir.
-pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
+pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
 	RUSTFLAGS="$(THREADS_RUSTFLAGS)" cargo +nightly build --release --target wasm32-unknown-unknown \
 	  --lib --features threads -Z build-std=panic_abort,std --target-dir target/threads
 	rm -rf pkg/wasm/threads
 	wasm-bindgen --target web --out-dir pkg/wasm/threads --out-name kerze \
 	  target/threads/wasm32-unknown-unknown/release/kerze.wasm
+	# Our thread start in place of the crate's helper snippet (why: pkg/rayon-start.js).
+	test -f pkg/wasm/threads/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
+	cp pkg/rayon-start.js pkg/wasm/threads/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
 	$(WASM_OPT) --enable-threads $@ -o $@
 
+# The inline worker: for bundlers that emit no file the package names (esbuild, Rollup).
+pkg/wasm/inline/index.js: pkg/wasm/kerze_bg.wasm pkg/build-inline.mjs $(wildcard pkg/*.js)
+	node pkg/build-inline.mjs
+
 # The script-tag build: one ES module from pkg/embed.js, the wasm next to it.
-dist/kerze.js: $(wildcard pkg/*.js) pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm
+dist/kerze.js: $(wildcard pkg/*.js) pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm pkg/wasm/inline/index.js
 	rm -rf dist
 	node_modules/.bin/esbuild pkg/embed.js --bundle --format=esm --target=es2022 --minify \
-	  --external:./wasm/threads/* --legal-comments=none --log-level=warning --outfile=dist/kerze.js
+	  --external:./wasm/threads/* --external:./wasm/inline/* --legal-comments=none --log-level=warning \
+	  --outfile=dist/kerze.js
 	mkdir -p dist/wasm
 	cp pkg/wasm/kerze_bg.wasm dist/wasm/
 	cp -r pkg/wasm/threads dist/wasm/threads
+	cp -r pkg/wasm/inline dist/wasm/inline
+	cp pkg/rayon-worker.js dist/
 
-build-wasm: setup-rust setup-node pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm dist/kerze.js
+build-wasm: setup-rust setup-node pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm pkg/wasm/inline/index.js dist/kerze.js
 
 build: $(KERZE) build-wasm
 
@@ -120,7 +130,11 @@ test-browser: setup fetch build
 	node_modules/.bin/tsc -p tests/types/tsconfig.paths.json
 	node tests/browser/run.mjs
 
-test: setup lint test-native test-wasm test-browser
+# The packed package in a Vite, webpack, Rollup, esbuild and Next.js app (tests/bundlers/).
+test-bundlers: setup fetch build
+	node tests/bundlers/run.mjs
+
+test: setup lint test-native test-wasm test-browser test-bundlers
 	@echo "make test: all passed"
 
 demo: setup fetch build

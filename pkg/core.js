@@ -70,10 +70,26 @@ function throwIfAborted(signal) {
   if (signal?.aborted) throw abortError(signal);
 }
 
-/** Load the wasm glue: the threads build when asked for and possible, else single-thread. */
-async function loadWasm(threads, warn) {
+/** The key under which rayon-start.js finds how to start a thread. */
+const RAYON_SPAWN = Symbol.for('kerze.spawnRayonWorker');
+
+/** Where the single-thread build's module is: next to this file (bundlers emit it there). */
+function wasmUrl() {
+  return new URL('./wasm/kerze_bg.wasm', import.meta.url);
+}
+
+/**
+ * Load the wasm glue: the threads build when asked for and possible, else single-thread
+ * (its module from `wasm()`: a URL, a Response or bytes).
+ */
+async function loadWasm(threads, warn, wasm) {
   if (threads > 1) {
     try {
+      // How rayon-start.js starts a thread: here, in the literal form bundlers emit as a
+      // worker, and outside the threads' own module graph (see there).
+      globalThis[RAYON_SPAWN] = () => new Worker(new URL('./rayon-worker.js', import.meta.url), {
+        type: 'module', name: 'kerze-rayon',
+      });
       const glue = await import('./wasm/threads/kerze.js');
       await glue.default({ module_or_path: new URL('./wasm/threads/kerze_bg.wasm', import.meta.url) });
       await glue.initThreadPool(threads);
@@ -83,7 +99,7 @@ async function loadWasm(threads, warn) {
     }
   }
   const glue = await import('./wasm/kerze.js');
-  await glue.default({ module_or_path: new URL('./wasm/kerze_bg.wasm', import.meta.url) });
+  await glue.default({ module_or_path: await wasm() });
   return { glue, threads: 1 };
 }
 
@@ -216,12 +232,15 @@ async function readCached(hit, signal, onProgress) {
 
 export class Core {
   /**
-   * @param {{ warn?: (message: string) => void, info?: (info: object) => void }} hooks
+   * @param {{ warn?: (message: string) => void, info?: (info: object) => void,
+   *           wasm?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource> }} hooks
    *   `info` is called with the new engine info when the engine moves from the GPU to the CPU.
+   *   `wasm` gives the single-thread build's module (default: the file next to this one).
    */
   constructor(hooks = {}) {
     this.warn = hooks.warn ?? ((m) => console.warn(`kerze: ${m}`));
     this.onInfo = hooks.info ?? (() => {});
+    this.wasm = hooks.wasm ?? wasmUrl;
     this.glue = null;
     this.engine = null;
     this.info = null;
@@ -238,7 +257,7 @@ export class Core {
     onProgress({ phase: 'compile', loaded: 0, total: 1 });
     const [gpu, noGpu] = await probeGpu(args.device ?? 'auto');
     // The WebGPU backend is in the single-thread build; the threads build is CPU only.
-    const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn);
+    const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn, this.wasm);
     this.glue = loaded.glue;
     onProgress({ phase: 'compile', loaded: 1, total: 1 });
     throwIfAborted(signal);

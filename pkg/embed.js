@@ -12,9 +12,11 @@
 // temperature, device (auto | cpu | webgpu), preload (start the download at once).
 
 import * as api from './index.js';
-import './worker.js';
+import { serve } from './serve.js';
 
 const inWorker = typeof WorkerGlobalScope !== 'undefined' && globalThis instanceof WorkerGlobalScope;
+// Started by index.js as the engine's worker (named so): serve the page.
+if (inWorker && globalThis.name === 'kerze') serve(globalThis);
 
 const CSS = `
 :host { display: block; font: inherit; border: 1px solid #d0d0d0; border-radius: 8px; padding: 12px; }

@@ -67,6 +67,12 @@ export interface CreateEngineOptions {
   nCtx?: number;
   /** Use the Cache API (default true). */
   cache?: boolean;
+  /**
+   * Where the package's files are served, self-hosted (a CDN, or a copy for a bundler that
+   * emits none): the folder holding worker.js and wasm/, as in the npm package. Default: next
+   * to the package's modules, or where the bundler emitted them.
+   */
+  assetsUrl?: string | URL;
 }
 
 export interface EngineInfo {
@@ -90,6 +96,12 @@ export interface EngineInfo {
   /** From bytes in memory to ready, ms. */
   readyMs: number;
   sha256: string | null;
+  /**
+   * How the engine's worker started: 'script' (the package's worker.js, the one a bundler
+   * emitted from it, or assetsUrl's), 'inline' (the package's self-contained copy, for bundles
+   * that emit no file the package names: one thread), null (`worker: false`).
+   */
+  worker: 'script' | 'inline' | null;
 }
 
 export interface GenerateOptions {

@@ -10,13 +10,14 @@ import { KerzeError, deserializeError, abortError, ERROR_NAMES } from './protoco
 import { catalog } from './catalog.js';
 import { Core, engineOptions } from './core.js';
 import { openModelCache } from './cache.js';
+import { HERE } from './here.js';
 
 export { KerzeError, ERROR_NAMES, catalog };
 
-let workerUrl = new URL('./worker.js', import.meta.url);
+let ownWorkerUrl = null;
 /** Where the worker script is (the single-file build points this at itself). @internal */
 export function _setWorkerUrl(url) {
-  workerUrl = new URL(url);
+  ownWorkerUrl = new URL(url);
 }
 
 const DEVICES = ['auto', 'cpu', 'webgpu'];
@@ -82,13 +83,15 @@ export function checkSupport() {
   }
 }
 
-/** Worker threads for the threads build: only where it can run. */
-function chooseThreads(threads) {
+/**
+ * Worker threads for the threads build: only where it can run. Its rayon workers start from
+ * the package's files next to the engine's worker, so that worker must be a script of this
+ * origin (not the inline copy, not a trampoline to another origin).
+ */
+function chooseThreads(threads, transport) {
   if (threads === false || threads === 1 || threads === 0) return 0;
   const isolated = globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== 'undefined';
-  // The threads build starts its own workers from its own URL: that must be this origin.
-  const sameOrigin = new URL(import.meta.url).origin === globalThis.location?.origin;
-  if (!isolated || !sameOrigin) return 0;
+  if (!isolated || transport.kind !== 'script' || transport.crossOrigin) return 0;
   if (typeof threads === 'number') return Math.max(0, Math.floor(threads));
   return Math.min(navigator.hardwareConcurrency || 1, 8);
 }
@@ -97,6 +100,9 @@ function chooseThreads(threads) {
 // Transports: the same requests, answered by a Core in this thread or in a worker.
 
 class InThreadTransport {
+  /** How the engine's worker was started: there is none. */
+  kind = null;
+
   constructor(onWarning) {
     this.core = new Core({ warn: onWarning, info: (info) => this.onInfo?.(info) });
   }
@@ -128,42 +134,118 @@ class InThreadTransport {
   }
 }
 
-/** Start a module worker from `url`; another origin goes through a blob: trampoline. */
-function spawnWorker(url) {
+// ---------------------------------------------------------------------------------------
+// Where the worker comes from.
+
+/**
+ * How the package reached the page: 'files' (its modules each at its own URL: served as they
+ * are, or by a bundler that keeps module URLs, webpack), 'bundled' (merged into the app's
+ * script by a bundler that emitted the worker and the wasm and rewrote their URLs: Vite,
+ * Next.js) or 'left-behind' (merged by one that copies no file that `new URL('…',
+ * import.meta.url)` names: esbuild, Rollup; neither worker.js nor the wasm is there). Told
+ * apart without a request: merged modules share one import.meta.url.
+ */
+function packageLayout() {
+  try {
+    const own = import.meta.url;
+    if (own !== HERE) return 'files';
+    const base = own;
+    const left = new URL('./wasm/kerze_bg.wasm', import.meta.url).href === new URL('./wasm/kerze_bg.wasm', base).href;
+    return left ? 'left-behind' : 'bundled';
+  } catch {
+    return 'left-behind'; // no import.meta.url at all (an IIFE or CommonJS bundle)
+  }
+}
+
+/** The package's worker.js — or the worker a bundler built from it (keep this literal form). */
+function spawnBundled() {
+  const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'kerze' });
+  return { worker, blobUrl: null, crossOrigin: false };
+}
+
+/** A module worker from `url`; another origin goes through a blob: trampoline. */
+function spawnAt(url) {
   if (url.origin === globalThis.location?.origin) {
-    return { worker: new Worker(url, { type: 'module', name: 'kerze' }), blobUrl: null };
+    return { worker: new Worker(url, { type: 'module', name: 'kerze' }), blobUrl: null, crossOrigin: false };
   }
   const blob = new Blob([`import ${JSON.stringify(url.href)};\n`], { type: 'text/javascript' });
   const blobUrl = URL.createObjectURL(blob);
-  return { worker: new Worker(blobUrl, { type: 'module', name: 'kerze' }), blobUrl };
+  return { worker: new Worker(blobUrl, { type: 'module', name: 'kerze' }), blobUrl, crossOrigin: true };
+}
+
+/** The self-contained worker (engine, single-thread wasm inside), from a blob: URL. */
+async function spawnInline() {
+  const { workerSource } = await import('./wasm/inline/index.js');
+  const blobUrl = URL.createObjectURL(new Blob([await workerSource()], { type: 'text/javascript' }));
+  return { worker: new Worker(blobUrl, { type: 'module', name: 'kerze' }), blobUrl, crossOrigin: false };
+}
+
+/**
+ * The ways to start the worker, best first, as [kind, spawn]: a worker script (`assetsUrl`'s,
+ * the single-file build's own, the package's or the one a bundler built) unless a bundler
+ * left it behind, then the inline copy.
+ */
+function workerPlan(assetsUrl) {
+  const plan = [];
+  if (assetsUrl != null) {
+    plan.push(['script', () => spawnAt(new URL('worker.js', assetsUrl))]);
+  } else if (ownWorkerUrl) {
+    plan.push(['script', () => spawnAt(ownWorkerUrl)]);
+  } else {
+    const layout = packageLayout();
+    const here = layout === 'files' ? new URL(import.meta.url) : null;
+    if (here && /^https?:$/.test(here.protocol) && here.origin !== globalThis.location?.origin) {
+      // The package's own files on another origin (a CDN): through the trampoline.
+      plan.push(['script', () => spawnAt(new URL('./worker.js', here))]);
+    } else if (layout !== 'left-behind') {
+      plan.push(['script', spawnBundled]);
+    }
+  }
+  plan.push(['inline', spawnInline]);
+  return plan;
+}
+
+/** Resolves when the worker said hello; rejects when its script failed to load or run. */
+function handshake({ worker, blobUrl }) {
+  return new Promise((resolve, reject) => {
+    const fail = (ev) => {
+      if (blobUrl) URL.revokeObjectURL(blobUrl);
+      worker.terminate();
+      reject(new KerzeError('WorkerError',
+        `the kerze worker did not start (${ev?.message || 'blocked by a Content-Security-Policy, or the script is unreachable'})`));
+    };
+    worker.addEventListener('error', fail, { once: true });
+    worker.addEventListener('message', function hello(ev) {
+      if (ev.data?.type !== 'hello') return;
+      worker.removeEventListener('message', hello);
+      worker.removeEventListener('error', fail);
+      if (blobUrl) URL.revokeObjectURL(blobUrl);
+      resolve();
+    });
+  });
 }
 
 class WorkerTransport {
-  static start(onWarning) {
-    return new Promise((resolve, reject) => {
+  /** Start the worker by the first way of workerPlan() that works. */
+  static async start(onWarning, assetsUrl) {
+    let failed = null;
+    for (const [kind, spawn] of workerPlan(assetsUrl)) {
       let spawned;
       try {
-        spawned = spawnWorker(workerUrl);
+        spawned = await spawn();
+        await handshake(spawned);
       } catch (e) {
-        reject(new KerzeError('WorkerError', `could not start the kerze worker: ${e?.message ?? e}`));
-        return;
+        failed = e instanceof KerzeError ? e
+          : new KerzeError('WorkerError', `could not start the kerze worker: ${e?.message ?? e}`);
+        continue;
       }
-      const { worker, blobUrl } = spawned;
-      const fail = (ev) => {
-        if (blobUrl) URL.revokeObjectURL(blobUrl);
-        worker.terminate();
-        reject(new KerzeError('WorkerError',
-          `the kerze worker did not start (${ev?.message || 'blocked by a Content-Security-Policy, or the script is unreachable'})`));
-      };
-      worker.addEventListener('error', fail, { once: true });
-      worker.addEventListener('message', function hello(ev) {
-        if (ev.data?.type !== 'hello') return;
-        worker.removeEventListener('message', hello);
-        worker.removeEventListener('error', fail);
-        if (blobUrl) URL.revokeObjectURL(blobUrl);
-        resolve(new WorkerTransport(worker, onWarning));
-      });
-    });
+      if (failed) onWarning(`${failed.message}; running the package's inline copy of the engine (one thread) instead`);
+      const t = new WorkerTransport(spawned.worker, onWarning);
+      t.kind = kind;
+      t.crossOrigin = spawned.crossOrigin;
+      return t;
+    }
+    throw failed;
   }
 
   constructor(worker, onWarning) {
@@ -492,7 +574,7 @@ export class Engine {
 export async function createEngine(options = {}) {
   const {
     model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
-    threads = 'auto', nCtx, cache = true,
+    threads = 'auto', nCtx, cache = true, assetsUrl,
   } = options;
   if (!DEVICES.includes(device)) {
     throw new KerzeError('InvalidArgumentError', `device must be one of ${DEVICES.join(', ')}, got '${device}'`);
@@ -503,10 +585,11 @@ export async function createEngine(options = {}) {
   if (signal?.aborted) throw abortError(signal);
   checkSupport();
   const spec = resolveModel(model);
+  const assets = assetsUrl == null ? null : folderUrl(assetsUrl);
   const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
+  const transport = worker ? await WorkerTransport.start(warn, assets) : new InThreadTransport(warn);
   // Rayon blocks with Atomics.wait, which the page's main thread may not: threads need the worker.
-  const nThreads = worker ? chooseThreads(threads) : 0;
-  const transport = worker ? await WorkerTransport.start(warn) : new InThreadTransport(warn);
+  const nThreads = worker ? chooseThreads(threads, transport) : 0;
   const report = (p) => {
     try {
       onProgress?.(p);
@@ -524,7 +607,19 @@ export async function createEngine(options = {}) {
     throw e;
   }
   report({ phase: 'ready', loaded: 1, total: 1 });
-  return new Engine(transport, info);
+  return new Engine(transport, { ...info, worker: transport.kind });
+}
+
+/** `assetsUrl` as a folder URL (a trailing slash added), or InvalidArgumentError. */
+function folderUrl(url) {
+  let u;
+  try {
+    u = new URL(String(url), baseUrl());
+  } catch {
+    throw new KerzeError('InvalidArgumentError', `assetsUrl '${url}' is not a URL`);
+  }
+  if (!u.pathname.endsWith('/')) u.pathname += '/';
+  return u;
 }
 
 function cacheKeyOf(model) {

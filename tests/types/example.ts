@@ -12,6 +12,8 @@ async function main(out: HTMLElement): Promise<void> {
     signal: ctl.signal,
   });
   const backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' = engine.info.backend;
+  const worker: 'script' | 'inline' | null = engine.info.worker;
+  console.log(worker);
   console.log(backend, engine.info.nCtx, catalog['gemma-3-270m']?.sha256);
 
   for await (const chunk of engine.generate('Slogan for an e-bike:', { maxTokens: 48, temperature: 0.7, signal: ctl.signal })) {
@@ -35,7 +37,7 @@ async function main(out: HTMLElement): Promise<void> {
   console.log(top[0]?.[0]?.[1]);
 
   try {
-    await createEngine({ model: { url: '/models/x.gguf', sha256: 'a'.repeat(64) } });
+    await createEngine({ model: { url: '/models/x.gguf', sha256: 'a'.repeat(64) }, assetsUrl: 'https://cdn.example/kerze/' });
   } catch (e) {
     if (e instanceof KerzeError && e.name === 'IntegrityError') console.log(e.message);
   }

@@ -1,0 +1,22 @@
+// One thread of the threads build's rayon pool (started by rayon-start.js through the spawner
+// core.js registers): init the threads glue on the shared memory, then run rayon's loop.
+// Waits for its one init message; the type is prefixed, so nothing else is mistaken for it.
+
+function initMessage() {
+  return new Promise((resolve) => {
+    globalThis.addEventListener('message', function onMessage({ data }) {
+      if (data?.type !== 'wasm_bindgen_worker_init') return;
+      globalThis.removeEventListener('message', onMessage);
+      resolve(data);
+    });
+  });
+}
+
+if (typeof WorkerGlobalScope !== 'undefined' && globalThis instanceof WorkerGlobalScope) {
+  initMessage().then(async ({ module, memory, receiver }) => {
+    const glue = await import('./wasm/threads/kerze.js');
+    await glue.default({ module_or_path: module, memory });
+    globalThis.postMessage({ type: 'wasm_bindgen_worker_ready' });
+    glue.wbg_rayon_start_worker(receiver);
+  });
+}
