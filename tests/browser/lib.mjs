@@ -1,7 +1,8 @@
 // Helpers of the browser tests: start tests/serve.py on 127.0.0.1 (stopped by PID at the
 // end), launch Debian's Chromium through playwright-core, record every request and every
 // console error of a page.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
 import { chromium } from 'playwright-core';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
@@ -10,6 +11,17 @@ import net from 'node:net';
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 export const MODEL_FILE = 'gemma-3-270m-q4_k_m.gguf';
+
+const llamacpp = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/llamacpp_gemma3_270m.json'), 'utf8'));
+/** Prompts whose greedy continuation is clear at every step (counting, alphabet, months). */
+export const CERTAIN = llamacpp.cases.filter((c) => c.certain).map((c) => c.prompt);
+
+/** The native CLI's greedy continuation of `prompt`: { ids, text, ... }. */
+export function cli(prompt, maxTokens = 16) {
+  const out = execFileSync(path.join(ROOT, 'target/release/kerze'), ['generate', '--model', path.join(ROOT, 'models', MODEL_FILE),
+    '--prompt', prompt, '--max-tokens', String(maxTokens), '--temperature', '0', '--json'], { encoding: 'utf8' });
+  return JSON.parse(out.trim().split('\n').pop());
+}
 
 const servers = [];
 
@@ -40,7 +52,12 @@ export async function serve(dir, flags = []) {
 
 export function stopServers() {
   for (const p of servers.splice(0)) {
-    if (p.exitCode === null) process.kill(p.pid, 'SIGTERM');
+    if (p.exitCode !== null) continue;
+    try {
+      process.kill(p.pid, 'SIGTERM');
+    } catch {
+      // it ended meanwhile
+    }
   }
 }
 
@@ -57,18 +74,25 @@ export async function openPage(browser, { bypassCSP = false } = {}) {
   const page = await context.newPage();
   const requests = [];
   const errors = [];
+  const warnings = [];
   const logs = [];
+  const workers = [];
   context.on('request', (r) => requests.push(r.url()));
   page.on('console', (m) => {
     logs.push(`${m.type()}: ${m.text()}`);
     if (m.type() === 'error') errors.push(m.text());
+    if (m.type() === 'warning') warnings.push(m.text());
   });
   page.on('pageerror', (e) => errors.push(`pageerror: ${e.message}`));
-  page.on('worker', (w) => w.on('console', (m) => {
-    logs.push(`worker ${m.type()}: ${m.text()}`);
-    if (m.type() === 'error') errors.push(`worker: ${m.text()}`);
-  }));
-  return { context, page, requests, errors, logs };
+  page.on('worker', (w) => {
+    workers.push(w.url());
+    w.on('console', (m) => {
+      logs.push(`worker ${m.type()}: ${m.text()}`);
+      if (m.type() === 'error') errors.push(`worker: ${m.text()}`);
+      if (m.type() === 'warning') warnings.push(`worker: ${m.text()}`);
+    });
+  });
+  return { context, page, requests, errors, warnings, logs, workers };
 }
 
 let failures = 0;

@@ -8,15 +8,13 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import {
-  ROOT, MODEL_FILE, serve, stopServers, launch, openPage, test, summary, assert, assertEq,
+  ROOT, MODEL_FILE, CERTAIN, cli, serve, stopServers, launch, openPage, test, summary, assert, assertEq,
 } from './lib.mjs';
 
 const catalog = JSON.parse(fs.readFileSync(path.join(ROOT, 'models/catalog.json'), 'utf8'));
 const ENTRY = catalog.models.find((m) => m.id === 'gemma-3-270m');
 const SHA = ENTRY.sha256;
 const reference = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/reference_gemma3_270m.json'), 'utf8'));
-const llamacpp = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/llamacpp_gemma3_270m.json'), 'utf8'));
-const CERTAIN = llamacpp.cases.filter((c) => c.certain).map((c) => c.prompt);
 const CSP = "script-src 'self' 'wasm-unsafe-eval'; worker-src 'self' blob:";
 
 const A = await serve('.', ['--only', 'www,pkg,dist,models', '--index', '/www/', '--coop-coep', '--test-routes']);
@@ -36,7 +34,7 @@ const A_ALLOWED = [`${A}/www/`, `${A}/pkg/`, `${A}/dist/`, `${A}/models/`, `${A}
  * Open a page at `url`, run `fn(page, rec)`, then check no stray request and no console
  * error (except those `expectErrors` matches). The context is closed after.
  */
-async function withPage(url, fn, { allowed = A_ALLOWED, expectErrors = null, context: ctxOpts } = {}) {
+async function withPage(url, fn, { allowed = A_ALLOWED, expectErrors = null, noWarnings = false, context: ctxOpts } = {}) {
   const rec = await openPage(browser, ctxOpts);
   try {
     if (url) await rec.page.goto(url);
@@ -45,6 +43,7 @@ async function withPage(url, fn, { allowed = A_ALLOWED, expectErrors = null, con
     assertEq(stray, [], 'requests outside the package and the model');
     const errors = expectErrors ? rec.errors.filter((e) => !expectErrors.test(e)) : rec.errors;
     assertEq(errors, [], 'console errors');
+    if (noWarnings) assertEq(rec.warnings, [], 'console warnings');
     return out;
   } finally {
     await rec.context.close();
@@ -59,12 +58,6 @@ function inPage(page, body, arg) {
     const f = new Function('k', 'model', 'arg', `return (async () => { ${src} })();`);
     return f(k, model, a);
   }, [body, arg, LOCAL_MODEL]);
-}
-
-function cli(prompt) {
-  const out = execFileSync(path.join(ROOT, 'target/release/kerze'), ['generate', '--model', path.join(ROOT, 'models', MODEL_FILE),
-    '--prompt', prompt, '--max-tokens', '16', '--temperature', '0', '--json'], { encoding: 'utf8' });
-  return JSON.parse(out.trim().split('\n').pop());
 }
 
 /** The engine's gate against the float64 reference (tests/common/mod.rs, assert_gate). */
@@ -354,7 +347,7 @@ try {
       const ids = (await e.complete('${CERTAIN[1]}', { maxTokens: 16, temperature: 0 })).ids;
       const info = e.info;
       await e.dispose();
-      return { ids, backend: info.backend, threads: info.threads, isolated: crossOriginIsolated };`));
+      return { ids, backend: info.backend, threads: info.threads, isolated: crossOriginIsolated };`), { noWarnings: true });
     assert(r.isolated, 'the demo server makes the page cross-origin isolated');
     assertEq(r.backend, 'cpu-simd-threads', 'backend');
     assertEq(r.threads, 2, 'threads');
@@ -503,6 +496,28 @@ try {
     }
   });
 
+  await test('the package\'s modules imported from another origin (a CDN): the worker starts through a trampoline', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kerze-site-'));
+    fs.writeFileSync(path.join(dir, 'index.html'), `<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,">
+<script type="module">
+import { createEngine } from '${A}/pkg/index.js';
+const e = await createEngine({ model: { url: '${MODEL_URL}', sha256: '${SHA}' } });
+const r = await e.complete('${CERTAIN[0]}', { maxTokens: 8, temperature: 0 });
+window.result = { ids: r.ids, worker: e.info.worker, threads: e.info.threads };
+</script>`);
+    const B = await serve(dir, []);
+    try {
+      const r = await withPage(`${B}/index.html`, async (page) => {
+        await page.waitForFunction(() => window.result, null, { timeout: 120000 });
+        return page.evaluate(() => window.result);
+      }, { allowed: [`${B}/`, `${A}/pkg/`, MODEL_URL], noWarnings: true });
+      assertEq(r.worker, 'script', 'the package\'s own worker script, not the inline copy');
+      assertEq(r.ids, cli(CERTAIN[0]).ids.slice(0, 8), 'greedy ids');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   await test('npm pack: a plain page imports the packed package; tsc passes on its types', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kerze-pack-'));
     try {
@@ -531,7 +546,7 @@ window.result = { ids: r.ids, backend: e.info.backend };
       const r = await withPage(`${P}/index.html`, async (page) => {
         await page.waitForFunction(() => window.result, null, { timeout: 120000 });
         return page.evaluate(() => window.result);
-      }, { allowed: [`${P}/`, MODEL_URL] });
+      }, { allowed: [`${P}/`, MODEL_URL], noWarnings: true });
       assertEq(r.ids, cli(CERTAIN[0]).ids.slice(0, 8), 'ids from the packed package');
     } finally {
       fs.rmSync(dir, { recursive: true, force: true });

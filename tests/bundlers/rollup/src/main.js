@@ -1,0 +1,3 @@
+import { run } from './app.js';
+
+run();
