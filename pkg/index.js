@@ -103,8 +103,19 @@ class InThreadTransport {
   /** How the engine's worker was started: there is none. */
   kind = null;
 
-  constructor(onWarning) {
-    this.core = new Core({ warn: onWarning, info: (info) => this.onInfo?.(info) });
+  /** `assets`: the folder of the package's files, when self-hosted. */
+  constructor(onWarning, assets) {
+    if (!assets && packageLayout() === 'left-behind') {
+      throw new KerzeError('InvalidArgumentError',
+        "worker: false needs the package's wasm file, which this bundle did not emit (esbuild and Rollup copy "
+        + "no file a package names): serve the package's files and pass their folder as assetsUrl, or keep the "
+        + 'worker (its inline copy needs no file)');
+    }
+    this.core = new Core({
+      warn: onWarning,
+      info: (info) => this.onInfo?.(info),
+      wasm: assets ? () => new URL('wasm/kerze_bg.wasm', assets) : undefined,
+    });
   }
 
   async request(op, args, { onProgress, onChunk, signal } = {}) {
@@ -193,7 +204,12 @@ function workerPlan(assetsUrl) {
     plan.push(['script', () => spawnAt(ownWorkerUrl)]);
   } else {
     const layout = packageLayout();
-    const here = layout === 'files' ? new URL(import.meta.url) : null;
+    let here = null;
+    try {
+      if (layout === 'files') here = new URL(import.meta.url);
+    } catch {
+      // no URL of its own: the bundler's worker
+    }
     if (here && /^https?:$/.test(here.protocol) && here.origin !== globalThis.location?.origin) {
       // The package's own files on another origin (a CDN): through the trampoline.
       plan.push(['script', () => spawnAt(new URL('./worker.js', here))]);
@@ -228,24 +244,25 @@ function handshake({ worker, blobUrl }) {
 class WorkerTransport {
   /** Start the worker by the first way of workerPlan() that works. */
   static async start(onWarning, assetsUrl) {
-    let failed = null;
+    const failures = [];
     for (const [kind, spawn] of workerPlan(assetsUrl)) {
       let spawned;
       try {
         spawned = await spawn();
         await handshake(spawned);
       } catch (e) {
-        failed = e instanceof KerzeError ? e
-          : new KerzeError('WorkerError', `could not start the kerze worker: ${e?.message ?? e}`);
+        failures.push(`${kind}: ${e instanceof KerzeError ? e.message : `could not start the kerze worker: ${e?.message ?? e}`}`);
         continue;
       }
-      if (failed) onWarning(`${failed.message}; running the package's inline copy of the engine (one thread) instead`);
+      if (failures.length) {
+        onWarning(`${failures.join('; ')} — running the package's inline copy of the engine (one thread) instead`);
+      }
       const t = new WorkerTransport(spawned.worker, onWarning);
       t.kind = kind;
       t.crossOrigin = spawned.crossOrigin;
       return t;
     }
-    throw failed;
+    throw new KerzeError('WorkerError', failures.join('; then '));
   }
 
   constructor(worker, onWarning) {
@@ -587,7 +604,7 @@ export async function createEngine(options = {}) {
   const spec = resolveModel(model);
   const assets = assetsUrl == null ? null : folderUrl(assetsUrl);
   const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
-  const transport = worker ? await WorkerTransport.start(warn, assets) : new InThreadTransport(warn);
+  const transport = worker ? await WorkerTransport.start(warn, assets) : new InThreadTransport(warn, assets);
   // Rayon blocks with Atomics.wait, which the page's main thread may not: threads need the worker.
   const nThreads = worker ? chooseThreads(threads, transport) : 0;
   const report = (p) => {

@@ -137,20 +137,28 @@ const browser = await launch();
  * Open the app at `origin` + `page`, wait for its result and check it: the CLI's ids, a
  * clean console, requests only to the app and the model, a worker of the expected kind.
  */
-async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', assets = null } = {}) {
+async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', assets = null, error = null } = {}) {
   const rec = await openPage(browser);
   try {
     const q = new URLSearchParams({ model: MODEL_URL, sha256: SHA, prompt: PROMPT, threads: String(threads) });
     if (assets) q.set('assets', assets);
+    if (worker === null) q.set('worker', 'false');
     await rec.page.goto(`${origin}${at}?${q}`);
     await rec.page.waitForFunction(() => globalThis.kerzeResult, null, { timeout: 180000 });
     const r = await rec.page.evaluate(() => globalThis.kerzeResult);
-    assert(!r.error, `the app failed: ${JSON.stringify(r.error)}\n${rec.logs.join('\n')}`);
-    assertEq(r.ids, WANT, 'greedy ids equal the CLI\'s');
-    assertEq(r.info.worker, worker, 'how the worker was started (info.worker)');
-    assert(rec.workers.length >= 1 + (threads > 1 ? threads : 0), `workers started: ${JSON.stringify(rec.workers)}`);
+    if (error) {
+      assertEq(r.error?.name, error, `the app's error (${r.error?.message})`);
+    } else {
+      assert(!r.error, `the app failed: ${JSON.stringify(r.error)}\n${rec.logs.join('\n')}`);
+      assertEq(r.ids, WANT, 'greedy ids equal the CLI\'s');
+      assertEq(r.info.worker, worker, 'how the worker was started (info.worker)');
+      const want = worker === null ? 0 : 1 + (threads > 1 ? threads : 0);
+      assert(rec.workers.length >= want, `workers started: ${JSON.stringify(rec.workers)}`);
+    }
     assertEq(rec.errors, [], 'console errors');
-    assertEq(rec.warnings, [], 'console warnings');
+    // Chromium's own note when the page (not a worker) asks for a WebGPU adapter and has none.
+    const warnings = worker === null ? rec.warnings.filter((w) => w !== 'No available adapters.') : rec.warnings;
+    assertEq(warnings, [], 'console warnings');
     const stray = rec.requests.filter((u) => !u.startsWith(`${origin}/`) && u !== MODEL_URL
       && !(assets && u.startsWith(assets))
       && !u.startsWith('blob:') && !u.startsWith('data:'));
@@ -276,7 +284,11 @@ console.log('ok');
 
     await test('esbuild: assetsUrl points at the package files self-hosted on another origin (a CDN)', async () => {
       const cdn = await serve(path.join(dir, 'node_modules'), ['--only', 'kerze']);
-      await runApp(await serveStatic(path.join(dir, 'dist')), { page: '/index.html', assets: `${cdn}/kerze/` });
+      const app = await serveStatic(path.join(dir, 'dist'));
+      await runApp(app, { page: '/index.html', assets: `${cdn}/kerze/` });
+      // In the page (worker: false) the wasm must come from somewhere: assetsUrl, or a clear error.
+      await runApp(app, { page: '/index.html', assets: `${cdn}/kerze/`, worker: null });
+      await runApp(app, { page: '/index.html', worker: null, error: 'InvalidArgumentError' });
     });
   }
 

@@ -1,7 +1,7 @@
 // The consumer app every bundler test builds (copied into each app as its entry): what a
 // site writes, nothing bundler-specific. The test page passes the model URL, its sha256, the
-// prompt, the thread count and where the package's files are (if self-hosted) in the query
-// string; the outcome lands in window.kerzeResult.
+// prompt, the thread count, `worker=false` and where the package's files are (if self-hosted)
+// in the query string; the outcome lands in window.kerzeResult.
 import { createEngine } from 'kerze';
 
 export async function run() {
@@ -11,6 +11,7 @@ export async function run() {
     const engine = await createEngine({
       model: { url: q.get('model'), sha256: q.get('sha256') },
       threads: Number(q.get('threads') ?? 1),
+      worker: q.get('worker') !== 'false',
       // Where the package's files are self-hosted, if the test serves them (see the README).
       assetsUrl: q.get('assets') ?? undefined,
       onProgress: (p) => { out.textContent = `${p.phase} ${p.loaded}/${p.total}`; },
