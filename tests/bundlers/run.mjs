@@ -99,7 +99,8 @@ async function freePort() {
 const processes = [];
 /** Start a server process (its own process group) and wait until `port` accepts connections. */
 async function startServer(cwd, cmd, args, port, env = {}) {
-  const proc = spawn(cmd, args, { cwd, detached: true, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  // stdin stays open: esbuild's server stops when it closes.
+  const proc = spawn(cmd, args, { cwd, detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
   processes.push(proc);
   let output = '';
   proc.stdout.on('data', (d) => { output += d; });
@@ -263,6 +264,14 @@ console.log('ok');
       const r = await runApp(await serveStatic(path.join(dir, 'dist'), true), { page: '/index.html', threads: 2 });
       assertEq(r.info.backend, 'cpu-simd-threads', 'backend');
     });
+
+    await test('webpack 5: the dev server (webpack serve)', async () => {
+      const port = await freePort();
+      await startServer(dir, process.execPath, [path.join(dir, 'node_modules/webpack-cli/bin/cli.js'), 'serve',
+        '--mode', 'development', '--host', '127.0.0.1', '--port', String(port)], port);
+      await runApp(`http://127.0.0.1:${port}`);
+      stopProcesses();
+    });
   }
 
   if (wanted('rollup')) {
@@ -290,6 +299,14 @@ console.log('ok');
       await runApp(app, { page: '/index.html', assets: `${cdn}/kerze/`, worker: null });
       await runApp(app, { page: '/index.html', worker: null, error: 'InvalidArgumentError' });
     });
+
+    await test('esbuild: the dev server (esbuild --servedir)', async () => {
+      const port = await freePort();
+      await startServer(dir, path.join(dir, 'node_modules/.bin/esbuild'), ['src/main.js', '--bundle', '--format=esm',
+        '--outdir=public', '--servedir=public', `--serve=127.0.0.1:${port}`], port);
+      await runApp(`http://127.0.0.1:${port}`, { page: '/index.html', worker: 'inline' });
+      stopProcesses();
+    });
   }
 
   if (wanted('next')) {
@@ -302,6 +319,15 @@ console.log('ok');
       const port = await freePort();
       await startServer(dir, process.execPath, [path.join(dir, 'node_modules/next/dist/bin/next'), 'start',
         '-H', '127.0.0.1', '-p', String(port)], port, env);
+      await runApp(`http://127.0.0.1:${port}`);
+      stopProcesses();
+    });
+
+    await test('Next.js: the dev server (next dev)', async () => {
+      const dir = path.join(CACHE, 'next');
+      const port = await freePort();
+      await startServer(dir, process.execPath, [path.join(dir, 'node_modules/next/dist/bin/next'), 'dev',
+        '-H', '127.0.0.1', '-p', String(port)], port, { NEXT_TELEMETRY_DISABLED: '1' });
       await runApp(`http://127.0.0.1:${port}`);
       stopProcesses();
     });
