@@ -74,7 +74,7 @@ function throwIfAborted(signal) {
 const RAYON_SPAWN = Symbol.for('kerze.spawnRayonWorker');
 
 /** Where the single-thread build's module is: next to this file (bundlers emit it there). */
-function wasmUrl() {
+export function wasmUrl() {
   return new URL('./wasm/kerze_bg.wasm', import.meta.url);
 }
 

@@ -8,7 +8,7 @@
 
 import { KerzeError, deserializeError, abortError, ERROR_NAMES } from './protocol.js';
 import { catalog } from './catalog.js';
-import { Core, engineOptions } from './core.js';
+import { Core, engineOptions, wasmUrl } from './core.js';
 import { openModelCache } from './cache.js';
 import { HERE } from './here.js';
 
@@ -160,9 +160,8 @@ function packageLayout() {
   try {
     const own = import.meta.url;
     if (own !== HERE) return 'files';
-    const base = own;
-    const left = new URL('./wasm/kerze_bg.wasm', import.meta.url).href === new URL('./wasm/kerze_bg.wasm', base).href;
-    return left ? 'left-behind' : 'bundled';
+    // Merged: core.js shares this URL; did the bundler rewrite core.js's wasm URL?
+    return wasmUrl().href === new URL('./wasm/kerze_bg.wasm', own).href ? 'left-behind' : 'bundled';
   } catch {
     return 'left-behind'; // no import.meta.url at all (an IIFE or CommonJS bundle)
   }

@@ -25,7 +25,8 @@ export function cli(prompt, maxTokens = 16) {
 
 const servers = [];
 
-async function freePort() {
+/** A free TCP port on 127.0.0.1. */
+export async function freePort() {
   return new Promise((resolve, reject) => {
     const s = net.createServer();
     s.listen(0, '127.0.0.1', () => {

@@ -19,7 +19,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import {
-  ROOT, MODEL_FILE, CERTAIN, cli, serve, stopServers, launch, openPage, test, summary, assert, assertEq,
+  ROOT, MODEL_FILE, CERTAIN, cli, freePort, serve, stopServers, launch, openPage, test, summary, assert, assertEq,
 } from '../browser/lib.mjs';
 
 const HERE = path.join(ROOT, 'tests/bundlers');
@@ -83,17 +83,6 @@ function build(dir, env = {}) {
   const t0 = Date.now();
   const out = sh(dir, 'npm', ['run', 'build', '--silent'], env);
   return { out, s: (Date.now() - t0) / 1000 };
-}
-
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
-    s.on('error', reject);
-  });
 }
 
 const processes = [];
