@@ -123,11 +123,18 @@ const M = await serve('.', ['--only', 'models']);
 const MODEL_URL = `${M}/models/${MODEL_FILE}`;
 const browser = await launch();
 
+/** Files of a built app holding the inline worker's source (a base64 run of 100k+ characters). */
+function inlineCopies(dist) {
+  return fs.readdirSync(dist, { recursive: true }).map(String)
+    .filter((f) => f.endsWith('.js') && /[A-Za-z0-9+/]{100000}/.test(fs.readFileSync(path.join(dist, f), 'latin1')));
+}
+
 /**
  * Open the app at `origin` + `page`, wait for its result and check it: the CLI's ids, a
- * clean console, requests only to the app and the model, a worker of the expected kind.
+ * clean console, requests only to the app and the model, a worker of the expected kind, and
+ * (with `dist`, the static build) that a 'script' worker's page never loaded the inline copy.
  */
-async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', assets = null, error = null } = {}) {
+async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', assets = null, error = null, dist = null } = {}) {
   const rec = await openPage(browser);
   try {
     const q = new URLSearchParams({ model: MODEL_URL, sha256: SHA, prompt: PROMPT, threads: String(threads) });
@@ -144,6 +151,12 @@ async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', 
       assertEq(r.info.worker, worker, 'how the worker was started (info.worker)');
       const want = worker === null ? 0 : 1 + (threads > 1 ? threads : 0);
       assert(rec.workers.length >= want, `workers started: ${JSON.stringify(rec.workers)}`);
+      if (dist && worker === 'script') {
+        const copies = inlineCopies(dist);
+        assert(copies.length > 0, `the build holds the inline copy somewhere (${filesMatching(dist, /./)})`);
+        const loaded = copies.filter((f) => rec.requests.some((u) => new URL(u).pathname === `/${f}`));
+        assertEq(loaded, [], 'inline-copy chunks downloaded although the worker script ran');
+      }
     }
     assertEq(rec.errors, [], 'console errors');
     // Chromium's own note when the page (not a worker) asks for a WebGPU adapter and has none.
@@ -220,7 +233,7 @@ console.log('ok');
       const dist = path.join(dir, 'dist');
       assert(filesMatching(dist, /^worker-.*\.js$/).length === 1, `a worker chunk in ${filesMatching(dist, /./)}`);
       assert(filesMatching(dist, /\.wasm$/).length >= 2, `both wasm builds in ${filesMatching(dist, /./)}`);
-      await runApp(await serveStatic(dist), { page: '/index.html' });
+      await runApp(await serveStatic(dist), { page: '/index.html', dist });
     });
 
     await test('Vite: the same build on a cross-origin-isolated page runs the threads build', async () => {
@@ -246,7 +259,7 @@ console.log('ok');
       timings.webpack = b.s;
       const dist = path.join(dir, 'dist');
       assert(filesMatching(dist, /\.wasm$/).length >= 2, `both wasm builds in ${filesMatching(dist, /./)}`);
-      await runApp(await serveStatic(dist), { page: '/index.html' });
+      await runApp(await serveStatic(dist), { page: '/index.html', dist });
     });
 
     await test('webpack 5: the same build on a cross-origin-isolated page runs the threads build', async () => {
