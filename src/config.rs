@@ -4,8 +4,40 @@
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
 
-/// Architectures this build runs.
+/// Architectures this build runs, as the error for any other says (the names of
+/// [`Family::ALL`]).
 pub const SUPPORTED_ARCHS: &str = "gemma3";
+
+/// The model families this build runs: `general.architecture` read once, here; the forward
+/// pass of each is chosen in `model/mod.rs`, the one place that matches on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Gemma3,
+}
+
+impl Family {
+    pub const ALL: &'static [Family] = &[Family::Gemma3];
+
+    /// The `general.architecture` value of the family.
+    pub fn arch(self) -> &'static str {
+        match self {
+            Family::Gemma3 => "gemma3",
+        }
+    }
+
+    /// The family of `general.architecture = arch`, or the typed error naming what runs.
+    pub fn from_arch(arch: &str) -> Result<Family> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|f| f.arch() == arch)
+            .ok_or_else(|| Error::UnsupportedArch {
+                arch: arch.to_string(),
+                supported: SUPPORTED_ARCHS,
+            })
+    }
+}
 
 /// Default context window when the caller does not ask for one: the KV cache of the global
 /// layers grows with it (Gemma 3 270M: 3 layers × n_ctx × 2 KiB × 2), so the file's 32 768
@@ -15,6 +47,7 @@ pub const DEFAULT_N_CTX: usize = 4096;
 /// Hyper-parameters of a decoder-only transformer, in the one dimension vocabulary.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct ModelConfig {
+    pub family: Family,
     pub arch: String,
     pub name: String,
     pub n_embd: usize,
@@ -48,12 +81,7 @@ impl ModelConfig {
     /// capped by the file's).
     pub fn from_gguf(g: &Gguf, n_ctx: Option<usize>) -> Result<Self> {
         let arch = g.architecture()?.to_string();
-        if arch != "gemma3" {
-            return Err(Error::UnsupportedArch {
-                arch,
-                supported: SUPPORTED_ARCHS,
-            });
-        }
+        let family = Family::from_arch(&arch)?;
         let key = |k: &str| format!("{arch}.{k}");
         let int = |k: &str| -> Result<usize> {
             let full = key(k);
@@ -147,6 +175,7 @@ impl ModelConfig {
             .unwrap_or("unnamed")
             .to_string();
         Ok(Self {
+            family,
             arch,
             name,
             n_embd,
@@ -207,5 +236,26 @@ impl ModelConfig {
     /// Gemma 3: layers 5, 11, 17, ... attend globally, the rest through a sliding window.
     pub fn is_global(&self, il: usize) -> bool {
         (il + 1).is_multiple_of(self.sliding_pattern)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn supported_archs_names_every_family() {
+        let names: Vec<&str> = Family::ALL.iter().map(|f| f.arch()).collect();
+        assert_eq!(names.join(", "), SUPPORTED_ARCHS);
+        for f in Family::ALL {
+            assert_eq!(Family::from_arch(f.arch()).ok(), Some(*f));
+        }
+        assert!(matches!(
+            Family::from_arch("mamba"),
+            Err(Error::UnsupportedArch {
+                supported: SUPPORTED_ARCHS,
+                ..
+            })
+        ));
     }
 }

@@ -6,7 +6,7 @@ use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::generate::{Chunk, GenerateOptions, Generation, Session};
 use crate::gguf::{ByteSource, Gguf};
-use crate::model::gemma3::Gemma3;
+use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
 /// Which device to run on.
@@ -271,7 +271,7 @@ impl Engine {
             let g = Gguf::read(src)?;
             let tok = Tokenizer::from_gguf(&g)?;
             let mut be = CpuBackend::new();
-            let model = Gemma3::load(&mut be, &g, src, cfg, &mut |_, _| {})?;
+            let model = Model::load(&mut be, &g, src, cfg, &mut |_, _| {})?;
             Session::new(be, model, tok)?
         };
         self.source = None;
@@ -294,7 +294,7 @@ impl Engine {
         let (g, cfg, tok, mut info) = Self::prepare(src, opts)?;
         let t1 = crate::clock::now_ms();
         let mut be = CpuBackend::new();
-        let model = Gemma3::load(&mut be, &g, src, cfg, progress)?;
+        let model = Model::load(&mut be, &g, src, cfg, progress)?;
         info.load_ms = crate::clock::now_ms() - t1;
         info.reason = reason;
         info.backend = cpu_backend_name();
@@ -315,7 +315,7 @@ impl Engine {
         let t1 = crate::clock::now_ms();
         let device = be.gpu.device.clone();
         let (session, scoped) = crate::gpu::scoped(&device, move || {
-            let model = Gemma3::load(&mut be, &g, src, cfg, progress)?;
+            let model = Model::load(&mut be, &g, src, cfg, progress)?;
             Session::new(be, model, tok)
         });
         let mut session = session?;
@@ -360,7 +360,7 @@ impl Engine {
     }
 
     pub fn config(&self) -> &ModelConfig {
-        on_session!(&self.run, s => &s.model.cfg)
+        on_session!(&self.run, s => s.model.cfg())
     }
 
     /// See [`Session::start`].

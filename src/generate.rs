@@ -5,7 +5,7 @@
 use crate::backend::Backend;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
-use crate::model::gemma3::{Cache, Gemma3};
+use crate::model::{Cache, Model};
 use crate::sampler::{top_k, Sampler, SamplerConfig};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
@@ -130,7 +130,7 @@ impl Generation {
 /// A loaded model ready to generate on backend `B`.
 pub struct Session<B: Backend> {
     pub be: B,
-    pub model: Gemma3<B>,
+    pub model: Model<B>,
     pub tok: Tokenizer,
     cache: Cache<B>,
     /// The ids whose keys and values the cache holds, in order.
@@ -138,7 +138,7 @@ pub struct Session<B: Backend> {
 }
 
 impl<B: Backend> Session<B> {
-    pub fn new(mut be: B, model: Gemma3<B>, tok: Tokenizer) -> Result<Self> {
+    pub fn new(mut be: B, model: Model<B>, tok: Tokenizer) -> Result<Self> {
         let cache = model.new_cache(&mut be)?;
         Ok(Self {
             be,
@@ -244,7 +244,7 @@ impl<B: Backend> Session<B> {
         if prompt_ids.is_empty() {
             return Err(Error::InvalidArgument("the prompt has no tokens".into()));
         }
-        let n_ctx = self.model.cfg.n_ctx;
+        let n_ctx = self.model.cfg().n_ctx;
         if prompt_ids.len() > n_ctx {
             return Err(Error::ContextFull {
                 needed: prompt_ids.len(),
@@ -253,7 +253,7 @@ impl<B: Backend> Session<B> {
         }
         if let Some(bad) = prompt_ids
             .iter()
-            .find(|&&id| id as usize >= self.model.cfg.n_vocab)
+            .find(|&&id| id as usize >= self.model.cfg().n_vocab)
         {
             return Err(Error::InvalidArgument(format!(
                 "token id {bad} is outside the vocabulary"
@@ -370,7 +370,7 @@ impl<B: Backend> Session<B> {
         }
         if g.usage.completion_tokens >= g.max_tokens {
             g.finish = Some(FinishReason::Length);
-        } else if g.ids.len() >= self.model.cfg.n_ctx {
+        } else if g.ids.len() >= self.model.cfg().n_ctx {
             g.finish = Some(FinishReason::ContextFull);
         } else {
             let t0 = now_ms();
@@ -453,10 +453,10 @@ impl<B: Backend> Session<B> {
         k: usize,
         first: usize,
     ) -> Result<Vec<Vec<(u32, f32)>>> {
-        if ids.len() > self.model.cfg.n_ctx {
+        if ids.len() > self.model.cfg().n_ctx {
             return Err(Error::ContextFull {
                 needed: ids.len(),
-                n_ctx: self.model.cfg.n_ctx,
+                n_ctx: self.model.cfg().n_ctx,
             });
         }
         self.reset();
@@ -471,7 +471,7 @@ impl<B: Backend> Session<B> {
             let h = self.be.rows(&h, skip, chunk.len() - skip)?;
             let logits = self.model.lm_head(&mut self.be, &h)?;
             let logits = self.be.read(&logits).await?;
-            let n_vocab = self.model.cfg.n_vocab;
+            let n_vocab = self.model.cfg().n_vocab;
             out.extend(logits.chunks_exact(n_vocab).map(|row| top_k(row, k)));
         }
         Ok(out)

@@ -290,7 +290,7 @@ fn gpu_session(
 ) -> kerze::generate::Session<kerze::gpu::backend::GpuBackend> {
     use kerze::generate::Session;
     use kerze::gpu::backend::GpuBackend;
-    use kerze::model::gemma3::Gemma3;
+    use kerze::model::Model;
     use kerze::tokenizer::Tokenizer;
     use kerze::ModelConfig;
 
@@ -302,7 +302,7 @@ fn gpu_session(
     }))
     .unwrap()
     .expect("no Vulkan adapter");
-    let model = Gemma3::load(&mut be, &g, src, cfg, &mut |_, _| {}).unwrap();
+    let model = Model::load(&mut be, &g, src, cfg, &mut |_, _| {}).unwrap();
     let tok = Tokenizer::from_gguf(&g).unwrap();
     let mut s = Session::new(be, model, tok).unwrap();
     pollster::block_on(s.warm_up()).unwrap();
@@ -317,7 +317,7 @@ fn tiny_model_on_the_gpu_matches_the_f64_golden() {
     let golden: common::TinyGolden =
         serde_json::from_str(include_str!("fixtures/tiny_golden.json")).unwrap();
     let mut s = gpu_session(&bytes);
-    let n_vocab = s.model.cfg.n_vocab;
+    let n_vocab = s.model.cfg().n_vocab;
     let rows = pollster::block_on(s.logits_top_k(&golden.prompt_ids, n_vocab, 0)).unwrap();
     let worst = common::check_tiny_logits(&golden, &rows);
     eprintln!("tiny model on the GPU: worst NMSE {worst:.2e}");

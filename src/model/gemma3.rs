@@ -3,6 +3,7 @@
 //! head tied to the token embedding. The (1 + w) of Gemma's RMSNorm is already baked into the
 //! GGUF norm weights.
 
+use super::{Cache, Progress};
 use crate::backend::{AttnParams, Backend};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -32,15 +33,6 @@ pub struct Gemma3<B: Backend> {
     pub output_norm: B::Weight, // (n_embd)
     pub layers: Vec<Layer<B>>,
 }
-
-/// The KV caches of all layers and how many positions they hold.
-pub struct Cache<B: Backend> {
-    pub layers: Vec<B::Kv>,
-    pub n_past: usize,
-}
-
-/// Load progress: bytes copied so far, of all tensor bytes.
-pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 
 impl<B: Backend> Gemma3<B> {
     /// Check every tensor's presence and shape, then copy the weights tensor by tensor.
