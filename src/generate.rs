@@ -422,11 +422,9 @@ impl<B: Backend> Session<B> {
         (!text.is_empty()).then_some(Chunk { text, token_id: id })
     }
 
-    /// `<eos>` and, when the vocabulary has it, `<end_of_turn>`.
+    /// The model's end of generation (eos, end of turn: see [`Tokenizer::end_of_generation`]).
     pub fn default_stop_tokens(&self) -> Vec<u32> {
-        let mut v: Vec<u32> = self.tok.eos().into_iter().collect();
-        v.extend(self.tok.token_id("<end_of_turn>"));
-        v
+        self.tok.end_of_generation().to_vec()
     }
 
     /// Generate to the end, calling `on_chunk` for every piece.

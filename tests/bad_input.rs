@@ -237,6 +237,22 @@ fn unknown_architecture_names_what_is_supported() {
 }
 
 #[test]
+fn a_special_token_id_outside_the_vocabulary_is_a_tokenizer_error() {
+    let b = rewrite(|kv, _| {
+        for (k, v) in kv.iter_mut() {
+            if k == "tokenizer.ggml.eos_token_id" {
+                *v = Value::U32(4_000_000);
+            }
+        }
+    });
+    let e = load(&b).unwrap_err();
+    assert!(
+        matches!(&e, Error::Tokenizer(m) if m.contains("tokenizer.ggml.eos_token_id")),
+        "{e}"
+    );
+}
+
+#[test]
 fn unsupported_tensor_type_names_the_tensor_and_the_supported_types() {
     let b = rewrite(|_, ts| {
         for t in ts.iter_mut() {

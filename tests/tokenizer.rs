@@ -130,3 +130,12 @@ fn out_of_vocabulary_ids_are_refused() {
         Err(kerze::Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn special_ids_come_from_the_file() {
+    let tok = tokenizer();
+    // Gemma 3's GGUF names bos 2 and eos 1 and no eot; <end_of_turn> (106) ends a turn.
+    assert_eq!((tok.bos(), tok.eos()), (Some(2), Some(1)));
+    assert_eq!(tok.token_id("<end_of_turn>"), Some(106));
+    assert_eq!(tok.end_of_generation(), &[1, 106]);
+}

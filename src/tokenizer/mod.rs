@@ -42,6 +42,18 @@ const TYPE_USER_DEFINED: i64 = 4;
 /// special, so user text must not produce them either.
 const MARKERS: &[&str] = &["<start_of_image>", "<end_of_image>"];
 
+/// Control tokens that end a turn in some family's chat format, also where the file names no
+/// `eot_token_id` (Gemma's GGUFs name only bos and eos): generation stops at them, as it does
+/// in llama.cpp.
+const END_OF_TURN: &[&str] = &[
+    "<end_of_turn>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|endoftext|>",
+];
+
 /// The word-boundary marker of SentencePiece vocabularies.
 const SPACE: &str = "\u{2581}";
 
@@ -58,6 +70,9 @@ pub struct Tokenizer {
     inner: Mutex<Pipeline>,
     bos: Option<u32>,
     eos: Option<u32>,
+    /// Where generation stops by default: eos, eot, eom and the control tokens of
+    /// [`END_OF_TURN`], sorted.
+    end_of_generation: Vec<u32>,
     n_vocab: usize,
     /// Ids of byte-fallback tokens (`<0x00>`..`<0xFF>`): a streamed piece may end inside a
     /// UTF-8 character only after one of them.
@@ -128,8 +143,27 @@ impl Tokenizer {
                 .iter()
                 .map(|c| c.as_ref()),
         );
-        let bos = vocab.id("<bos>");
-        let eos = vocab.id("<eos>");
+        // The special ids the file names (any may be absent); an id outside the vocabulary
+        // is a broken file.
+        let special = |key: &str| -> Result<Option<u32>> {
+            let full = format!("tokenizer.ggml.{key}");
+            match g.get(&full) {
+                None => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|&id| id < n as u64)
+                    .map(|id| Some(id as u32))
+                    .ok_or_else(|| {
+                        tk_err(format!(
+                            "metadata {full} is not a token id of this {n}-token vocabulary"
+                        ))
+                    }),
+            }
+        };
+        let bos = special("bos_token_id")?;
+        let eos = special("eos_token_id")?;
+        let eot = special("eot_token_id")?;
+        let eom = special("eom_token_id")?;
         let add_bos = g
             .get("tokenizer.ggml.add_bos_token")
             .and_then(Value::as_u64)
@@ -144,11 +178,23 @@ impl Tokenizer {
                 types[i] == TYPE_CONTROL || types[i] == TYPE_UNKNOWN || MARKERS.contains(&t)
             })
             .collect();
+        let mut end_of_generation: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
+        for t in END_OF_TURN {
+            if let Some(id) = vocab
+                .id(t)
+                .filter(|&id| control.get(id as usize) == Some(&true))
+            {
+                end_of_generation.push(id);
+            }
+        }
+        end_of_generation.sort_unstable();
+        end_of_generation.dedup();
         let pipeline = build(vocab, &scores, &types, &control, bos.filter(|_| add_bos))?;
         Ok(Self {
             inner: Mutex::new(pipeline),
             bos,
             eos,
+            end_of_generation,
             n_vocab: n,
             byte_tokens,
             control,
@@ -213,6 +259,11 @@ impl Tokenizer {
 
     pub fn eos(&self) -> Option<u32> {
         self.eos
+    }
+
+    /// The ids that end a generation unless the caller names its own stop tokens.
+    pub fn end_of_generation(&self) -> &[u32] {
+        &self.end_of_generation
     }
 
     pub fn n_vocab(&self) -> usize {
