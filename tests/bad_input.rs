@@ -253,6 +253,27 @@ fn a_special_token_id_outside_the_vocabulary_is_a_tokenizer_error() {
 }
 
 #[test]
+fn a_file_that_names_no_special_tokens_loads_and_generates() {
+    let b = rewrite(|kv, _| {
+        kv.retain(|(k, _)| k != "tokenizer.ggml.bos_token_id" && k != "tokenizer.ggml.eos_token_id")
+    });
+    let (mut e, _) = Engine::load(&b, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let tok = e.tokenizer();
+    assert_eq!((tok.bos(), tok.eos()), (None, None));
+    // <end_of_turn> is a control token of the vocabulary: it still ends a generation.
+    let eot = tok.token_id("<end_of_turn>").unwrap();
+    assert_eq!(tok.end_of_generation(), &[eot]);
+    let ids = tok.encode_user("the rain in the hills", true).unwrap();
+    assert!(
+        !ids.is_empty() && !ids.contains(&2),
+        "no <bos> added: {ids:?}"
+    );
+    let opts = kerze::GenerateOptions::greedy_tokens(4);
+    let g = pollster::block_on(e.generate(ids, &opts, &|| false, &mut |_| {})).unwrap();
+    assert_eq!(g.generated().len(), 4);
+}
+
+#[test]
 fn unsupported_tensor_type_names_the_tensor_and_the_supported_types() {
     let b = rewrite(|_, ts| {
         for t in ts.iter_mut() {
