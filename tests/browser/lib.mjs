@@ -23,6 +23,7 @@ export function cli(prompt, maxTokens = 16) {
   return JSON.parse(out.trim().split('\n').pop());
 }
 
+/** Every server process started here: { proc, group } (group: it leads its own process group). */
 const servers = [];
 
 /** A free TCP port on 127.0.0.1. */
@@ -43,7 +44,7 @@ export async function serve(dir, flags = []) {
   const proc = spawn('python3', [path.join(ROOT, 'tests/serve.py'), path.resolve(ROOT, dir), String(port), ...flags], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
-  servers.push(proc);
+  servers.push({ proc, group: false });
   await new Promise((resolve, reject) => {
     proc.stdout.once('data', resolve);
     proc.once('exit', (code) => reject(new Error(`serve.py exited with ${code}`)));
@@ -51,14 +52,44 @@ export async function serve(dir, flags = []) {
   return `http://127.0.0.1:${port}`;
 }
 
+function stop({ proc, group }) {
+  if (proc.exitCode !== null) return;
+  try {
+    process.kill(group ? -proc.pid : proc.pid, 'SIGTERM');
+  } catch {
+    // it ended meanwhile
+  }
+}
+
 export function stopServers() {
-  for (const p of servers.splice(0)) {
-    if (p.exitCode !== null) continue;
-    try {
-      process.kill(p.pid, 'SIGTERM');
-    } catch {
-      // it ended meanwhile
+  for (const s of servers.splice(0)) stop(s);
+}
+
+/**
+ * Start a server command (a dev server) in its own process group and wait until `port`
+ * accepts connections; resolves to { stop }. stopServers() stops it too.
+ */
+export async function startServer(cwd, cmd, args, port, env = {}) {
+  // stdin stays open: esbuild's server stops when it closes.
+  const proc = spawn(cmd, args, { cwd, detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+  const entry = { proc, group: true };
+  servers.push(entry);
+  let output = '';
+  proc.stdout.on('data', (d) => { output += d; });
+  proc.stderr.on('data', (d) => { output += d; });
+  const deadline = Date.now() + 60000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`${cmd} ${args.join(' ')} exited with ${proc.exitCode}:\n${output}`);
+    const up = await new Promise((resolve) => {
+      const c = net.connect(port, '127.0.0.1', () => { c.end(); resolve(true); });
+      c.on('error', () => resolve(false));
+    });
+    if (up) return { stop: () => stop(entry) };
+    if (Date.now() > deadline) {
+      stop(entry);
+      throw new Error(`${cmd} did not listen on ${port} within 60 s:\n${output}`);
     }
+    await new Promise((r) => setTimeout(r, 200));
   }
 }
 

@@ -12,14 +12,14 @@
 // Each app is installed from its own lock file into $KERZE_CACHE/bundlers/<name>/ (outside the
 // clone, kept between runs: `npm ci` runs again only when the lock file changes); the app's
 // sources and the packed package are copied in fresh every run.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import {
-  ROOT, MODEL_FILE, CERTAIN, cli, freePort, serve, stopServers, launch, openPage, test, summary, assert, assertEq,
+  ROOT, MODEL_FILE, CERTAIN, cli, freePort, serve, startServer, stopServers, launch, openPage, test, summary, assert,
+  assertEq,
 } from '../browser/lib.mjs';
 
 const HERE = path.join(ROOT, 'tests/bundlers');
@@ -83,40 +83,6 @@ function build(dir, env = {}) {
   const t0 = Date.now();
   const out = sh(dir, 'npm', ['run', 'build', '--silent'], env);
   return { out, s: (Date.now() - t0) / 1000 };
-}
-
-const processes = [];
-/** Start a server process (its own process group) and wait until `port` accepts connections. */
-async function startServer(cwd, cmd, args, port, env = {}) {
-  // stdin stays open: esbuild's server stops when it closes.
-  const proc = spawn(cmd, args, { cwd, detached: true, stdio: ['pipe', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-  processes.push(proc);
-  let output = '';
-  proc.stdout.on('data', (d) => { output += d; });
-  proc.stderr.on('data', (d) => { output += d; });
-  const deadline = Date.now() + 60000;
-  for (;;) {
-    if (proc.exitCode !== null) throw new Error(`${cmd} ${args.join(' ')} exited with ${proc.exitCode}:\n${output}`);
-    const up = await new Promise((resolve) => {
-      const c = net.connect(port, '127.0.0.1', () => { c.end(); resolve(true); });
-      c.on('error', () => resolve(false));
-    });
-    if (up) return { proc, output: () => output };
-    if (Date.now() > deadline) throw new Error(`${cmd} did not listen on ${port} within 60 s:\n${output}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-function stopProcesses() {
-  for (const p of processes.splice(0)) {
-    if (p.exitCode === null) {
-      try {
-        process.kill(-p.pid, 'SIGTERM');
-      } catch {
-        // already gone
-      }
-    }
-  }
 }
 
 const M = await serve('.', ['--only', 'models']);
@@ -245,10 +211,13 @@ console.log('ok');
 
     await test('Vite: the dev server', async () => {
       const port = await freePort();
-      await startServer(dir, process.execPath, [path.join(dir, 'node_modules/vite/bin/vite.js'),
+      const server = await startServer(dir, process.execPath, [path.join(dir, 'node_modules/vite/bin/vite.js'),
         '--host', '127.0.0.1', '--port', String(port), '--strictPort'], port);
-      await runApp(`http://127.0.0.1:${port}`);
-      stopProcesses();
+      try {
+        await runApp(`http://127.0.0.1:${port}`);
+      } finally {
+        server.stop();
+      }
     });
   }
 
@@ -269,10 +238,13 @@ console.log('ok');
 
     await test('webpack 5: the dev server (webpack serve)', async () => {
       const port = await freePort();
-      await startServer(dir, process.execPath, [path.join(dir, 'node_modules/webpack-cli/bin/cli.js'), 'serve',
+      const server = await startServer(dir, process.execPath, [path.join(dir, 'node_modules/webpack-cli/bin/cli.js'), 'serve',
         '--mode', 'development', '--host', '127.0.0.1', '--port', String(port)], port);
-      await runApp(`http://127.0.0.1:${port}`);
-      stopProcesses();
+      try {
+        await runApp(`http://127.0.0.1:${port}`);
+      } finally {
+        server.stop();
+      }
     });
   }
 
@@ -304,10 +276,13 @@ console.log('ok');
 
     await test('esbuild: the dev server (esbuild --servedir)', async () => {
       const port = await freePort();
-      await startServer(dir, path.join(dir, 'node_modules/.bin/esbuild'), ['src/main.js', '--bundle', '--format=esm',
+      const server = await startServer(dir, path.join(dir, 'node_modules/.bin/esbuild'), ['src/main.js', '--bundle', '--format=esm',
         '--outdir=public', '--servedir=public', `--serve=127.0.0.1:${port}`], port);
-      await runApp(`http://127.0.0.1:${port}`, { page: '/index.html', worker: 'inline' });
-      stopProcesses();
+      try {
+        await runApp(`http://127.0.0.1:${port}`, { page: '/index.html', worker: 'inline' });
+      } finally {
+        server.stop();
+      }
     });
   }
 
@@ -319,24 +294,29 @@ console.log('ok');
       timings.next = b.s;
       assert(/Generating static pages/.test(b.out), `next build prerendered the page:\n${b.out}`);
       const port = await freePort();
-      await startServer(dir, process.execPath, [path.join(dir, 'node_modules/next/dist/bin/next'), 'start',
+      const server = await startServer(dir, process.execPath, [path.join(dir, 'node_modules/next/dist/bin/next'), 'start',
         '-H', '127.0.0.1', '-p', String(port)], port, env);
-      await runApp(`http://127.0.0.1:${port}`);
-      stopProcesses();
+      try {
+        await runApp(`http://127.0.0.1:${port}`);
+      } finally {
+        server.stop();
+      }
     });
 
     await test('Next.js: the dev server (next dev)', async () => {
       const dir = path.join(CACHE, 'next');
       const port = await freePort();
-      await startServer(dir, process.execPath, [path.join(dir, 'node_modules/next/dist/bin/next'), 'dev',
+      const server = await startServer(dir, process.execPath, [path.join(dir, 'node_modules/next/dist/bin/next'), 'dev',
         '-H', '127.0.0.1', '-p', String(port)], port, { NEXT_TELEMETRY_DISABLED: '1' });
-      await runApp(`http://127.0.0.1:${port}`);
-      stopProcesses();
+      try {
+        await runApp(`http://127.0.0.1:${port}`);
+      } finally {
+        server.stop();
+      }
     });
   }
 } finally {
   await browser.close();
-  stopProcesses();
   stopServers();
   fs.rmSync(tmp, { recursive: true, force: true });
 }
