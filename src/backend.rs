@@ -18,6 +18,62 @@ pub struct AttnParams {
     pub window: usize,
 }
 
+/// The gate's activation in a gated feed-forward product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Glu {
+    /// GELU, tanh approximation (Gemma).
+    GeluTanh,
+    /// SiLU, `x·σ(x)` (Llama, Qwen, SmolLM).
+    Silu,
+}
+
+/// A rotary embedding: which elements pair up and each pair's angle per position, computed
+/// once per model from the base, the linear scaling and any frequency factors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rope {
+    pub head_dim: usize,
+    /// NeoX pairs element `i` with `i + head_dim/2` (Gemma, Qwen); normal (GPT-J) pairs
+    /// `2i` with `2i + 1` (Llama: the converter permuted q and k for it).
+    pub neox: bool,
+    /// Angle per position of each of the `head_dim/2` pairs.
+    pub theta: Vec<f64>,
+    /// A digest of the above: a GPU caches cos/sin by it.
+    pub key: u64,
+}
+
+impl Rope {
+    /// Pair `i` turns by `freq_scale · base^(-2i/head_dim) / factors[i]` per position, as
+    /// llama.cpp computes it (Llama 3's `rope_freqs.weight` are the factors).
+    pub fn new(
+        head_dim: usize,
+        base: f32,
+        freq_scale: f32,
+        factors: Option<&[f32]>,
+        neox: bool,
+    ) -> Self {
+        let half = head_dim / 2;
+        let theta: Vec<f64> = (0..half)
+            .map(|i| {
+                let f = f64::from(base).powf(-2.0 * i as f64 / head_dim as f64);
+                let ff = factors.and_then(|v| v.get(i)).map_or(1.0, |&x| f64::from(x));
+                f64::from(freq_scale) * f / ff
+            })
+            .collect();
+        // FNV-1a over the bits: equal ropes share cos/sin.
+        let mut key: u64 = 0xcbf2_9ce4_8422_2325 ^ u64::from(neox) ^ ((head_dim as u64) << 1);
+        for t in &theta {
+            key = (key ^ t.to_bits()).wrapping_mul(0x0100_0000_01b3);
+        }
+        Self {
+            head_dim,
+            neox,
+            theta,
+            key,
+        }
+    }
+}
+
 /// A compute device for the forward pass.
 #[allow(async_fn_in_trait)]
 pub trait Backend {
@@ -52,14 +108,8 @@ pub trait Backend {
     }
     /// `x @ wᵀ`: `(n_tok, k) × (n, k)ᵀ → (n_tok, n)`.
     fn matmul(&mut self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
-    /// NeoX-style rotary embedding of every `head_dim` group; row `t` is at position `pos[t]`.
-    fn rope(
-        &mut self,
-        x: &Self::Tensor,
-        pos: &[usize],
-        head_dim: usize,
-        base: f32,
-    ) -> Result<Self::Tensor>;
+    /// Rotary embedding of every `rope.head_dim` group; row `t` is at position `pos[t]`.
+    fn rope(&mut self, x: &Self::Tensor, pos: &[usize], rope: &Rope) -> Result<Self::Tensor>;
     /// Append `k`, `v` (rows at `pos`) to `kv`, and attend with `q` over everything visible:
     /// `(n_tok, n_head·head_dim)`.
     fn attention(
@@ -71,10 +121,12 @@ pub trait Backend {
         pos: &[usize],
         p: AttnParams,
     ) -> Result<Self::Tensor>;
-    /// `gelu_tanh(gate) * up`.
-    fn gelu_mul(&mut self, gate: &Self::Tensor, up: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `act(gate) * up`.
+    fn glu(&mut self, gate: &Self::Tensor, up: &Self::Tensor, act: Glu) -> Result<Self::Tensor>;
     /// `a + b`.
     fn add(&mut self, a: &Self::Tensor, b: &Self::Tensor) -> Result<Self::Tensor>;
+    /// `x + bias` on every row (Qwen2's q/k/v biases); `bias` is a vector of `width(x)`.
+    fn add_bias(&mut self, x: &Self::Tensor, bias: &Self::Weight) -> Result<Self::Tensor>;
     /// Rows `start..start + n`.
     fn rows(&mut self, x: &Self::Tensor, start: usize, n: usize) -> Result<Self::Tensor>;
     /// The values, row-major (the end of a step: logits or hidden states).

@@ -1,28 +1,39 @@
 //! Model hyper-parameters from GGUF metadata, validated once; plus the values the file does
 //! not carry. GGUF key strings live here and in gguf.rs/tokenizer.rs only.
 
+use crate::backend::Glu;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
 
 /// Architectures this build runs, as the error for any other says (the names of
 /// [`Family::ALL`]).
-pub const SUPPORTED_ARCHS: &str = "gemma3";
+pub const SUPPORTED_ARCHS: &str = "gemma3, llama, qwen2, qwen3";
 
 /// The model families this build runs: `general.architecture` read once, here; the forward
 /// pass of each is chosen in `model/mod.rs`, the one place that matches on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
+    /// Gemma 3: sliding-window layers, QK-norm, post-norms, GELU, scaled embeddings.
     Gemma3,
+    /// Llama 2/3.x, SmolLM/SmolLM2, TinyLlama: normal RoPE (Llama 3's frequency factors).
+    Llama,
+    /// Qwen2 / Qwen2.5: NeoX RoPE, q/k/v biases.
+    Qwen2,
+    /// Qwen3: NeoX RoPE, QK-norm, no biases.
+    Qwen3,
 }
 
 impl Family {
-    pub const ALL: &'static [Family] = &[Family::Gemma3];
+    pub const ALL: &'static [Family] = &[Family::Gemma3, Family::Llama, Family::Qwen2, Family::Qwen3];
 
     /// The `general.architecture` value of the family.
     pub fn arch(self) -> &'static str {
         match self {
             Family::Gemma3 => "gemma3",
+            Family::Llama => "llama",
+            Family::Qwen2 => "qwen2",
+            Family::Qwen3 => "qwen3",
         }
     }
 
@@ -66,10 +77,22 @@ pub struct ModelConfig {
     pub rope_base_global: f32,
     /// RoPE base of the sliding-window layers (Gemma 3: 10 000, not in the file).
     pub rope_base_local: f32,
-    /// Tokens a sliding-window layer sees, itself included.
-    pub sliding_window: usize,
+    /// NeoX pairs (Gemma, Qwen) or normal pairs (Llama).
+    pub rope_neox: bool,
+    /// Positions are multiplied by this (`rope.scaling.type = linear`: 1 / factor).
+    pub rope_freq_scale: f32,
+    /// Tokens a sliding-window layer sees, itself included (None: every layer is global).
+    pub sliding_window: Option<usize>,
     /// Every `sliding_pattern`-th layer is global (Gemma 3: 6).
     pub sliding_pattern: usize,
+    /// The gate's activation in the feed-forward product.
+    pub glu: Glu,
+    /// The file has `output.weight`; else the LM head is the token embedding.
+    pub untied_output: bool,
+    /// q, k and v have biases (Qwen2).
+    pub attn_bias: bool,
+    /// q and k are RMS-normed per head before RoPE (Gemma 3, Qwen3).
+    pub qk_norm: bool,
     /// Scale of q·k (Gemma 3: 1/sqrt(head_dim)).
     pub attn_scale: f32,
     /// Scale of the token embeddings (Gemma: sqrt(n_embd)).
@@ -117,9 +140,41 @@ impl ModelConfig {
         let n_ff = int("feed_forward_length")?;
         let n_layer = int("block_count")?;
         let n_ctx_train = int("context_length")?;
-        let sliding_window = int("attention.sliding_window")?;
-        let rms_eps = float("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-6) as f32;
-        let rope_base_global = float("rope.freq_base")?.unwrap_or(1_000_000.0) as f32;
+        let gemma = family == Family::Gemma3;
+        // Gemma 3 slides in 5 of 6 layers and says how far; the others attend globally.
+        let sliding_window = if gemma {
+            Some(int("attention.sliding_window")?)
+        } else {
+            None
+        };
+        let rms_eps = float("attention.layer_norm_rms_epsilon")?
+            .unwrap_or(if gemma { 1e-6 } else { 1e-5 }) as f32;
+        let rope_base_global = float("rope.freq_base")?.unwrap_or(match family {
+            Family::Gemma3 | Family::Qwen2 | Family::Qwen3 => 1_000_000.0,
+            Family::Llama => 10_000.0,
+        }) as f32;
+        let scaling = g
+            .get(&key("rope.scaling.type"))
+            .map(|v| v.as_str().unwrap_or("?"))
+            .unwrap_or("none");
+        let rope_freq_scale = match scaling {
+            "none" => 1.0,
+            "linear" => {
+                let f = float("rope.scaling.factor")?.unwrap_or(1.0);
+                if !(1.0..=1024.0).contains(&f) {
+                    return Err(Error::Config(format!(
+                        "rope.scaling.factor {f} is outside 1..=1024"
+                    )));
+                }
+                (1.0 / f) as f32
+            }
+            other => {
+                return Err(Error::Config(format!(
+                    "rope scaling `{other}` is not supported (none, linear; Llama 3's frequency factors)"
+                )))
+            }
+        };
+        let has = |name: &str| g.tensor(name).is_some();
         let token_embd = g
             .tensor("token_embd.weight")
             .ok_or_else(|| Error::Config("tensor token_embd.weight is missing".into()))?;
@@ -140,7 +195,9 @@ impl ModelConfig {
         in_range("n_layer", n_layer, 1024)?;
         in_range("n_vocab", n_vocab, 1 << 22)?;
         in_range("n_ctx_train", n_ctx_train, 1 << 24)?;
-        in_range("sliding_window", sliding_window, 1 << 24)?;
+        if let Some(w) = sliding_window {
+            in_range("sliding_window", w, 1 << 24)?;
+        }
         check(
             n_head % n_head_kv == 0,
             format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}"),
@@ -190,20 +247,25 @@ impl ModelConfig {
             rms_eps,
             rope_base_global,
             rope_base_local: 10_000.0,
+            rope_neox: family != Family::Llama,
+            rope_freq_scale,
             sliding_window,
             sliding_pattern: 6,
+            glu: if gemma { Glu::GeluTanh } else { Glu::Silu },
+            untied_output: has("output.weight"),
+            attn_bias: family == Family::Qwen2 || has("blk.0.attn_q.bias"),
+            qk_norm: gemma || family == Family::Qwen3,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
-            embd_scale: (n_embd as f32).sqrt(),
+            embd_scale: if gemma { (n_embd as f32).sqrt() } else { 1.0 },
         })
     }
 
     /// KV cache slots of layer `il`: a ring of `sliding_window` for sliding layers, `n_ctx`
     /// for global ones.
     pub fn kv_slots(&self, il: usize) -> usize {
-        if self.is_global(il) {
-            self.n_ctx
-        } else {
-            self.sliding_window.min(self.n_ctx)
+        match self.window(il) {
+            Some(w) => w.min(self.n_ctx),
+            None => self.n_ctx,
         }
     }
 
@@ -233,9 +295,15 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// Gemma 3: layers 5, 11, 17, ... attend globally, the rest through a sliding window.
+    /// Gemma 3: layers 5, 11, 17, ... attend globally, the rest through a sliding window;
+    /// without a window every layer is global.
     pub fn is_global(&self, il: usize) -> bool {
-        (il + 1).is_multiple_of(self.sliding_pattern)
+        self.sliding_window.is_none() || (il + 1).is_multiple_of(self.sliding_pattern)
+    }
+
+    /// The sliding window of layer `il` (None: it attends to everything before it).
+    pub fn window(&self, il: usize) -> Option<usize> {
+        self.sliding_window.filter(|_| !self.is_global(il))
     }
 }
 

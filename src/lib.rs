@@ -40,7 +40,7 @@ pub mod cli;
 pub mod wasm;
 
 pub use backend::{AttnParams, Backend};
-pub use config::ModelConfig;
+pub use config::{Family, ModelConfig};
 pub use engine::{Device, Engine, EngineInfo, GpuCounters, LoadOptions};
 pub use error::{Error, Result};
 pub use generate::{Chunk, FinishReason, GenerateOptions, Generation, Session, Usage};

@@ -1,9 +1,12 @@
-//! A tiny synthetic Gemma 3 (random weights, real architecture, a 400-token vocabulary), made
-//! by our own code for fast golden tests natively and in wasm. Deterministic on every target:
-//! the weights come from [`crate::sampler::Rng`], quantized by candle into the same types the
-//! real 270M file uses (Q8_0, Q5_0, Q4_K, Q6_K, F32).
+//! Tiny synthetic models (random weights, real architectures, a 400-token vocabulary), made
+//! by our own code for fast golden tests natively and in wasm: a Gemma 3 ([`tiny_gemma3`]) and
+//! one of each Llama-block family ([`tiny_decoder`]: Llama with its own LM head and Llama 3
+//! frequency factors, Qwen2 with q/k/v biases, Qwen3 with QK-norm and a head size apart from
+//! n_embd / n_head). Deterministic on every target: the weights come from
+//! [`crate::sampler::Rng`], quantized by candle into the types asked for.
 
-use crate::error::Result;
+use crate::config::Family;
+use crate::error::{Error, Result};
 use crate::gguf::{Array, GgmlType, Value, Writer};
 use crate::sampler::Rng;
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -71,7 +74,25 @@ fn quantize(rng: &mut Rng, rows: usize, cols: usize, std: f32, ty: GgmlType) -> 
         GgmlType::Q5_0 => GgmlDType::Q5_0,
         GgmlType::Q4_K => GgmlDType::Q4K,
         GgmlType::Q6_K => GgmlDType::Q6K,
-        _ => GgmlDType::F32,
+        GgmlType::F16 => GgmlDType::F16,
+        GgmlType::Q4_0 => GgmlDType::Q4_0,
+        GgmlType::Q4_1 => GgmlDType::Q4_1,
+        GgmlType::Q5_1 => GgmlDType::Q5_1,
+        GgmlType::Q2_K => GgmlDType::Q2K,
+        GgmlType::Q3_K => GgmlDType::Q3K,
+        GgmlType::Q5_K => GgmlDType::Q5K,
+        GgmlType::BF16 => {
+            // Round to nearest even, as torch and the `gguf` package do.
+            return Ok(data
+                .iter()
+                .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+                .collect());
+        }
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "synth: no quantizer for {other}"
+            )))
+        }
     };
     let t = Tensor::from_vec(data, (rows, cols), &Device::Cpu)?;
     Ok(QTensor::quantize(&t, dtype)?.data()?.into_owned())
@@ -161,6 +182,149 @@ pub fn tiny_gemma3() -> Result<Vec<u8>> {
             ("post_ffw_norm", N_EMBD),
         ] {
             w.tensor(&name(n), GgmlType::F32, &[len as u64], norm(&mut rng, len));
+        }
+    }
+    Ok(w.to_bytes())
+}
+
+/// Weight types of a tiny decoder: the token embedding, the attention and FFN matrices (q,
+/// k, v, gate, up), and the output projections (attention output, down, LM head).
+#[derive(Clone, Copy, Debug)]
+pub struct Quants {
+    pub embd: GgmlType,
+    pub inner: GgmlType,
+    pub outer: GgmlType,
+}
+
+impl Quants {
+    /// Every matrix in one type.
+    pub fn all(ty: GgmlType) -> Self {
+        Self {
+            embd: ty,
+            inner: ty,
+            outer: ty,
+        }
+    }
+}
+
+/// Dimensions of the tiny Llama-block decoders: Qwen3's head size is not n_embd / n_head.
+pub fn decoder_dims(family: Family) -> (usize, usize, usize, usize) {
+    // (n_head, n_head_kv, head_dim, n_layer)
+    match family {
+        Family::Qwen3 => (8, 2, 64, 3),
+        _ => (4, 2, 64, 3),
+    }
+}
+
+/// A tiny decoder of `family` (Llama, Qwen2 or Qwen3) as GGUF bytes, with the SentencePiece
+/// vocabulary of [`vocab`] (a Llama 2-style file).
+pub fn tiny_decoder(family: Family, q: Quants, seed: u64) -> Result<Vec<u8>> {
+    if family == Family::Gemma3 {
+        return tiny_gemma3();
+    }
+    let voc = vocab();
+    let n_vocab = voc.len();
+    let arch = family.arch();
+    let (n_head, n_head_kv, head_dim, n_layer) = decoder_dims(family);
+    let mut rng = Rng::new(seed);
+    let mut w = Writer::new();
+    let u32v = |x: usize| Value::U32(x as u32);
+    let k = |s: &str| format!("{arch}.{s}");
+    w.kv("general.architecture", Value::String(arch.into()))
+        .kv(
+            "general.name",
+            Value::String(format!("kerze tiny {arch} (synthetic)")),
+        )
+        .kv(&k("context_length"), u32v(N_CTX))
+        .kv(&k("embedding_length"), u32v(N_EMBD))
+        .kv(&k("block_count"), u32v(n_layer))
+        .kv(&k("feed_forward_length"), u32v(N_FF))
+        .kv(&k("attention.head_count"), u32v(n_head))
+        .kv(&k("attention.head_count_kv"), u32v(n_head_kv))
+        .kv(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
+        .kv(
+            &k("rope.freq_base"),
+            Value::F32(if family == Family::Llama { 500_000.0 } else { 1_000_000.0 }),
+        );
+    if family == Family::Qwen3 {
+        w.kv(&k("attention.key_length"), u32v(head_dim))
+            .kv(&k("attention.value_length"), u32v(head_dim));
+    }
+    w.kv("tokenizer.ggml.model", Value::String("llama".into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::Str(voc.iter().map(|t| t.0.as_str()).collect())),
+        )
+        .kv(
+            "tokenizer.ggml.scores",
+            Value::Array(Array::F32(voc.iter().map(|t| t.1).collect())),
+        )
+        .kv(
+            "tokenizer.ggml.token_type",
+            Value::Array(Array::I32(voc.iter().map(|t| t.2).collect())),
+        )
+        .kv("tokenizer.ggml.bos_token_id", Value::U32(2))
+        .kv("tokenizer.ggml.eos_token_id", Value::U32(1))
+        .kv("tokenizer.ggml.add_bos_token", Value::Bool(true));
+    let q_w = n_head * head_dim;
+    let kv_w = n_head_kv * head_dim;
+    let fan = |n: usize| 1.0 / (n as f32).sqrt();
+    let dims = |rows: usize, cols: usize| [cols as u64, rows as u64];
+    w.tensor(
+        "token_embd.weight",
+        q.embd,
+        &dims(n_vocab, N_EMBD),
+        quantize(&mut rng, n_vocab, N_EMBD, 0.5, q.embd)?,
+    );
+    w.tensor(
+        "output_norm.weight",
+        GgmlType::F32,
+        &[N_EMBD as u64],
+        norm(&mut rng, N_EMBD),
+    );
+    if family == Family::Llama {
+        w.tensor(
+            "output.weight",
+            q.outer,
+            &dims(n_vocab, N_EMBD),
+            quantize(&mut rng, n_vocab, N_EMBD, 0.1, q.outer)?,
+        );
+        // Llama 3's long-context factors: 1 for high frequencies, up to 8 for low ones.
+        let half = head_dim / 2;
+        let factors: Vec<u8> = (0..half)
+            .flat_map(|i| (1.0 + 7.0 * (i as f32 / (half - 1) as f32).powi(2)).to_le_bytes())
+            .collect();
+        w.tensor("rope_freqs.weight", GgmlType::F32, &[half as u64], factors);
+    }
+    for il in 0..n_layer {
+        let name = |n: &str| format!("blk.{il}.{n}");
+        let mut mat =
+            |w: &mut Writer, n: &str, rows: usize, cols: usize, ty: GgmlType| -> Result<()> {
+                let data = quantize(&mut rng, rows, cols, fan(cols), ty)?;
+                w.tensor(&name(n), ty, &dims(rows, cols), data);
+                Ok(())
+            };
+        mat(&mut w, "attn_q.weight", q_w, N_EMBD, q.inner)?;
+        mat(&mut w, "attn_k.weight", kv_w, N_EMBD, q.inner)?;
+        mat(&mut w, "attn_v.weight", kv_w, N_EMBD, q.inner)?;
+        mat(&mut w, "attn_output.weight", N_EMBD, q_w, q.outer)?;
+        mat(&mut w, "ffn_gate.weight", N_FF, N_EMBD, q.inner)?;
+        mat(&mut w, "ffn_up.weight", N_FF, N_EMBD, q.inner)?;
+        mat(&mut w, "ffn_down.weight", N_EMBD, N_FF, q.outer)?;
+        let mut vectors = vec![("attn_norm.weight", N_EMBD), ("ffn_norm.weight", N_EMBD)];
+        if family == Family::Qwen3 {
+            vectors.extend([("attn_q_norm.weight", head_dim), ("attn_k_norm.weight", head_dim)]);
+        }
+        for (n, len) in vectors {
+            w.tensor(&name(n), GgmlType::F32, &[len as u64], norm(&mut rng, len));
+        }
+        if family == Family::Qwen2 {
+            for (n, len) in [("attn_q.bias", q_w), ("attn_k.bias", kv_w), ("attn_v.bias", kv_w)] {
+                let b: Vec<u8> = (0..len)
+                    .flat_map(|_| (0.5 * rng.normal()).to_le_bytes())
+                    .collect();
+                w.tensor(&name(n), GgmlType::F32, &[len as u64], b);
+            }
         }
     }
     Ok(w.to_bytes())

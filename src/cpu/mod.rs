@@ -8,7 +8,7 @@ mod attention;
 pub mod int8;
 mod ops;
 
-use crate::backend::{AttnParams, Backend};
+use crate::backend::{AttnParams, Backend, Glu, Rope};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 use candle_core::quantized::k_quants::{BlockQ4_0, GgmlType as Block};
@@ -213,12 +213,17 @@ impl Backend for CpuBackend {
         })
     }
 
-    fn rope(&mut self, x: &Act, pos: &[usize], head_dim: usize, base: f32) -> Result<Act> {
-        if pos.len() != x.n_tok() || head_dim == 0 || !x.width.is_multiple_of(head_dim) {
+    fn rope(&mut self, x: &Act, pos: &[usize], rope: &Rope) -> Result<Act> {
+        let hd = rope.head_dim;
+        if pos.len() != x.n_tok()
+            || hd == 0
+            || !x.width.is_multiple_of(hd)
+            || rope.theta.len() * 2 != hd
+        {
             return Err(Error::Backend("rope: shape mismatch".into()));
         }
         let mut data = x.data.clone();
-        ops::rope_neox(&mut data, x.width, pos, head_dim, base);
+        ops::rope(&mut data, x.width, pos, rope);
         Ok(Act {
             data,
             width: x.width,
@@ -237,15 +242,19 @@ impl Backend for CpuBackend {
         attention::attend(q, k, v, kv, pos, p)
     }
 
-    fn gelu_mul(&mut self, gate: &Act, up: &Act) -> Result<Act> {
+    fn glu(&mut self, gate: &Act, up: &Act, act: Glu) -> Result<Act> {
         if gate.data.len() != up.data.len() {
-            return Err(Error::Backend("gelu_mul: shape mismatch".into()));
+            return Err(Error::Backend("glu: shape mismatch".into()));
         }
+        let f = match act {
+            Glu::GeluTanh => ops::gelu_tanh,
+            Glu::Silu => ops::silu,
+        };
         let data = gate
             .data
             .iter()
             .zip(&up.data)
-            .map(|(&g, &u)| ops::gelu_tanh(g) * u)
+            .map(|(&g, &u)| f(g) * u)
             .collect();
         Ok(Act {
             data,
@@ -260,6 +269,29 @@ impl Backend for CpuBackend {
         Ok(Act {
             data: a.data.iter().zip(&b.data).map(|(x, y)| x + y).collect(),
             width: a.width,
+        })
+    }
+
+    fn add_bias(&mut self, x: &Act, bias: &CpuWeight) -> Result<Act> {
+        let CpuWeight::Vector(b) = bias else {
+            return Err(Error::Backend("bias is not a vector".into()));
+        };
+        if b.len() != x.width {
+            return Err(Error::Backend(format!(
+                "add_bias: a bias of {} on rows of {}",
+                b.len(),
+                x.width
+            )));
+        }
+        let mut data = x.data.clone();
+        for row in data.chunks_exact_mut(x.width) {
+            for (v, bi) in row.iter_mut().zip(b) {
+                *v += bi;
+            }
+        }
+        Ok(Act {
+            data,
+            width: x.width,
         })
     }
 

@@ -51,24 +51,28 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
 }
 
-/// NeoX rotary embedding: within each head, element i pairs with i + head_dim/2.
-pub fn rope_neox(x: &mut [f32], width: usize, pos: &[usize], head_dim: usize, base: f32) {
-    let half = head_dim / 2;
-    let inv: Vec<f64> = (0..half)
-        .map(|i| f64::from(base).powf(-2.0 * i as f64 / head_dim as f64))
-        .collect();
+/// SiLU, `x·σ(x)`.
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// Rotary embedding of each `rope.head_dim` group of every row (NeoX or normal pairs), row
+/// `t` at position `pos[t]`; cos/sin in f64.
+pub fn rope(x: &mut [f32], width: usize, pos: &[usize], rope: &crate::backend::Rope) {
+    let (head_dim, half) = (rope.head_dim, rope.head_dim / 2);
     let mut cs = vec![(0f32, 0f32); half];
     for (row, &p) in x.chunks_exact_mut(width).zip(pos) {
-        for (c, f) in cs.iter_mut().zip(&inv) {
+        for (c, f) in cs.iter_mut().zip(&rope.theta) {
             let (s, co) = (p as f64 * f).sin_cos();
             *c = (co as f32, s as f32);
         }
         for h in row.chunks_exact_mut(head_dim) {
-            let (a, b) = h.split_at_mut(half);
-            for ((ai, bi), &(c, s)) in a.iter_mut().zip(b.iter_mut()).zip(&cs) {
-                let (x0, x1) = (*ai, *bi);
-                *ai = x0 * c - x1 * s;
-                *bi = x0 * s + x1 * c;
+            for (i, &(c, s)) in cs.iter().enumerate() {
+                let (a, b) = if rope.neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                let (x0, x1) = (h[a], h[b]);
+                h[a] = x0 * c - x1 * s;
+                h[b] = x0 * s + x1 * c;
             }
         }
     }
@@ -88,13 +92,21 @@ mod tests {
 
     #[test]
     fn rope_at_zero_is_identity_and_keeps_norm() {
-        let mut x: Vec<f32> = (0..16).map(|i| i as f32).collect();
-        let orig = x.clone();
-        rope_neox(&mut x, 16, &[0], 8, 10000.0);
-        assert_eq!(x, orig);
-        rope_neox(&mut x, 16, &[7], 8, 10000.0);
-        let n0: f32 = orig.iter().map(|v| v * v).sum();
-        let n1: f32 = x.iter().map(|v| v * v).sum();
-        assert!((n0 - n1).abs() / n0 < 1e-5);
+        for neox in [true, false] {
+            let r = crate::backend::Rope::new(8, 10000.0, 1.0, Some(&[1.0, 2.0, 1.5, 8.0]), neox);
+            let mut x: Vec<f32> = (0..16).map(|i| i as f32).collect();
+            let orig = x.clone();
+            rope(&mut x, 16, &[0], &r);
+            assert_eq!(x, orig);
+            rope(&mut x, 16, &[7], &r);
+            let n0: f32 = orig.iter().map(|v| v * v).sum();
+            let n1: f32 = x.iter().map(|v| v * v).sum();
+            assert!((n0 - n1).abs() / n0 < 1e-5);
+            // Pair 0 turns by 7 radians; which element is its partner is the mode.
+            let (a, b) = if neox { (0, 4) } else { (0, 1) };
+            let (s, c) = 7f64.sin_cos();
+            let want = orig[a] * c as f32 - orig[b] * s as f32;
+            assert!((x[a] - want).abs() < 1e-5, "{neox}");
+        }
     }
 }

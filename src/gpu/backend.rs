@@ -5,10 +5,12 @@
 
 use std::rc::Rc;
 
+use super::kernels::elementwise::Op;
+use super::kernels::rope::RopeParams;
 use super::kernels::{grid, Bind, Kernels, Pool, Recorder};
 use super::weights::GpuWeight;
 use super::{Gpu, GpuOptions};
-use crate::backend::{AttnParams, Backend};
+use crate::backend::{AttnParams, Backend, Glu, Rope};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 
@@ -53,10 +55,10 @@ pub struct GpuBackend {
     rope_cs: Vec<RopeCs>,
 }
 
-/// Rotary cos/sin in the arena: for (first position, rows, head_dim, base bits), the
-/// recorder generation it was put in and its range.
+/// Rotary cos/sin in the arena: for (first position, rows, the rope's key), the recorder
+/// generation it was put in and its range.
 struct RopeCs {
-    key: (usize, usize, usize, u32),
+    key: (usize, usize, u64),
     generation: u64,
     range: (u64, u64),
 }
@@ -136,7 +138,7 @@ impl GpuBackend {
         self.rec.put(bytes)
     }
 
-    fn elementwise(&mut self, a: &GpuTensor, b: &GpuTensor, gelu: bool) -> Result<GpuTensor> {
+    fn elementwise(&mut self, a: &GpuTensor, b: &GpuTensor, op: Op) -> Result<GpuTensor> {
         if a.len() != b.len() {
             return Err(Error::Backend(format!(
                 "elementwise op on {}×{} and {}×{}",
@@ -145,14 +147,14 @@ impl GpuBackend {
         }
         self.gpu.check()?;
         let out = self.tensor(a.n_tok, a.width);
-        let (gx, gy) = grid((a.len() as u32).div_ceil(64));
-        let pipeline = if gelu { &self.k.gelu_mul } else { &self.k.add };
-        self.rec.dispatch(
+        self.k.elementwise.encode(
             &self.gpu,
-            pipeline,
-            &[b_(&a.buf), b_(&b.buf), b_(&out.buf)],
-            &[a.len() as u32, gx, 0, 0],
-            (gx, gy),
+            &mut self.rec,
+            op,
+            &a.buf,
+            &b.buf,
+            &out.buf,
+            a.len() as u32,
         );
         Ok(out)
     }
@@ -312,17 +314,12 @@ impl Backend for GpuBackend {
         Ok(out)
     }
 
-    fn rope(
-        &mut self,
-        x: &GpuTensor,
-        pos: &[usize],
-        head_dim: usize,
-        base: f32,
-    ) -> Result<GpuTensor> {
+    fn rope(&mut self, x: &GpuTensor, pos: &[usize], rope: &Rope) -> Result<GpuTensor> {
+        let head_dim = rope.head_dim;
         if pos.len() != x.n_tok
             || head_dim == 0
             || !x.width.is_multiple_of(head_dim)
-            || !head_dim.is_multiple_of(2)
+            || rope.theta.len() * 2 != head_dim
         {
             return Err(Error::Backend("rope: shape".into()));
         }
@@ -335,22 +332,20 @@ impl Backend for GpuBackend {
                 "rope: positions not consecutive at row {t}"
             )));
         }
-        let half = head_dim / 2;
         // cos/sin in f64, as the CPU backend computes them; once per recording for all the
-        // layers (and q and k) that share the positions and base.
+        // layers (and q and k) that share the positions and rope.
         // Room for the params first: a submission between finding a range and binding it
         // would void the range. Entries from earlier recordings are void.
         self.rec.reserve(&self.gpu, 16, 1);
         let generation = self.rec.generation;
         self.rope_cs.retain(|e| e.generation == generation);
-        let key = (pos[0], pos.len(), head_dim, base.to_bits());
+        let key = (pos[0], pos.len(), rope.key);
         let range = match self.rope_cs.iter().find(|e| e.key == key) {
             Some(e) => e.range,
             None => {
-                let mut cs = Vec::with_capacity(pos.len() * half * 2);
+                let mut cs = Vec::with_capacity(pos.len() * head_dim);
                 for &p in pos {
-                    for i in 0..half {
-                        let f = f64::from(base).powf(-2.0 * i as f64 / head_dim as f64);
+                    for f in &rope.theta {
                         let (s, c) = (p as f64 * f).sin_cos();
                         cs.push(c as f32);
                         cs.push(s as f32);
@@ -366,14 +361,20 @@ impl Backend for GpuBackend {
             }
         };
         let out = self.tensor(x.n_tok, x.width);
-        let n = (x.len() / 2) as u32;
         let arena = self.rec.arena();
-        self.rec.dispatch(
+        let p = RopeParams {
+            width: x.width as u32,
+            head_dim: head_dim as u32,
+            n_tok: x.n_tok as u32,
+            neox: rope.neox,
+        };
+        self.k.rope.encode(
             &self.gpu,
-            &self.k.rope,
-            &[b_(&x.buf), arena.range(range), b_(&out.buf)],
-            &[x.width as u32, head_dim as u32, x.n_tok as u32, 0],
-            (n.div_ceil(64), 1),
+            &mut self.rec,
+            &x.buf,
+            arena.range(range),
+            &out.buf,
+            p,
         );
         Ok(out)
     }
@@ -487,12 +488,37 @@ impl Backend for GpuBackend {
         Ok(out)
     }
 
-    fn gelu_mul(&mut self, gate: &GpuTensor, up: &GpuTensor) -> Result<GpuTensor> {
-        self.elementwise(gate, up, true)
+    fn glu(&mut self, gate: &GpuTensor, up: &GpuTensor, act: Glu) -> Result<GpuTensor> {
+        self.elementwise(gate, up, Op::Glu(act))
     }
 
     fn add(&mut self, a: &GpuTensor, b: &GpuTensor) -> Result<GpuTensor> {
-        self.elementwise(a, b, false)
+        self.elementwise(a, b, Op::Add)
+    }
+
+    fn add_bias(&mut self, x: &GpuTensor, bias: &GpuWeight) -> Result<GpuTensor> {
+        if bias.ty != GgmlType::F32 || bias.rows != 1 || bias.cols != x.width {
+            return Err(Error::Backend(format!(
+                "add_bias: a {}×{} {} bias on rows of {}",
+                bias.rows, bias.cols, bias.ty, x.width
+            )));
+        }
+        self.gpu.check()?;
+        let out = self.tensor(x.n_tok, x.width);
+        let op = Op::AddRow {
+            width: x.width as u32,
+        };
+        let n = x.len() as u32;
+        self.k.elementwise.encode(
+            &self.gpu,
+            &mut self.rec,
+            op,
+            &x.buf,
+            &bias.parts[0].buf,
+            &out.buf,
+            n,
+        );
+        Ok(out)
     }
 
     fn rows(&mut self, x: &GpuTensor, start: usize, n: usize) -> Result<GpuTensor> {

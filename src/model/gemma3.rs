@@ -3,11 +3,11 @@
 //! head tied to the token embedding. The (1 + w) of Gemma's RMSNorm is already baked into the
 //! GGUF norm weights.
 
-use super::{Cache, Progress};
-use crate::backend::{AttnParams, Backend};
+use super::{Cache, Progress, Want};
+use crate::backend::{AttnParams, Backend, Glu, Rope};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
-use crate::gguf::{ByteSource, Gguf, TensorInfo};
+use crate::gguf::{ByteSource, Gguf};
 
 /// One transformer block's weights.
 pub struct Layer<B: Backend> {
@@ -32,6 +32,9 @@ pub struct Gemma3<B: Backend> {
     pub token_embd: B::Weight,  // (n_vocab, n_embd), also the LM head
     pub output_norm: B::Weight, // (n_embd)
     pub layers: Vec<Layer<B>>,
+    /// The rotary embeddings of global and sliding-window layers (their bases differ).
+    pub rope_global: Rope,
+    pub rope_local: Rope,
 }
 
 impl<B: Backend> Gemma3<B> {
@@ -46,20 +49,12 @@ impl<B: Backend> Gemma3<B> {
         let c = &cfg;
         let q_w = c.n_head * c.head_dim;
         let kv_w = c.n_head_kv * c.head_dim;
-        let mut wanted: Vec<(String, Vec<u64>)> = vec![
-            (
-                "token_embd.weight".into(),
-                vec![c.n_embd as u64, c.n_vocab as u64],
-            ),
-            ("output_norm.weight".into(), vec![c.n_embd as u64]),
+        let mut wanted = vec![
+            Want::new("token_embd.weight", &[c.n_embd, c.n_vocab]),
+            Want::new("output_norm.weight", &[c.n_embd]),
         ];
         for il in 0..c.n_layer {
-            let t = |n: &str, d: &[usize]| {
-                (
-                    format!("blk.{il}.{n}.weight"),
-                    d.iter().map(|&x| x as u64).collect(),
-                )
-            };
+            let t = |n: &str, d: &[usize]| Want::new(&format!("blk.{il}.{n}.weight"), d);
             wanted.extend([
                 t("attn_norm", &[c.n_embd]),
                 t("attn_q", &[c.n_embd, q_w]),
@@ -76,31 +71,8 @@ impl<B: Backend> Gemma3<B> {
                 t("post_ffw_norm", &[c.n_embd]),
             ]);
         }
-        let mut infos: Vec<&TensorInfo> = Vec::with_capacity(wanted.len());
-        for (name, dims) in &wanted {
-            let info = g
-                .tensor(name)
-                .ok_or_else(|| Error::Config(format!("tensor {name} is missing")))?;
-            if &info.dims != dims {
-                return Err(Error::Config(format!(
-                    "tensor {name} has shape {:?}, expected {dims:?}",
-                    info.dims
-                )));
-            }
-            infos.push(info);
-        }
-        let total: u64 = infos.iter().map(|t| t.n_bytes).sum();
-        let mut done = 0u64;
-        let mut it = infos.into_iter();
-        let mut next = || -> Result<B::Weight> {
-            let info = it
-                .next()
-                .ok_or_else(|| Error::Config("tensor list exhausted".into()))?;
-            let w = be.load_weight(info, src)?;
-            done += info.n_bytes;
-            progress(done, total);
-            Ok(w)
-        };
+        let mut weights = super::load_weights(be, g, src, &wanted, progress)?;
+        let mut next = || weights.next_required();
         let token_embd = next()?;
         let output_norm = next()?;
         let mut layers = Vec::with_capacity(c.n_layer);
@@ -121,11 +93,15 @@ impl<B: Backend> Gemma3<B> {
                 post_ffn_norm: next()?,
             });
         }
+        let rope_global = Rope::new(c.head_dim, c.rope_base_global, c.rope_freq_scale, None, true);
+        let rope_local = Rope::new(c.head_dim, c.rope_base_local, c.rope_freq_scale, None, true);
         Ok(Self {
             cfg,
             token_embd,
             output_norm,
             layers,
+            rope_global,
+            rope_local,
         })
     }
 
@@ -160,28 +136,28 @@ impl<B: Backend> Gemma3<B> {
             let v = be.matmul(&h, &l.wv)?; // (n_tok, n_head_kv * head_dim)
             let q = be.rms_norm(&q, &l.q_norm, c.rms_eps)?; // per head
             let k = be.rms_norm(&k, &l.k_norm, c.rms_eps)?; // per head
-            let base = if global {
-                c.rope_base_global
+            let rope = if global {
+                &self.rope_global
             } else {
-                c.rope_base_local
+                &self.rope_local
             };
-            let q = be.rope(&q, &pos, c.head_dim, base)?;
-            let k = be.rope(&k, &pos, c.head_dim, base)?;
+            let q = be.rope(&q, &pos, rope)?;
+            let k = be.rope(&k, &pos, rope)?;
             let p = AttnParams {
                 n_head: c.n_head,
                 n_head_kv: c.n_head_kv,
                 head_dim: c.head_dim,
                 scale: c.attn_scale,
-                window: if global { usize::MAX } else { c.sliding_window },
+                window: c.window(il).unwrap_or(usize::MAX),
             };
             let a = be.attention(&q, &k, &v, kv, &pos, p)?; // (n_tok, n_head * head_dim)
             let a = be.matmul(&a, &l.wo)?; // (n_tok, n_embd)
             x = be.add_rms_norm(&x, &a, &l.post_attn_norm, c.rms_eps)?; // residual
-                                                                        // feed-forward
+            // feed-forward
             let h = be.rms_norm(&x, &l.ffn_norm, c.rms_eps)?;
             let gate = be.matmul(&h, &l.w_gate)?; // (n_tok, n_ff)
             let up = be.matmul(&h, &l.w_up)?; // (n_tok, n_ff)
-            let f = be.gelu_mul(&gate, &up)?; // (n_tok, n_ff)
+            let f = be.glu(&gate, &up, Glu::GeluTanh)?; // (n_tok, n_ff)
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
             x = be.add_rms_norm(&x, &f, &l.post_ffn_norm, c.rms_eps)?; // residual
         }

@@ -3,11 +3,12 @@
 //! engine.rs) holds a `Model<B>` and never names a family.
 
 pub mod gemma3;
+pub mod llama;
 
 use crate::backend::Backend;
 use crate::config::{Family, ModelConfig};
-use crate::error::Result;
-use crate::gguf::{ByteSource, Gguf};
+use crate::error::{Error, Result};
+use crate::gguf::{ByteSource, GgmlType, Gguf, TensorInfo};
 
 /// The KV caches of all layers and how many positions they hold.
 pub struct Cache<B: Backend> {
@@ -21,6 +22,8 @@ pub type Progress<'a> = &'a mut dyn FnMut(u64, u64);
 /// A loaded decoder of any family this build runs.
 pub enum Model<B: Backend> {
     Gemma3(gemma3::Gemma3<B>),
+    /// Llama, SmolLM, Qwen2 and Qwen3: one forward pass, the differences in the config.
+    Llama(llama::Llama<B>),
 }
 
 impl<B: Backend> Model<B> {
@@ -34,12 +37,16 @@ impl<B: Backend> Model<B> {
     ) -> Result<Self> {
         match cfg.family {
             Family::Gemma3 => gemma3::Gemma3::load(be, g, src, cfg, progress).map(Self::Gemma3),
+            Family::Llama | Family::Qwen2 | Family::Qwen3 => {
+                llama::Llama::load(be, g, src, cfg, progress).map(Self::Llama)
+            }
         }
     }
 
     pub fn cfg(&self) -> &ModelConfig {
         match self {
             Self::Gemma3(m) => &m.cfg,
+            Self::Llama(m) => &m.cfg,
         }
     }
 
@@ -47,6 +54,7 @@ impl<B: Backend> Model<B> {
     pub fn new_cache(&self, be: &mut B) -> Result<Cache<B>> {
         match self {
             Self::Gemma3(m) => m.new_cache(be),
+            Self::Llama(m) => m.new_cache(be),
         }
     }
 
@@ -54,6 +62,7 @@ impl<B: Backend> Model<B> {
     pub fn forward(&self, be: &mut B, ids: &[u32], cache: &mut Cache<B>) -> Result<B::Tensor> {
         match self {
             Self::Gemma3(m) => m.forward(be, ids, cache),
+            Self::Llama(m) => m.forward(be, ids, cache),
         }
     }
 
@@ -61,6 +70,125 @@ impl<B: Backend> Model<B> {
     pub fn lm_head(&self, be: &mut B, hidden: &B::Tensor) -> Result<B::Tensor> {
         match self {
             Self::Gemma3(m) => m.lm_head(be, hidden),
+            Self::Llama(m) => m.lm_head(be, hidden),
         }
     }
+}
+
+/// A tensor a family reads: its name, its dims as ggml lists them (fastest first) and
+/// whether the file must have it.
+pub struct Want {
+    pub name: String,
+    pub dims: Vec<u64>,
+    pub required: bool,
+}
+
+impl Want {
+    /// A tensor the file must have, `dims` in ggml order (`[cols, rows]` for a matrix).
+    pub fn new(name: &str, dims: &[usize]) -> Self {
+        Self {
+            name: name.to_string(),
+            dims: dims.iter().map(|&d| d as u64).collect(),
+            required: true,
+        }
+    }
+
+    /// A tensor the file may leave out (then the family does without it).
+    pub fn optional(name: &str, dims: &[usize]) -> Self {
+        Self {
+            required: false,
+            ..Self::new(name, dims)
+        }
+    }
+}
+
+/// The weights of [`load_weights`], in the order they were wanted.
+pub struct Weights<W>(std::vec::IntoIter<(String, Option<W>)>);
+
+impl<W> Weights<W> {
+    /// The next wanted tensor, which the file may have left out.
+    pub fn next_optional(&mut self) -> Result<Option<W>> {
+        self.0
+            .next()
+            .map(|(_, w)| w)
+            .ok_or_else(|| Error::Config("tensor list exhausted".into()))
+    }
+
+    /// The next wanted tensor, which the file has.
+    pub fn next_required(&mut self) -> Result<W> {
+        match self.0.next() {
+            Some((_, Some(w))) => Ok(w),
+            Some((name, None)) => Err(Error::Config(format!("tensor {name} is missing"))),
+            None => Err(Error::Config("tensor list exhausted".into())),
+        }
+    }
+}
+
+/// Check every wanted tensor's presence and shape first (a wrong file fails before any
+/// weight is copied), then copy them one by one, reporting progress in bytes.
+pub fn load_weights<B: Backend>(
+    be: &mut B,
+    g: &Gguf,
+    src: &dyn ByteSource,
+    wanted: &[Want],
+    progress: Progress,
+) -> Result<Weights<B::Weight>> {
+    let mut infos: Vec<Option<&TensorInfo>> = Vec::with_capacity(wanted.len());
+    for w in wanted {
+        let info = match g.tensor(&w.name) {
+            Some(info) => info,
+            None if !w.required => {
+                infos.push(None);
+                continue;
+            }
+            None => return Err(Error::Config(format!("tensor {} is missing", w.name))),
+        };
+        if info.dims != w.dims {
+            return Err(Error::Config(format!(
+                "tensor {} has shape {:?}, expected {:?}",
+                w.name, info.dims, w.dims
+            )));
+        }
+        infos.push(Some(info));
+    }
+    let total: u64 = infos.iter().flatten().map(|t| t.n_bytes).sum();
+    let mut done = 0u64;
+    let mut out = Vec::with_capacity(wanted.len());
+    for (w, info) in wanted.iter().zip(infos) {
+        let weight = match info {
+            Some(info) => {
+                let weight = be.load_weight(info, src)?;
+                done += info.n_bytes;
+                progress(done, total);
+                Some(weight)
+            }
+            None => None,
+        };
+        out.push((w.name.clone(), weight));
+    }
+    Ok(Weights(out.into_iter()))
+}
+
+/// A small F32 vector read on the host (Llama 3's `rope_freqs.weight`), if the file has it
+/// with `len` values.
+pub fn host_vector(g: &Gguf, src: &dyn ByteSource, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+    let Some(info) = g.tensor(name) else {
+        return Ok(None);
+    };
+    if info.ty != GgmlType::F32 || info.dims != [len as u64] {
+        return Err(Error::Config(format!(
+            "tensor {name} is {} {:?}, expected F32 [{len}]",
+            info.ty, info.dims
+        )));
+    }
+    let mut buf = vec![0u8; len * 4];
+    src.read_at(info.offset, &mut buf)?;
+    let v: Vec<f32> = buf
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if v.iter().any(|x| !x.is_finite() || *x <= 0.0) {
+        return Err(Error::Config(format!("tensor {name} holds a value that is not a positive number")));
+    }
+    Ok(Some(v))
 }

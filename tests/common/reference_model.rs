@@ -1,7 +1,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The slow, obvious Gemma 3 forward pass in f64: weights dequantized by candle from their
-//! original GGUF types (Q5_0 included, so the Q5_0 → Q8_0 conversion is checked too), no KV
-//! cache, every position recomputed. The engine's fast path is tested against it.
+//! The slow, obvious decoder forward pass in f64 for every family (Gemma 3, Llama, Qwen2,
+//! Qwen3): weights dequantized by candle from their original GGUF types, no KV cache, every
+//! position recomputed; what differs between families is read from the tensors the file has
+//! (biases, QK-norm, post-norms, `output.weight`, `rope_freqs.weight`) and the family. The
+//! engine's fast path is tested against it.
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::Device;
@@ -71,6 +73,29 @@ impl RefModel {
         &self.w[name]
     }
 
+    fn has(&self, name: &str) -> bool {
+        self.w.contains_key(name)
+    }
+
+    /// `x + bias` on every row, if the file has the bias.
+    fn bias(&self, mut x: Vec<f64>, name: &str) -> Vec<f64> {
+        if let Some((b, _, _)) = self.w.get(name) {
+            for row in x.chunks_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(v, bi)| *v += bi);
+            }
+        }
+        x
+    }
+
+    /// RMS-norm with `name` if the file has it.
+    fn rms_opt(&self, x: Vec<f64>, name: &str) -> Vec<f64> {
+        if self.has(name) {
+            self.rms(&x, name)
+        } else {
+            x
+        }
+    }
+
     /// x (n, k) @ W(rows=m, cols=k)ᵀ → (n, m)
     fn mm(&self, x: &[f64], name: &str) -> Vec<f64> {
         let (w, m, k) = self.get(name);
@@ -100,16 +125,23 @@ impl RefModel {
     }
 
     fn rope(&self, x: &mut [f64], width: usize, base: f64) {
-        let hd = self.cfg.head_dim;
+        let c = &self.cfg;
+        let hd = c.head_dim;
         let half = hd / 2;
+        let factors = self.w.get("rope_freqs.weight").map(|t| &t.0);
+        let neox = c.family != kerze::Family::Llama;
         for (p, row) in x.chunks_mut(width).enumerate() {
             for h in row.chunks_mut(hd) {
                 for i in 0..half {
-                    let ang = p as f64 * base.powf(-2.0 * i as f64 / hd as f64);
-                    let (s, c) = ang.sin_cos();
-                    let (a, b) = (h[i], h[i + half]);
-                    h[i] = a * c - b * s;
-                    h[i + half] = a * s + b * c;
+                    let ff = factors.map_or(1.0, |f| f[i]);
+                    let ang = p as f64 * f64::from(c.rope_freq_scale)
+                        * base.powf(-2.0 * i as f64 / hd as f64)
+                        / ff;
+                    let (s, co) = ang.sin_cos();
+                    let (ia, ib) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                    let (a, b) = (h[ia], h[ib]);
+                    h[ia] = a * co - b * s;
+                    h[ib] = a * s + b * co;
                 }
             }
         }
@@ -132,10 +164,13 @@ impl RefModel {
         for il in 0..c.n_layer {
             let p = |n: &str| format!("blk.{il}.{n}.weight");
             let global = c.is_global(il);
+            let b = |n: &str| format!("blk.{il}.{n}.bias");
             let h = self.rms(&x, &p("attn_norm"));
-            let mut q = self.rms(&self.mm(&h, &p("attn_q")), &p("attn_q_norm"));
-            let mut k = self.rms(&self.mm(&h, &p("attn_k")), &p("attn_k_norm"));
-            let v = self.mm(&h, &p("attn_v"));
+            let q = self.bias(self.mm(&h, &p("attn_q")), &b("attn_q"));
+            let k = self.bias(self.mm(&h, &p("attn_k")), &b("attn_k"));
+            let v = self.bias(self.mm(&h, &p("attn_v")), &b("attn_v"));
+            let mut q = self.rms_opt(q, &p("attn_q_norm"));
+            let mut k = self.rms_opt(k, &p("attn_k_norm"));
             let base = f64::from(if global {
                 c.rope_base_global
             } else {
@@ -150,7 +185,7 @@ impl RefModel {
                     let qv = &q[(i * nh + hh) * hd..(i * nh + hh + 1) * hd];
                     let mut s: Vec<f64> = (0..t)
                         .map(|j| {
-                            let visible = j <= i && (global || i - j < c.sliding_window);
+                            let visible = j <= i && (global || i - j < c.sliding_window.unwrap());
                             if !visible {
                                 return f64::NEG_INFINITY;
                             }
@@ -169,7 +204,7 @@ impl RefModel {
                     }
                 }
             }
-            let a = self.rms(&self.mm(&out, &p("attn_output")), &p("post_attention_norm"));
+            let a = self.rms_opt(self.mm(&out, &p("attn_output")), &p("post_attention_norm"));
             x.iter_mut().zip(&a).for_each(|(xi, ai)| *xi += ai);
             let h = self.rms(&x, &p("ffn_norm"));
             let gate = self.mm(&h, &p("ffn_gate"));
@@ -178,18 +213,28 @@ impl RefModel {
                 .iter()
                 .zip(&up)
                 .map(|(g, u)| {
-                    0.5 * g
-                        * (1.0
-                            + ((2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g))
-                                .tanh())
-                        * u
+                    let act = if c.family == kerze::Family::Gemma3 {
+                        0.5 * g
+                            * (1.0
+                                + ((2.0 / std::f64::consts::PI).sqrt()
+                                    * (g + 0.044715 * g * g * g))
+                                    .tanh())
+                    } else {
+                        g / (1.0 + (-g).exp())
+                    };
+                    act * u
                 })
                 .collect();
-            let f = self.rms(&self.mm(&f, &p("ffn_down")), &p("post_ffw_norm"));
+            let f = self.rms_opt(self.mm(&f, &p("ffn_down")), &p("post_ffw_norm"));
             x.iter_mut().zip(&f).for_each(|(xi, fi)| *xi += fi);
         }
         let x = self.rms(&x, "output_norm.weight");
-        let l = self.mm(&x, "token_embd.weight");
+        let head = if self.has("output.weight") {
+            "output.weight"
+        } else {
+            "token_embd.weight"
+        };
+        let l = self.mm(&x, head);
         l.chunks(c.n_vocab).map(|r| r.to_vec()).collect()
     }
 }

@@ -2,7 +2,9 @@
 //! [`Recorder`] (one encoder per step, parameters in one arena, cached bind groups) on
 //! buffers from the [`Pool`].
 
+pub mod elementwise;
 pub mod matvec;
+pub mod rope;
 
 use std::collections::HashMap;
 
@@ -373,9 +375,8 @@ pub struct Kernels {
     pub matvec: matvec::Matvec,
     pub embed: HashMap<GgmlType, wgpu::ComputePipeline>,
     pub rms_norm: wgpu::ComputePipeline,
-    pub rope: wgpu::ComputePipeline,
-    pub add: wgpu::ComputePipeline,
-    pub gelu_mul: wgpu::ComputePipeline,
+    pub rope: rope::RopeKernel,
+    pub elementwise: elementwise::Elementwise,
     pub attn_scores: wgpu::ComputePipeline,
     pub attn_mix: wgpu::ComputePipeline,
     pub kv_write: wgpu::ComputePipeline,
@@ -385,7 +386,6 @@ pub struct Kernels {
 
 impl Kernels {
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        let l3_2 = layout(gpu, 3, 2, None);
         let gather = layout(gpu, 3, 2, Some(1));
         let mut embed = HashMap::new();
         for (ty, _) in shaders::WEIGHT_TYPES {
@@ -396,9 +396,8 @@ impl Kernels {
             matvec: matvec::Matvec::new(gpu)?,
             embed,
             rms_norm: pipeline(gpu, "rms_norm", None, "main", &layout(gpu, 4, 3, None))?,
-            rope: pipeline(gpu, "rope", None, "main", &gather)?,
-            add: pipeline(gpu, "elementwise", None, "add", &l3_2)?,
-            gelu_mul: pipeline(gpu, "elementwise", None, "gelu_mul", &l3_2)?,
+            rope: rope::RopeKernel::new(gpu)?,
+            elementwise: elementwise::Elementwise::new(gpu)?,
             attn_scores: pipeline(gpu, "attention", None, "scores", &attn)?,
             attn_mix: pipeline(gpu, "attention", None, "mix", &attn)?,
             kv_write: pipeline(gpu, "kv_write", None, "main", &layout(gpu, 5, 2, None))?,

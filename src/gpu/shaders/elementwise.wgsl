@@ -1,8 +1,9 @@
-// Elementwise ops over n values: `add` (a + b) and `gelu_mul` (gelu_tanh(a) * b).
+// Elementwise ops over n values: `add` (a + b), `gelu_mul` (gelu_tanh(a) * b), `silu_mul`
+// (silu(a) * b) and `add_row` (a + b[i % width]: a bias on every row).
 struct Params {
     n: u32,
     groups_x: u32,
-    _pad0: u32,
+    width: u32,
     _pad1: u32,
 }
 
@@ -33,5 +34,23 @@ fn gelu_mul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
         let u = clamp(0.7978846 * (g + 0.044715 * g * g * g), -15.0, 15.0);
         let e = exp(2.0 * u);
         out[i] = 0.5 * g * (1.0 + (e - 1.0) / (e + 1.0)) * b[i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn silu_mul(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = index(wid, li);
+    if (i < p.n) {
+        let g = a[i];
+        // exp(-g) overflows to inf for g < -88: g / inf = 0, the right limit.
+        out[i] = g / (1.0 + exp(-g)) * b[i];
+    }
+}
+
+@compute @workgroup_size(64)
+fn add_row(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = index(wid, li);
+    if (i < p.n) {
+        out[i] = a[i] + b[i % p.width];
     }
 }

@@ -1,11 +1,11 @@
-// NeoX rotary embedding: in each head, element i pairs with i + head_dim/2, rotated by the
-// angle of row t's position. cos/sin come from the CPU (computed in f64, as the CPU backend
-// does), `half` values per row each.
+// Rotary embedding: in each head, NeoX pairs element i with i + head_dim/2, normal (GPT-J)
+// pairs 2i with 2i + 1; pair i of row t turns by the angle of t's position. cos/sin come
+// from the CPU (computed in f64, as the CPU backend does), `half` pairs per row.
 struct Params {
     width: u32,
     head_dim: u32,
     n_tok: u32,
-    _pad: u32,
+    neox: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -14,10 +14,11 @@ struct Params {
 @group(0) @binding(3) var<uniform> p: Params;
 
 @compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
     let half = p.head_dim / 2u;
     let pairs_per_row = p.width / 2u;
-    let idx = gid.x;
+    let idx = (wid.x + wid.y * nw.x) * 64u + li;
     if (idx >= p.n_tok * pairs_per_row) {
         return;
     }
@@ -25,8 +26,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let r = idx % pairs_per_row;
     let head = r / half;
     let i = r % half;
-    let a = t * p.width + head * p.head_dim + i;
-    let b = a + half;
+    var a = t * p.width + head * p.head_dim + i;
+    var b = a + half;
+    if (p.neox == 0u) {
+        a = t * p.width + head * p.head_dim + 2u * i;
+        b = a + 1u;
+    }
     let c = cs[t * half + i];
     let x0 = x[a];
     let x1 = x[b];
