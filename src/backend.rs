@@ -56,7 +56,9 @@ impl Rope {
         let theta: Vec<f64> = (0..half)
             .map(|i| {
                 let f = f64::from(base).powf(-2.0 * i as f64 / head_dim as f64);
-                let ff = factors.and_then(|v| v.get(i)).map_or(1.0, |&x| f64::from(x));
+                let ff = factors
+                    .and_then(|v| v.get(i))
+                    .map_or(1.0, |&x| f64::from(x));
                 f64::from(freq_scale) * f / ff
             })
             .collect();

@@ -25,7 +25,8 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: &'static [Family] = &[Family::Gemma3, Family::Llama, Family::Qwen2, Family::Qwen3];
+    pub const ALL: &'static [Family] =
+        &[Family::Gemma3, Family::Llama, Family::Qwen2, Family::Qwen3];
 
     /// The `general.architecture` value of the family.
     pub fn arch(self) -> &'static str {
@@ -147,8 +148,9 @@ impl ModelConfig {
         } else {
             None
         };
-        let rms_eps = float("attention.layer_norm_rms_epsilon")?
-            .unwrap_or(if gemma { 1e-6 } else { 1e-5 }) as f32;
+        let rms_eps =
+            float("attention.layer_norm_rms_epsilon")?.unwrap_or(if gemma { 1e-6 } else { 1e-5 })
+                as f32;
         let rope_base_global = float("rope.freq_base")?.unwrap_or(match family {
             Family::Gemma3 | Family::Qwen2 | Family::Qwen3 => 1_000_000.0,
             Family::Llama => 10_000.0,

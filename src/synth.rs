@@ -244,7 +244,11 @@ pub fn tiny_decoder(family: Family, q: Quants, seed: u64) -> Result<Vec<u8>> {
         .kv(&k("attention.layer_norm_rms_epsilon"), Value::F32(1e-5))
         .kv(
             &k("rope.freq_base"),
-            Value::F32(if family == Family::Llama { 500_000.0 } else { 1_000_000.0 }),
+            Value::F32(if family == Family::Llama {
+                500_000.0
+            } else {
+                1_000_000.0
+            }),
         );
     if family == Family::Qwen3 {
         w.kv(&k("attention.key_length"), u32v(head_dim))
@@ -313,13 +317,20 @@ pub fn tiny_decoder(family: Family, q: Quants, seed: u64) -> Result<Vec<u8>> {
         mat(&mut w, "ffn_down.weight", N_EMBD, N_FF, q.outer)?;
         let mut vectors = vec![("attn_norm.weight", N_EMBD), ("ffn_norm.weight", N_EMBD)];
         if family == Family::Qwen3 {
-            vectors.extend([("attn_q_norm.weight", head_dim), ("attn_k_norm.weight", head_dim)]);
+            vectors.extend([
+                ("attn_q_norm.weight", head_dim),
+                ("attn_k_norm.weight", head_dim),
+            ]);
         }
         for (n, len) in vectors {
             w.tensor(&name(n), GgmlType::F32, &[len as u64], norm(&mut rng, len));
         }
         if family == Family::Qwen2 {
-            for (n, len) in [("attn_q.bias", q_w), ("attn_k.bias", kv_w), ("attn_v.bias", kv_w)] {
+            for (n, len) in [
+                ("attn_q.bias", q_w),
+                ("attn_k.bias", kv_w),
+                ("attn_v.bias", kv_w),
+            ] {
                 let b: Vec<u8> = (0..len)
                     .flat_map(|_| (0.5 * rng.normal()).to_le_bytes())
                     .collect();

@@ -94,10 +94,12 @@ fn greedy_decode_equals_teacher_forced_in_every_family() {
     for f in FAMILIES {
         let bytes = tiny_decoder(f, Quants::all(GgmlType::Q8_0), 11).unwrap();
         let mut e = engine(&bytes);
-        let ids = e.tokenizer().encode_user("the rain in the hills", true).unwrap();
-        let opts = GenerateOptions::greedy_tokens(16);
-        let g = pollster::block_on(e.generate(ids.clone(), &opts, &|| false, &mut |_| {}))
+        let ids = e
+            .tokenizer()
+            .encode_user("the rain in the hills", true)
             .unwrap();
+        let opts = GenerateOptions::greedy_tokens(16);
+        let g = pollster::block_on(e.generate(ids.clone(), &opts, &|| false, &mut |_| {})).unwrap();
         let new = &g.ids[g.prompt_len..];
         assert_eq!(new.len(), 16, "{f:?}");
         let top = pollster::block_on(e.logits_top_k(&g.ids, 1, 0)).unwrap();

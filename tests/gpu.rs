@@ -10,6 +10,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/reference_model.rs"]
+mod reference_model;
 
 use half::f16;
 use kerze::cpu::int8::QMatrix;
@@ -570,5 +572,224 @@ fn embedding_gather_matches_the_cpu_for_every_type() {
             .zip(&want)
             .map(|(a, b)| (f64::from(*a), f64::from(*b)));
         assert_nmse(pairs, &format!("embed {}", info.name));
+    }
+}
+
+/// Every Llama-block family (normal RoPE with frequency factors and an own LM head, q/k/v
+/// biases, QK-norm with a head size apart from n_embd / n_head) on the GPU: teacher-forced
+/// logits against the float64 reference over a prompt longer than one prefill chunk.
+#[test]
+fn every_family_on_the_gpu_matches_the_f64_reference() {
+    use kerze::synth::{tiny_decoder, Quants};
+    use kerze::Family;
+    let q = Quants {
+        embd: GgmlType::Q8_0,
+        inner: GgmlType::Q4_K,
+        outer: GgmlType::Q6_K,
+    };
+    for f in [Family::Llama, Family::Qwen2, Family::Qwen3] {
+        let bytes = tiny_decoder(f, q, 7).unwrap();
+        let mut s = gpu_session(&bytes);
+        let text = "the cat is in the garden and the dog is on the sofa; then the rain falls on \
+            the hills and the river runs to the sea, is it not?";
+        let ids = s.tok.encode_user(text, true).unwrap();
+        assert!(ids.len() > 64);
+        let n_vocab = s.model.cfg().n_vocab;
+        let rows = pollster::block_on(s.logits_top_k(&ids, n_vocab, 0)).unwrap();
+        let reference = reference_model::RefModel::load(&bytes).logits(&ids);
+        let mut worst: f64 = 0.0;
+        for (mine, want) in rows.iter().zip(&reference) {
+            let mut full = vec![0f64; n_vocab];
+            for &(id, l) in mine {
+                full[id as usize] = f64::from(l);
+            }
+            let num: f64 = full.iter().zip(want).map(|(a, b)| (a - b).powi(2)).sum();
+            worst = worst.max(num / want.iter().map(|b| b * b).sum::<f64>());
+        }
+        eprintln!("{f:?} on the GPU: worst NMSE {worst:.2e}");
+        // f32 throughout on the same exact weights: rounding only.
+        assert!(worst < 1e-8, "{f:?}: NMSE {worst}");
+    }
+}
+
+/// Random activations of `n × width`.
+fn random_act(rng: &mut Rng, n: usize, width: usize) -> Vec<f32> {
+    (0..n * width).map(|_| rng.f(-2.0, 2.0)).collect()
+}
+
+/// A 1-D F32 weight as a byte source and its index entry.
+fn vector_weight(v: &[f32]) -> (Vec<u8>, TensorInfo) {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let info = TensorInfo {
+        name: "v".into(),
+        ty: GgmlType::F32,
+        dims: vec![v.len() as u64],
+        offset: 0,
+        n_bytes: bytes.len() as u64,
+    };
+    (bytes, info)
+}
+
+/// The ops other than matmul, one by one on random tensors at odd sizes, GPU against CPU:
+/// RMS norm (per row and per head, with and without the residual), RoPE in both modes with
+/// frequency factors at a far position, both gated products, the row bias, and attention
+/// (grouped heads, a sliding window that the ring wraps, chunks after cached rows).
+#[test]
+fn each_op_on_the_gpu_matches_the_cpu_on_random_tensors() {
+    use kerze::backend::{AttnParams, Backend, Glu, Rope};
+    use kerze::cpu::{Act, CpuBackend};
+    use kerze::gpu::backend::GpuBackend;
+
+    let mut rng = Rng(0x5eed_0123_4567);
+    let mut cpu = CpuBackend::new();
+    let mut gpu = pollster::block_on(GpuBackend::new(&GpuOptions {
+        default_limits: true,
+        ..Default::default()
+    }))
+    .unwrap()
+    .expect("no Vulkan adapter");
+    let close = |what: &str, got: Vec<f32>, want: &[f32], tol: f64| {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let e = common::nmse(&got, want);
+        assert!(e < tol, "{what}: NMSE {e:.2e}");
+    };
+    let act = |d: &[f32], w: usize| Act {
+        data: d.to_vec(),
+        width: w,
+    };
+    // RMS norms: one weight per row (n_embd) and per head (head_dim), odd row counts and
+    // widths (GPU weights are whole 32-value blocks).
+    for (n, width, group) in [(1, 160, 160), (5, 3 * 96, 96), (13, 7 * 32, 32)] {
+        let x = random_act(&mut rng, n, width);
+        let r = random_act(&mut rng, n, width);
+        let w: Vec<f32> = (0..group).map(|_| rng.f(0.5, 1.5)).collect();
+        let (wb, wi) = vector_weight(&w);
+        let (cw, gw) = (
+            cpu.load_weight(&wi, &wb).unwrap(),
+            gpu.load_weight(&wi, &wb).unwrap(),
+        );
+        let want = cpu.rms_norm(&act(&x, width), &cw, 1e-6).unwrap().data;
+        let gx = gpu.upload(&x, n, width).unwrap();
+        let t = gpu.rms_norm(&gx, &gw, 1e-6).unwrap();
+        close(
+            "rms_norm",
+            pollster::block_on(gpu.read(&t)).unwrap(),
+            &want,
+            1e-11,
+        );
+        let want = cpu
+            .add_rms_norm(&act(&r, width), &act(&x, width), &cw, 1e-6)
+            .unwrap()
+            .data;
+        let gr = gpu.upload(&r, n, width).unwrap();
+        let t = gpu.add_rms_norm(&gr, &gx, &gw, 1e-6).unwrap();
+        close(
+            "add_rms_norm",
+            pollster::block_on(gpu.read(&t)).unwrap(),
+            &want,
+            1e-11,
+        );
+    }
+    // RoPE: both pairings, linear scaling, frequency factors, positions far from 0.
+    for neox in [true, false] {
+        for (n, heads, hd, first) in [(1, 3, 64, 4000), (7, 2, 18, 0), (33, 5, 128, 123)] {
+            let factors: Vec<f32> = (0..hd / 2).map(|i| 1.0 + i as f32 * 0.25).collect();
+            let rope = Rope::new(hd, 500_000.0, 0.5, Some(&factors), neox);
+            let x = random_act(&mut rng, n, heads * hd);
+            let pos: Vec<usize> = (first..first + n).collect();
+            let want = cpu.rope(&act(&x, heads * hd), &pos, &rope).unwrap().data;
+            let gx = gpu.upload(&x, n, heads * hd).unwrap();
+            let t = gpu.rope(&gx, &pos, &rope).unwrap();
+            let what = format!("rope neox={neox} {n}×{heads}×{hd} at {first}");
+            close(
+                &what,
+                pollster::block_on(gpu.read(&t)).unwrap(),
+                &want,
+                1e-11,
+            );
+        }
+    }
+    // Gated products and the row bias.
+    for (n, width) in [(1, 32), (3, 992), (17, 4128)] {
+        let a = random_act(&mut rng, n, width);
+        let b: Vec<f32> = random_act(&mut rng, n, width)
+            .iter()
+            .map(|v| v * 20.0)
+            .collect();
+        let (ga, gb) = (
+            gpu.upload(&a, n, width).unwrap(),
+            gpu.upload(&b, n, width).unwrap(),
+        );
+        for g in [Glu::GeluTanh, Glu::Silu] {
+            let want = cpu.glu(&act(&b, width), &act(&a, width), g).unwrap().data;
+            let t = gpu.glu(&gb, &ga, g).unwrap();
+            close(
+                &format!("{g:?}"),
+                pollster::block_on(gpu.read(&t)).unwrap(),
+                &want,
+                1e-11,
+            );
+        }
+        let bias: Vec<f32> = (0..width).map(|_| rng.f(-1.0, 1.0)).collect();
+        let (bb, bi) = vector_weight(&bias);
+        let (cb, gbias) = (
+            cpu.load_weight(&bi, &bb).unwrap(),
+            gpu.load_weight(&bi, &bb).unwrap(),
+        );
+        let want = cpu.add_bias(&act(&a, width), &cb).unwrap().data;
+        let t = gpu.add_bias(&ga, &gbias).unwrap();
+        close(
+            "add_bias",
+            pollster::block_on(gpu.read(&t)).unwrap(),
+            &want,
+            1e-12,
+        );
+    }
+    // Attention: chunks appended to a cache (a ring of `slots` where the window slides),
+    // grouped heads, odd head sizes.
+    for (n_head, n_head_kv, hd, window, slots, chunks) in [
+        (6, 2, 40, usize::MAX, 64, vec![5, 1, 1, 9]),
+        (4, 4, 64, 7, 7, vec![3, 9, 1, 1, 2]),
+        (8, 1, 24, 5, 5, vec![1, 1, 1, 1, 1, 1, 1]),
+    ] {
+        let p = AttnParams {
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window,
+        };
+        let mut ckv = cpu.new_kv(slots, n_head_kv, hd).unwrap();
+        let mut gkv = gpu.new_kv(slots, n_head_kv, hd).unwrap();
+        let mut at = 0;
+        for n in chunks {
+            let q = random_act(&mut rng, n, n_head * hd);
+            let k = random_act(&mut rng, n, n_head_kv * hd);
+            let v = random_act(&mut rng, n, n_head_kv * hd);
+            let pos: Vec<usize> = (at..at + n).collect();
+            let want = cpu
+                .attention(
+                    &act(&q, n_head * hd),
+                    &act(&k, n_head_kv * hd),
+                    &act(&v, n_head_kv * hd),
+                    &mut ckv,
+                    &pos,
+                    p,
+                )
+                .unwrap()
+                .data;
+            let gq = gpu.upload(&q, n, n_head * hd).unwrap();
+            let gk = gpu.upload(&k, n, n_head_kv * hd).unwrap();
+            let gv = gpu.upload(&v, n, n_head_kv * hd).unwrap();
+            let t = gpu.attention(&gq, &gk, &gv, &mut gkv, &pos, p).unwrap();
+            let what = format!("attention {n_head}/{n_head_kv}×{hd} window {window} at {at}+{n}");
+            close(
+                &what,
+                pollster::block_on(gpu.read(&t)).unwrap(),
+                &want,
+                1e-11,
+            );
+            at += n;
+        }
     }
 }

@@ -69,7 +69,11 @@ pub fn rope(x: &mut [f32], width: usize, pos: &[usize], rope: &crate::backend::R
         }
         for h in row.chunks_exact_mut(head_dim) {
             for (i, &(c, s)) in cs.iter().enumerate() {
-                let (a, b) = if rope.neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                let (a, b) = if rope.neox {
+                    (i, i + half)
+                } else {
+                    (2 * i, 2 * i + 1)
+                };
                 let (x0, x1) = (h[a], h[b]);
                 h[a] = x0 * c - x1 * s;
                 h[b] = x0 * s + x1 * c;

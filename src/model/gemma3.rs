@@ -93,7 +93,13 @@ impl<B: Backend> Gemma3<B> {
                 post_ffn_norm: next()?,
             });
         }
-        let rope_global = Rope::new(c.head_dim, c.rope_base_global, c.rope_freq_scale, None, true);
+        let rope_global = Rope::new(
+            c.head_dim,
+            c.rope_base_global,
+            c.rope_freq_scale,
+            None,
+            true,
+        );
         let rope_local = Rope::new(c.head_dim, c.rope_base_local, c.rope_freq_scale, None, true);
         Ok(Self {
             cfg,
@@ -153,7 +159,7 @@ impl<B: Backend> Gemma3<B> {
             let a = be.attention(&q, &k, &v, kv, &pos, p)?; // (n_tok, n_head * head_dim)
             let a = be.matmul(&a, &l.wo)?; // (n_tok, n_embd)
             x = be.add_rms_norm(&x, &a, &l.post_attn_norm, c.rms_eps)?; // residual
-            // feed-forward
+                                                                        // feed-forward
             let h = be.rms_norm(&x, &l.ffn_norm, c.rms_eps)?;
             let gate = be.matmul(&h, &l.w_gate)?; // (n_tok, n_ff)
             let up = be.matmul(&h, &l.w_up)?; // (n_tok, n_ff)

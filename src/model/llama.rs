@@ -191,7 +191,7 @@ impl<B: Backend> Llama<B> {
             let a = be.attention(&q, &k, &v, kv, &pos, p)?; // (n_tok, n_head * head_dim)
             let a = be.matmul(&a, &l.wo)?; // (n_tok, n_embd)
             x = be.add(&x, &a)?; // residual
-            // feed-forward
+                                 // feed-forward
             let h = be.rms_norm(&x, &l.ffn_norm, c.rms_eps)?;
             let gate = be.matmul(&h, &l.w_gate)?; // (n_tok, n_ff)
             let up = be.matmul(&h, &l.w_up)?; // (n_tok, n_ff)

@@ -171,7 +171,12 @@ pub fn load_weights<B: Backend>(
 
 /// A small F32 vector read on the host (Llama 3's `rope_freqs.weight`), if the file has it
 /// with `len` values.
-pub fn host_vector(g: &Gguf, src: &dyn ByteSource, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+pub fn host_vector(
+    g: &Gguf,
+    src: &dyn ByteSource,
+    name: &str,
+    len: usize,
+) -> Result<Option<Vec<f32>>> {
     let Some(info) = g.tensor(name) else {
         return Ok(None);
     };
@@ -188,7 +193,9 @@ pub fn host_vector(g: &Gguf, src: &dyn ByteSource, name: &str, len: usize) -> Re
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     if v.iter().any(|x| !x.is_finite() || *x <= 0.0) {
-        return Err(Error::Config(format!("tensor {name} holds a value that is not a positive number")));
+        return Err(Error::Config(format!(
+            "tensor {name} holds a value that is not a positive number"
+        )));
     }
     Ok(Some(v))
 }

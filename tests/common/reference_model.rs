@@ -134,11 +134,16 @@ impl RefModel {
             for h in row.chunks_mut(hd) {
                 for i in 0..half {
                     let ff = factors.map_or(1.0, |f| f[i]);
-                    let ang = p as f64 * f64::from(c.rope_freq_scale)
+                    let ang = p as f64
+                        * f64::from(c.rope_freq_scale)
                         * base.powf(-2.0 * i as f64 / hd as f64)
                         / ff;
                     let (s, co) = ang.sin_cos();
-                    let (ia, ib) = if neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                    let (ia, ib) = if neox {
+                        (i, i + half)
+                    } else {
+                        (2 * i, 2 * i + 1)
+                    };
                     let (a, b) = (h[ia], h[ib]);
                     h[ia] = a * co - b * s;
                     h[ib] = a * s + b * co;
