@@ -77,6 +77,22 @@ fn every_family_quantized_matches_the_f64_reference() {
             inner: GgmlType::Q5_0,
             outer: GgmlType::Q8_0,
         },
+        // SmolLM2's published file: Q4_1 throughout, the embedding Q8_0.
+        Quants {
+            embd: GgmlType::Q8_0,
+            inner: GgmlType::Q4_1,
+            outer: GgmlType::Q4_1,
+        },
+        Quants {
+            embd: GgmlType::BF16,
+            inner: GgmlType::Q5_1,
+            outer: GgmlType::Q5_K,
+        },
+        Quants {
+            embd: GgmlType::Q4_0,
+            inner: GgmlType::Q2_K,
+            outer: GgmlType::Q3_K,
+        },
     ];
     for f in FAMILIES {
         for q in mixes {

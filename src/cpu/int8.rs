@@ -2,10 +2,11 @@
 //! scales in separate arrays, so a dot product never converts an f16 in software (wasm has
 //! no f16 instructions), and a tile of 4 activation rows shares each loaded weight block.
 //!
-//! Weights: Q8_0 and Q5_0 (converted exactly) keep one scale per 32 values; Q4_K and Q6_K
-//! are unpacked exactly to int8 with one scale (and, for Q4_K, one offset) per 16 values —
-//! about 1.3 bytes per weight instead of 0.6, for Gemma 3 270M's attn_output and ffn_down
-//! (+25 MB): the price of exact activations below.
+//! Weights: every quantized type is unpacked exactly to int8 values with f32 scales and,
+//! where the type has minimums, offsets (`w = scale · q − offset`): Q4_0, Q4_1, Q5_0, Q5_1 and
+//! Q8_0 with one scale per 32 values, the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with one
+//! per 16 — about 1.3 bytes per weight instead of 0.6 for a 4-bit K-quant (Gemma 3 270M: +25
+//! MB): the price of exact activations below.
 //!
 //! Activations are quantized to 16 bits per 32-value block (f32 scale), not to 8 bits as
 //! llama.cpp and candle do: the kernel multiplies in i16 lanes anyway (`i32x4.dot_i16x8_s`,
@@ -28,9 +29,9 @@ pub struct QMatrix {
     qs: Vec<i8>,
     /// One scale per group.
     scales: Vec<f32>,
-    /// One offset per group (Q4_K's minimums), if any.
+    /// One offset per group (the minimums of Q4_1, Q5_1, Q2_K, Q4_K, Q5_K), if any.
     offsets: Option<Vec<f32>>,
-    /// 32 (Q8_0, Q5_0) or 16 (Q4_K, Q6_K).
+    /// 32 (the 32-value block types) or 16 (the K-quants).
     group: usize,
     pub rows: usize,
     pub cols: usize,
@@ -40,7 +41,12 @@ pub struct QMatrix {
 const LOAD_CHUNK_BLOCKS: usize = 4096;
 
 impl QMatrix {
-    /// Load a tensor of `ty` (Q8_0, Q5_0, Q4_K or Q6_K) from the file, block by block.
+    /// The tensor types this kernel takes.
+    pub fn takes(ty: GgmlType) -> bool {
+        unpacker(ty).is_some()
+    }
+
+    /// Load a tensor of `ty` (a type [`QMatrix::takes`]) from the file, block by block.
     pub fn load(
         src: &dyn ByteSource,
         offset: u64,
@@ -48,17 +54,13 @@ impl QMatrix {
         cols: usize,
         ty: GgmlType,
     ) -> Result<Self> {
-        let (block, block_bytes, group) = match ty {
-            GgmlType::Q8_0 => (32, 34, 32),
-            GgmlType::Q5_0 => (32, 22, 32),
-            GgmlType::Q4_K => (256, 144, 16),
-            GgmlType::Q6_K => (256, 210, 16),
-            other => {
-                return Err(Error::Backend(format!(
-                    "the int8 kernel does not take {other}"
-                )))
-            }
+        let Some(u) = unpacker(ty) else {
+            return Err(Error::Backend(format!(
+                "the int8 kernel does not take {ty}"
+            )));
         };
+        let (block, block_bytes) = (u.block, u.bytes);
+        let group = u.group;
         if !cols.is_multiple_of(block) {
             return Err(Error::Backend(format!(
                 "{ty} rows of {cols} are not whole blocks"
@@ -71,7 +73,8 @@ impl QMatrix {
         let n_blocks = n / block;
         let mut qs = vec![0i8; n];
         let mut scales = vec![0f32; n / group];
-        let mut offsets = (ty == GgmlType::Q4_K).then(|| vec![0f32; n / group]);
+        let mut offsets = u.offsets.then(|| vec![0f32; n / group]);
+        let mut no_offsets = vec![0f32; block / group];
         let mut buf = vec![0u8; LOAD_CHUNK_BLOCKS.min(n_blocks) * block_bytes];
         let mut b0 = 0;
         while b0 < n_blocks {
@@ -82,15 +85,11 @@ impl QMatrix {
                 let b = b0 + i;
                 let q = &mut qs[b * block..(b + 1) * block];
                 let g = b * block / group..(b + 1) * block / group;
-                match ty {
-                    GgmlType::Q8_0 => unpack_q8_0(blk, q, &mut scales[g]),
-                    GgmlType::Q5_0 => unpack_q5_0(blk, q, &mut scales[g]),
-                    GgmlType::Q4_K => {
-                        let o = offsets.as_mut().map(|o| &mut o[g.clone()]);
-                        unpack_q4_k(blk, q, &mut scales[g], o.unwrap_or(&mut []))
-                    }
-                    _ => unpack_q6_k(blk, q, &mut scales[g]),
-                }
+                let o = match offsets.as_mut() {
+                    Some(o) => &mut o[g.clone()],
+                    None => &mut no_offsets[..],
+                };
+                (u.unpack)(blk, q, &mut scales[g], o);
             }
             b0 += nb;
         }
@@ -144,7 +143,8 @@ impl QMatrix {
 
     /// `x (m × cols) @ selfᵀ → (m × rows)`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let act = Activations::quantize(x, m, self.cols, self.offsets.is_some());
+        let sums = self.offsets.as_ref().map(|_| self.group);
+        let act = Activations::quantize(x, m, self.cols, sums);
         // Computed as (rows × m), so that a range of weight rows owns one contiguous slice.
         let mut yt = vec![0f32; self.rows * m];
         if m * self.rows * self.cols < PARALLEL_MIN_MACS {
@@ -228,54 +228,181 @@ impl SharedOut {
 // SAFETY: workers write disjoint ranges through it (see `QMatrix::matmul`).
 unsafe impl Sync for SharedOut {}
 
-fn unpack_q8_0(blk: &[u8], q: &mut [i8], s: &mut [f32]) {
-    s[0] = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+/// How one file block of a type becomes int8 values, scales and offsets.
+struct Unpacker {
+    /// Values and bytes per file block.
+    block: usize,
+    bytes: usize,
+    /// Values per scale (and offset).
+    group: usize,
+    /// The type has minimums: offsets are stored.
+    offsets: bool,
+    /// (file block, its values, its scales, its offsets: empty-valued when `!offsets`).
+    unpack: fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
+}
+
+fn unpacker(ty: GgmlType) -> Option<Unpacker> {
+    let u = |block, bytes, group, offsets, unpack| {
+        Some(Unpacker {
+            block,
+            bytes,
+            group,
+            offsets,
+            unpack,
+        })
+    };
+    match ty {
+        GgmlType::Q4_0 => u(32, 18, 32, false, unpack_q4_0),
+        GgmlType::Q4_1 => u(32, 20, 32, true, unpack_q4_1),
+        GgmlType::Q5_0 => u(32, 22, 32, false, unpack_q5_0),
+        GgmlType::Q5_1 => u(32, 24, 32, true, unpack_q5_1),
+        GgmlType::Q8_0 => u(32, 34, 32, false, unpack_q8_0),
+        GgmlType::Q2_K => u(256, 84, 16, true, unpack_q2_k),
+        GgmlType::Q3_K => u(256, 110, 16, false, unpack_q3_k),
+        GgmlType::Q4_K => u(256, 144, 16, true, unpack_q4_k),
+        GgmlType::Q5_K => u(256, 176, 16, true, unpack_q5_k),
+        GgmlType::Q6_K => u(256, 210, 16, false, unpack_q6_k),
+        _ => None,
+    }
+}
+
+fn f16_at(blk: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([blk[at], blk[at + 1]]).to_f32()
+}
+
+fn unpack_q8_0(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
+    s[0] = f16_at(blk, 0);
     for (o, &v) in q.iter_mut().zip(&blk[2..34]) {
         *o = v as i8;
     }
 }
 
-/// Q5_0: f16 d, 32 high bits, 16 bytes of low nibbles; value j is `(low | high << 4) − 16`.
-fn unpack_q5_0(blk: &[u8], q: &mut [i8], s: &mut [f32]) {
-    s[0] = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+/// Q4_0: f16 d, 16 bytes of nibbles (low nibbles are values 0..16); value = d·(q − 8).
+fn unpack_q4_0(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
+    s[0] = f16_at(blk, 0);
     for j in 0..16 {
-        let lo = (blk[6 + j] & 0x0F) | ((((qh >> j) << 4) & 0x10) as u8);
-        let hi = (blk[6 + j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
-        q[j] = lo as i8 - 16;
-        q[j + 16] = hi as i8 - 16;
+        q[j] = (blk[2 + j] & 0x0F) as i8 - 8;
+        q[j + 16] = (blk[2 + j] >> 4) as i8 - 8;
     }
 }
 
-/// Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs for 8 sub-blocks of 32, then
-/// 128 bytes of nibbles; value = d·sc·q − dmin·m.
-fn unpack_q4_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
-    let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-    let dmin = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+/// Q4_1: f16 d, f16 m, 16 bytes of nibbles; value = d·q + m.
+fn unpack_q4_1(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
+    s[0] = f16_at(blk, 0);
+    o[0] = -f16_at(blk, 2);
+    for j in 0..16 {
+        q[j] = (blk[4 + j] & 0x0F) as i8;
+        q[j + 16] = (blk[4 + j] >> 4) as i8;
+    }
+}
+
+/// The 5-bit values of Q5_0/Q5_1: 32 high bits `qh`, then 16 bytes of low nibbles.
+fn five_bits(qh: u32, ql: &[u8], q: &mut [i8], minus: i8) {
+    for j in 0..16 {
+        let lo = (ql[j] & 0x0F) | ((((qh >> j) << 4) & 0x10) as u8);
+        let hi = (ql[j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
+        q[j] = lo as i8 - minus;
+        q[j + 16] = hi as i8 - minus;
+    }
+}
+
+/// Q5_0: f16 d, 32 high bits, 16 bytes of low nibbles; value j is `(low | high << 4) − 16`.
+fn unpack_q5_0(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
+    s[0] = f16_at(blk, 0);
+    let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
+    five_bits(qh, &blk[6..22], q, 16);
+}
+
+/// Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of low nibbles; value = d·q + m.
+fn unpack_q5_1(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
+    s[0] = f16_at(blk, 0);
+    o[0] = -f16_at(blk, 2);
+    let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
+    five_bits(qh, &blk[8..24], q, 0);
+}
+
+/// The 6-bit (scale, min) pair of sub-block `j` of Q4_K/Q5_K's 12 packed bytes.
+fn scale_min_k4(sc: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (sc[j] & 63, sc[j + 4] & 63)
+    } else {
+        (
+            (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4),
+            (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
+        )
+    }
+}
+
+/// Q4_K and Q5_K: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs for 8 sub-blocks of
+/// 32, [Q5_K: 32 bytes of high bits,] 128 bytes of nibbles; value = d·sc·q − dmin·m.
+fn unpack_k4(blk: &[u8], qh: Option<&[u8]>, qs: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
+    let d = f16_at(blk, 0);
+    let dmin = f16_at(blk, 2);
     let sc = &blk[4..16];
-    let qs = &blk[16..144];
-    let scale_min = |j: usize| -> (u8, u8) {
-        if j < 4 {
-            (sc[j] & 63, sc[j + 4] & 63)
-        } else {
-            (
-                (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4),
-                (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4),
-            )
-        }
-    };
     for c in 0..4 {
         // 64 values: the low nibbles of 32 bytes, then their high nibbles.
         for half in 0..2 {
             let sub = 2 * c + half;
-            let (scv, mv) = scale_min(sub);
+            let (scv, mv) = scale_min_k4(sc, sub);
             for g in 0..2 {
                 s[sub * 2 + g] = d * f32::from(scv);
                 o[sub * 2 + g] = dmin * f32::from(mv);
             }
             for l in 0..32 {
                 let byte = qs[32 * c + l];
-                q[64 * c + 32 * half + l] = (if half == 0 { byte & 0xF } else { byte >> 4 }) as i8;
+                let low = if half == 0 { byte & 0xF } else { byte >> 4 };
+                let high = qh.map_or(0, |h| ((h[l] >> sub) & 1) << 4);
+                q[64 * c + 32 * half + l] = (low | high) as i8;
+            }
+        }
+    }
+}
+
+fn unpack_q4_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
+    unpack_k4(blk, None, &blk[16..144], q, s, o)
+}
+
+fn unpack_q5_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
+    unpack_k4(blk, Some(&blk[16..48]), &blk[48..176], q, s, o)
+}
+
+/// Q2_K: 16 bytes of 4-bit (scale, min) pairs (one per 16 values), 64 bytes of 2-bit values,
+/// f16 d, f16 dmin; value = d·sc·q − dmin·m.
+fn unpack_q2_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
+    let (sc, qs) = (&blk[0..16], &blk[16..80]);
+    let d = f16_at(blk, 80);
+    let dmin = f16_at(blk, 82);
+    for (g, &b) in sc.iter().enumerate() {
+        s[g] = d * f32::from(b & 0xF);
+        o[g] = dmin * f32::from(b >> 4);
+    }
+    // Two halves of 128 values; in each, 4 shifts of the same 32 bytes.
+    for n in 0..2 {
+        for j in 0..4 {
+            for l in 0..32 {
+                q[128 * n + 32 * j + l] = ((qs[32 * n + l] >> (2 * j)) & 3) as i8;
+            }
+        }
+    }
+}
+
+/// Q3_K: 32 bytes of high-bit masks, 64 bytes of 2-bit values, 12 bytes of 6-bit scales (one
+/// per 16 values, minus 32), f16 d; value = d·(sc − 32)·(q − (4 unless the mask bit is set)).
+fn unpack_q3_k(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
+    let (hm, qs, sc) = (&blk[0..32], &blk[32..96], &blk[96..108]);
+    let d = f16_at(blk, 108);
+    for (g, sv) in s.iter_mut().enumerate() {
+        let low = if g < 8 { sc[g] & 0xF } else { sc[g - 8] >> 4 };
+        let high = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
+        *sv = d * f32::from(((low | (high << 4)) as i8) - 32);
+    }
+    for n in 0..2 {
+        for j in 0..4 {
+            let bit = 4 * n + j;
+            for l in 0..32 {
+                let v = ((qs[32 * n + l] >> (2 * j)) & 3) as i8;
+                let h = (hm[l] >> bit) & 1;
+                q[128 * n + 32 * j + l] = v - if h == 1 { 0 } else { 4 };
             }
         }
     }
@@ -283,9 +410,9 @@ fn unpack_q4_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
 
 /// Q6_K: 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 int8 scales (one per
 /// 16 values), f16 d; value = d·scale·(q − 32).
-fn unpack_q6_k(blk: &[u8], q: &mut [i8], s: &mut [f32]) {
+fn unpack_q6_k(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
     let (ql, qh, sc) = (&blk[0..128], &blk[128..192], &blk[192..208]);
-    let d = f16::from_le_bytes([blk[208], blk[209]]).to_f32();
+    let d = f16_at(blk, 208);
     for (g, sv) in s.iter_mut().enumerate() {
         *sv = d * f32::from(sc[g] as i8);
     }
@@ -306,13 +433,13 @@ struct Activations {
     m: usize,
     q: Vec<i16>,
     d: Vec<f32>,
-    /// Σx over each 16 values, from the quantized values (scale · Σq), for weights with
-    /// offsets.
+    /// Σx over each weight group (16 or 32 values), from the quantized values (scale · Σq),
+    /// for weights with offsets.
     group_sums: Vec<f32>,
 }
 
 impl Activations {
-    fn quantize(x: &[f32], m: usize, k: usize, sums: bool) -> Self {
+    fn quantize(x: &[f32], m: usize, k: usize, sums: Option<usize>) -> Self {
         let mut q = vec![0i16; m * k];
         let mut d = vec![0f32; m * k / QK];
         for (b, (xs, qs)) in x.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).enumerate() {
@@ -324,13 +451,13 @@ impl Activations {
                 *o = (v * inv).round() as i16;
             }
         }
-        let group_sums = if sums {
-            q.chunks_exact(16)
+        let group_sums = match sums {
+            Some(n) => q
+                .chunks_exact(n)
                 .enumerate()
-                .map(|(g, v)| v.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * d[g * 16 / QK])
-                .collect()
-        } else {
-            Vec::new()
+                .map(|(g, v)| v.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * d[g * n / QK])
+                .collect(),
+            None => Vec::new(),
         };
         Self {
             m,
@@ -574,10 +701,17 @@ mod tests {
             let xt = Tensor::from_vec(x.clone(), (m, cols), &Device::Cpu).unwrap();
             for (dt, ty) in [
                 (GgmlDType::Q8_0, GgmlType::Q8_0),
+                (GgmlDType::Q4_0, GgmlType::Q4_0),
+                (GgmlDType::Q4_1, GgmlType::Q4_1),
                 (GgmlDType::Q5_0, GgmlType::Q5_0),
+                (GgmlDType::Q5_1, GgmlType::Q5_1),
+                (GgmlDType::Q2K, GgmlType::Q2_K),
+                (GgmlDType::Q3K, GgmlType::Q3_K),
                 (GgmlDType::Q4K, GgmlType::Q4_K),
+                (GgmlDType::Q5K, GgmlType::Q5_K),
                 (GgmlDType::Q6K, GgmlType::Q6_K),
             ] {
+                assert!(QMatrix::takes(ty));
                 let q = QTensor::quantize(&wt, dt).unwrap();
                 let bytes = q.data().unwrap().into_owned();
                 let mat = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();

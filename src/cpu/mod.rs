@@ -1,6 +1,6 @@
-//! The CPU backend. Quantized matrices (Q8_0, Q5_0, Q4_K, Q6_K) run on our int8 kernel
-//! with 16-bit activations (int8.rs: SIMD natively and with `+simd128` in wasm); F32, F16 and
-//! Q4_0 matrices through candle-core; norms, RoPE and attention in plain Rust.
+//! The CPU backend. Quantized matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K … Q6_K) run on our
+//! int8 kernel with 16-bit activations (int8.rs: SIMD natively and with `+simd128` in wasm);
+//! F32, F16 and BF16 matrices through candle-core; norms, RoPE and attention in plain Rust.
 //!
 //! Every weight is copied once, from the byte source straight into its final place.
 
@@ -11,14 +11,15 @@ mod ops;
 use crate::backend::{AttnParams, Backend, Glu, Rope};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
-use candle_core::quantized::k_quants::{BlockQ4_0, GgmlType as Block};
+use candle_core::quantized::k_quants::GgmlType as Block;
 use candle_core::quantized::{QMatMul, QStorage, QTensor, QuantizedType};
 use candle_core::{Device, Module, Tensor};
 
 pub use attention::KvCache;
 
 /// Tensor types the CPU backend runs.
-pub const SUPPORTED_TYPES: &str = "F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K";
+pub const SUPPORTED_TYPES: &str =
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
 
 /// Activations: `n_tok` rows of `width` f32.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,8 +38,8 @@ impl Act {
 pub enum CpuWeight {
     /// A vector (norm weights), f32.
     Vector(Vec<f32>),
-    /// A matrix `(rows, cols)` in candle's storage (F32, F16, Q4_0). `QMatMul` holds the
-    /// only copy: the quantized tensor for Q4_0, the f32 tensor it made for F32/F16.
+    /// A matrix `(rows, cols)` in candle's storage (F32, F16, BF16). `QMatMul` holds the
+    /// only copy: the f32 (or f16) tensor it made.
     Matrix {
         mm: QMatMul,
         rows: usize,
@@ -106,23 +107,32 @@ impl Backend for CpuBackend {
                     .iter()
                     .map(|v| v.to_f32())
                     .collect(),
-                other => return Err(unsupported(&format!("{other} (as a vector)"), "F32, F16")),
+                GgmlType::BF16 => read_blocks::<half::bf16>(src, info.offset, n)?
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect(),
+                other => {
+                    return Err(unsupported(
+                        &format!("{other} (as a vector)"),
+                        "F32, F16, BF16",
+                    ))
+                }
             };
             return Ok(CpuWeight::Vector(floats));
         }
+        if int8::QMatrix::takes(info.ty) {
+            return Ok(CpuWeight::Int8(int8::QMatrix::load(
+                src,
+                info.offset,
+                rows,
+                cols,
+                info.ty,
+            )?));
+        }
         let storage: Box<dyn QuantizedType> = match info.ty {
-            GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_K | GgmlType::Q6_K => {
-                return Ok(CpuWeight::Int8(int8::QMatrix::load(
-                    src,
-                    info.offset,
-                    rows,
-                    cols,
-                    info.ty,
-                )?));
-            }
             GgmlType::F32 => Box::new(read_blocks::<f32>(src, info.offset, n)?),
             GgmlType::F16 => Box::new(read_blocks::<half::f16>(src, info.offset, n)?),
-            GgmlType::Q4_0 => Box::new(read_blocks::<BlockQ4_0>(src, info.offset, n)?),
+            GgmlType::BF16 => Box::new(read_blocks::<half::bf16>(src, info.offset, n)?),
             other => return Err(unsupported(other.name(), SUPPORTED_TYPES)),
         };
         let mm = QMatMul::from_qtensor(QTensor::new(QStorage::Cpu(storage), (rows, cols))?)?;
@@ -327,8 +337,8 @@ impl Backend for CpuBackend {
 mod tests {
     use super::*;
 
-    /// F32, F16 and Q4_0 matrices (candle's path): the embedding rows and the product agree
-    /// with the dequantized weights.
+    /// F32, F16 and BF16 matrices (candle's path) and Q4_0 (the int8 kernel): the embedding
+    /// rows and the product agree with the dequantized weights.
     #[test]
     fn candle_matrices_embed_and_multiply() {
         let (rows, cols) = (5usize, 64usize);
@@ -338,6 +348,7 @@ mod tests {
         for (dt, ty) in [
             (candle_core::quantized::GgmlDType::F32, GgmlType::F32),
             (candle_core::quantized::GgmlDType::F16, GgmlType::F16),
+            (candle_core::quantized::GgmlDType::BF16, GgmlType::BF16),
             (candle_core::quantized::GgmlDType::Q4_0, GgmlType::Q4_0),
         ] {
             let q = QTensor::quantize(&wt, dt).unwrap();

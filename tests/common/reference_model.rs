@@ -21,10 +21,16 @@ fn dequant(bytes: &[u8], ty: GgmlType, rows: usize, cols: usize) -> Vec<f64> {
     let dt = match ty {
         GgmlType::F32 => GgmlDType::F32,
         GgmlType::F16 => GgmlDType::F16,
+        GgmlType::BF16 => GgmlDType::BF16,
         GgmlType::Q4_0 => GgmlDType::Q4_0,
+        GgmlType::Q4_1 => GgmlDType::Q4_1,
         GgmlType::Q5_0 => GgmlDType::Q5_0,
+        GgmlType::Q5_1 => GgmlDType::Q5_1,
         GgmlType::Q8_0 => GgmlDType::Q8_0,
+        GgmlType::Q2_K => GgmlDType::Q2K,
+        GgmlType::Q3_K => GgmlDType::Q3K,
         GgmlType::Q4_K => GgmlDType::Q4K,
+        GgmlType::Q5_K => GgmlDType::Q5K,
         GgmlType::Q6_K => GgmlDType::Q6K,
         t => panic!("reference: no dequantizer for {t}"),
     };
