@@ -81,8 +81,15 @@ fn random_tensor(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u
             GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 => {
                 blk[0..2].copy_from_slice(&h(rng.f(-0.05, 0.05)))
             }
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                blk[0..2].copy_from_slice(&h(rng.f(-0.05, 0.05)));
+                blk[2..4].copy_from_slice(&h(rng.f(-0.5, 0.5)));
+            }
             GgmlType::F16 => blk.copy_from_slice(&h(rng.f(-1.0, 1.0))),
-            GgmlType::Q4_K => {
+            GgmlType::BF16 => {
+                blk.copy_from_slice(&half::bf16::from_f32(rng.f(-1.0, 1.0)).to_le_bytes())
+            }
+            GgmlType::Q4_K | GgmlType::Q5_K => {
                 blk[0..2].copy_from_slice(&h(rng.f(0.001, 0.02)));
                 blk[2..4].copy_from_slice(&h(rng.f(0.001, 0.02)));
             }
@@ -96,12 +103,12 @@ fn random_tensor(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Vec<u
 }
 
 /// Dequantized rows `ids` of the tensor, the CPU backend's way (its int8 unpacking, or
-/// candle's for F16 and Q4_0).
+/// candle's for F16 and BF16).
 fn cpu_rows(src: &dyn kerze::gguf::ByteSource, info: &TensorInfo, ids: &[u32]) -> Vec<f32> {
     use kerze::Backend;
     let cols = info.dims[0] as usize;
     let rows = info.dims[1] as usize;
-    if matches!(info.ty, GgmlType::F16 | GgmlType::Q4_0) {
+    if matches!(info.ty, GgmlType::F16 | GgmlType::BF16) {
         let mut be = kerze::cpu::CpuBackend::new();
         let w = be.load_weight(info, src).unwrap();
         let x = be.embed(&w, ids, 1.0).unwrap();
@@ -184,8 +191,16 @@ fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
         (GgmlType::Q6_K, 2048),
         (GgmlType::Q4_0, 96),
         (GgmlType::Q4_0, 640),
+        (GgmlType::Q4_1, 96),
+        (GgmlType::Q4_1, 640),
+        (GgmlType::Q5_1, 160),
+        (GgmlType::Q5_1, 640),
+        (GgmlType::Q5_K, 256),
+        (GgmlType::Q5_K, 1024),
         (GgmlType::F16, 64),
         (GgmlType::F16, 160),
+        (GgmlType::BF16, 64),
+        (GgmlType::BF16, 160),
         (GgmlType::F32, 64),
     ] {
         for (rows, split_rows) in [(37usize, None), (301, Some(10usize)), (5, Some(1))] {
@@ -539,9 +554,13 @@ fn embedding_gather_matches_the_cpu_for_every_type() {
         (GgmlType::Q8_0, 96),
         (GgmlType::Q5_0, 160),
         (GgmlType::Q4_0, 96),
+        (GgmlType::Q4_1, 96),
+        (GgmlType::Q5_1, 160),
         (GgmlType::Q4_K, 256),
+        (GgmlType::Q5_K, 256),
         (GgmlType::Q6_K, 512),
         (GgmlType::F16, 64),
+        (GgmlType::BF16, 64),
         (GgmlType::F32, 64),
     ] {
         let rows = 301;
@@ -582,12 +601,27 @@ fn embedding_gather_matches_the_cpu_for_every_type() {
 fn every_family_on_the_gpu_matches_the_f64_reference() {
     use kerze::synth::{tiny_decoder, Quants};
     use kerze::Family;
-    let q = Quants {
-        embd: GgmlType::Q8_0,
-        inner: GgmlType::Q4_K,
-        outer: GgmlType::Q6_K,
-    };
-    for f in [Family::Llama, Family::Qwen2, Family::Qwen3] {
+    let mixes = [
+        Quants {
+            embd: GgmlType::Q8_0,
+            inner: GgmlType::Q4_K,
+            outer: GgmlType::Q6_K,
+        },
+        Quants {
+            embd: GgmlType::Q8_0,
+            inner: GgmlType::Q4_1,
+            outer: GgmlType::Q4_1,
+        },
+        Quants {
+            embd: GgmlType::BF16,
+            inner: GgmlType::Q5_1,
+            outer: GgmlType::Q5_K,
+        },
+    ];
+    for (f, q) in [Family::Llama, Family::Qwen2, Family::Qwen3]
+        .into_iter()
+        .flat_map(|f| mixes.map(|q| (f, q)))
+    {
         let bytes = tiny_decoder(f, q, 7).unwrap();
         let mut s = gpu_session(&bytes);
         let text = "the cat is in the garden and the dog is on the sofa; then the rain falls on \
@@ -606,7 +640,7 @@ fn every_family_on_the_gpu_matches_the_f64_reference() {
             let num: f64 = full.iter().zip(want).map(|(a, b)| (a - b).powi(2)).sum();
             worst = worst.max(num / want.iter().map(|b| b * b).sum::<f64>());
         }
-        eprintln!("{f:?} on the GPU: worst NMSE {worst:.2e}");
+        eprintln!("{f:?} {q:?} on the GPU: worst NMSE {worst:.2e}");
         // f32 throughout on the same exact weights: rounding only.
         assert!(worst < 1e-8, "{f:?}: NMSE {worst}");
     }

@@ -108,6 +108,34 @@ pub const WEIGHT_TYPES: &[(GgmlType, Shader)] = &[
         },
     ),
     (
+        GgmlType::Q4_1,
+        Shader {
+            name: "q4_1",
+            text: include_str!("shaders/q4_1.wgsl"),
+        },
+    ),
+    (
+        GgmlType::Q5_1,
+        Shader {
+            name: "q5_1",
+            text: include_str!("shaders/q5_1.wgsl"),
+        },
+    ),
+    (
+        GgmlType::Q5_K,
+        Shader {
+            name: "q5_k",
+            text: include_str!("shaders/q5_k.wgsl"),
+        },
+    ),
+    (
+        GgmlType::BF16,
+        Shader {
+            name: "bf16",
+            text: include_str!("shaders/bf16.wgsl"),
+        },
+    ),
+    (
         GgmlType::F32,
         Shader {
             name: "f32",

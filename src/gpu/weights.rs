@@ -1,8 +1,9 @@
 //! Weights on the GPU, still quantized. Each file block is repacked so every field a shader
 //! reads is 4-byte aligned (WGSL reads u32 words): Q8_0 34 → 36 bytes (the f16 scale as f32),
-//! Q5_0 22 → 24 (f32 scale, high bits, nibbles), Q4_0 18 → 20 (f32 scale, nibbles), Q6_K
-//! 210 → 212 (2 bytes of padding); Q4_K's 144 bytes are aligned as stored; F32 and F16 as is
-//! (F16 two per word) — except F16 vectors (norm weights), which become F32. A matrix larger than the device's binding
+//! Q5_0 22 → 24 (f32 scale, high bits, nibbles), Q4_0 18 → 20 (f32 scale, nibbles), Q4_1
+//! 20 → 24 and Q5_1 24 → 28 (f32 scale and minimum), Q6_K 210 → 212 (2 bytes of padding);
+//! Q4_K's 144 and Q5_K's 176 bytes are aligned as stored; F32, F16 and BF16 as is (16-bit
+//! types two per word) — except F16 vectors (norm weights), which become F32. A matrix larger than the device's binding
 //! limit is split into parts of whole rows (Gemma's 178 MB token embedding / LM head on a
 //! device with 128 MiB bindings). Upload goes chunk by chunk: no second full copy on the CPU.
 
@@ -33,7 +34,10 @@ pub fn block_layout(ty: GgmlType) -> Result<(usize, usize, usize)> {
         GgmlType::Q8_0 => (32, 34, 36),
         GgmlType::Q5_0 => (32, 22, 24),
         GgmlType::Q4_0 => (32, 18, 20),
-        GgmlType::F16 => (1, 2, 2),
+        GgmlType::Q4_1 => (32, 20, 24),
+        GgmlType::Q5_1 => (32, 24, 28),
+        GgmlType::Q5_K => (256, 176, 176),
+        GgmlType::F16 | GgmlType::BF16 => (1, 2, 2),
         GgmlType::Q4_K => (256, 144, 144),
         GgmlType::Q6_K => (256, 210, 212),
         GgmlType::F32 => (1, 4, 4),
@@ -41,7 +45,8 @@ pub fn block_layout(ty: GgmlType) -> Result<(usize, usize, usize)> {
             return Err(Error::UnsupportedTensorType {
                 tensor: String::new(),
                 ty: other.name().to_string(),
-                supported: "Q8_0, Q5_0, Q4_0, Q4_K, Q6_K, F16, F32 (on the GPU)",
+                supported:
+                    "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, F16, BF16, F32 (on the GPU)",
             })
         }
     })
@@ -70,6 +75,11 @@ pub fn repack(ty: GgmlType, file: &[u8], out: &mut Vec<u8>) -> Result<()> {
                 out.extend_from_slice(&scale(blk));
                 out.extend_from_slice(&blk[2..18]);
             }
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                out.extend_from_slice(&scale(blk));
+                out.extend_from_slice(&scale(&blk[2..]));
+                out.extend_from_slice(&blk[4..fb]);
+            }
             GgmlType::Q6_K => {
                 out.extend_from_slice(blk);
                 out.extend_from_slice(&[0, 0]);
@@ -81,8 +91,9 @@ pub fn repack(ty: GgmlType, file: &[u8], out: &mut Vec<u8>) -> Result<()> {
 }
 
 impl GpuWeight {
-    /// An F16 vector (a norm weight) as F32: the elementwise kernels read F32 vectors.
-    fn load_f16_vector(
+    /// An F16 or BF16 vector (a norm weight or bias) as F32: the elementwise kernels read
+    /// F32 vectors.
+    fn load_half_vector(
         gpu: &Gpu,
         info: &TensorInfo,
         src: &dyn ByteSource,
@@ -90,15 +101,23 @@ impl GpuWeight {
     ) -> Result<Self> {
         if info.n_bytes != (cols * 2) as u64 {
             return Err(Error::Config(format!(
-                "{}: {} bytes for {cols} F16 values",
-                info.name, info.n_bytes
+                "{}: {} bytes for {cols} {} values",
+                info.name, info.n_bytes, info.ty
             )));
         }
         let mut file = vec![0u8; cols * 2];
         src.read_at(info.offset, &mut file)?;
+        let bf16 = info.ty == GgmlType::BF16;
         let words: Vec<u8> = file
             .chunks_exact(2)
-            .flat_map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32().to_le_bytes())
+            .flat_map(|b| {
+                let v = if bf16 {
+                    half::bf16::from_le_bytes([b[0], b[1]]).to_f32()
+                } else {
+                    f16::from_le_bytes([b[0], b[1]]).to_f32()
+                };
+                v.to_le_bytes()
+            })
             .collect();
         let buf = gpu.storage(&info.name, words.len() as u64);
         gpu.queue.write_buffer(&buf, 0, &words);
@@ -123,8 +142,8 @@ impl GpuWeight {
     pub fn load(gpu: &Gpu, info: &TensorInfo, src: &dyn ByteSource) -> Result<Self> {
         let cols = *info.dims.first().unwrap_or(&1) as usize;
         let rows = info.dims.iter().skip(1).product::<u64>() as usize;
-        if info.ty == GgmlType::F16 && rows == 1 {
-            return Self::load_f16_vector(gpu, info, src, cols);
+        if matches!(info.ty, GgmlType::F16 | GgmlType::BF16) && rows == 1 {
+            return Self::load_half_vector(gpu, info, src, cols);
         }
         let (per_block, fb, gb) = block_layout(info.ty).map_err(|e| match e {
             Error::UnsupportedTensorType { ty, supported, .. } => Error::UnsupportedTensorType {
