@@ -228,6 +228,9 @@ impl SharedOut {
 // SAFETY: workers write disjoint ranges through it (see `QMatrix::matmul`).
 unsafe impl Sync for SharedOut {}
 
+/// (file block, its values, its scales, its offsets: empty-valued when the type has none).
+type UnpackFn = fn(&[u8], &mut [i8], &mut [f32], &mut [f32]);
+
 /// How one file block of a type becomes int8 values, scales and offsets.
 struct Unpacker {
     /// Values and bytes per file block.
@@ -237,8 +240,7 @@ struct Unpacker {
     group: usize,
     /// The type has minimums: offsets are stored.
     offsets: bool,
-    /// (file block, its values, its scales, its offsets: empty-valued when `!offsets`).
-    unpack: fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
+    unpack: UnpackFn,
 }
 
 fn unpacker(ty: GgmlType) -> Option<Unpacker> {
