@@ -39,24 +39,8 @@ fn type_named(name: &str) -> GgmlType {
         .unwrap_or_else(|| panic!("no type {name}"))
 }
 
-pub fn cases() -> Vec<(GgmlType, usize, Vec<u8>, String, Vec<f32>)> {
-    let f: Fixture = serde_json::from_str(include_str!("fixtures/dequant.json")).unwrap();
-    f.types
-        .into_iter()
-        .map(|c| {
-            (
-                type_named(&c.ty),
-                c.n_values,
-                unhex(&c.blocks_hex),
-                c.f32_sha256,
-                c.first,
-            )
-        })
-        .collect()
-}
-
 /// One row of `n` values of `ty`, as the index lists it.
-pub fn row_info(ty: GgmlType, n: usize, bytes: &[u8]) -> TensorInfo {
+fn row_info(ty: GgmlType, n: usize, bytes: &[u8]) -> TensorInfo {
     TensorInfo {
         name: format!("random {ty}"),
         ty,
