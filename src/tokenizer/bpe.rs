@@ -90,6 +90,8 @@ pub struct GgufBpe {
     merges: HashMap<u64, (u32, u32)>,
     byte_ids: [Option<u32>; 256],
     unk: Option<u32>,
+    /// A pre-tokenized word that is itself a token is that token (Llama 3).
+    ignore_merges: bool,
 }
 
 fn pair(l: u32, r: u32) -> u64 {
@@ -112,7 +114,14 @@ impl GgufBpe {
             merges: map,
             byte_ids,
             unk,
+            ignore_merges: false,
         }
+    }
+
+    /// Take whole-word tokens as they are, before any merge (Hugging Face's `ignore_merges`).
+    pub fn ignore_merges(mut self, on: bool) -> Self {
+        self.ignore_merges = on;
+        self
     }
 
     /// Ids of one normalized, pre-tokenized word, with byte lengths.
@@ -250,6 +259,15 @@ impl Model for GgufBpe {
     fn tokenize(&self, sequence: &str) -> tokenizers::Result<Vec<Token>> {
         if sequence.is_empty() {
             return Ok(Vec::new());
+        }
+        if self.ignore_merges {
+            if let Some(id) = self.vocab.id(sequence) {
+                return Ok(vec![Token::new(
+                    id,
+                    sequence.to_string(),
+                    (0, sequence.len()),
+                )]);
+            }
         }
         let mut offset = 0;
         Ok(self

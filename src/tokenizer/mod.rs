@@ -1,8 +1,10 @@
 //! Text ⇄ token ids, built from the GGUF's own vocabulary with the `tokenizers` crate.
 //!
-//! Owns: the SentencePiece-style (`tokenizer.ggml.model = llama`) construction that gives the
-//! same ids as the model's Hugging Face `tokenizer.json`, the rule that user text never turns
-//! into control tokens, and streaming decode in whole UTF-8 characters. Does not own: chat
+//! Owns: the two constructions that give the same ids as the model's Hugging Face
+//! `tokenizer.json` — SentencePiece-style (`tokenizer.ggml.model = llama`: merges derived from
+//! the scores, byte fallback) and GPT-2 byte-level BPE (`gpt2`: merges in the file, the
+//! pre-tokenizer chosen by `tokenizer.ggml.pre`) —, the rule that user text never turns into
+//! control tokens, and streaming decode in whole UTF-8 characters. Does not own: chat
 //! templates (chat.rs) or stop conditions (generate.rs).
 
 mod bpe;
@@ -15,6 +17,10 @@ use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::normalizers::replace::Replace;
+use tokenizers::normalizers::unicode::NFC;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{
@@ -77,6 +83,10 @@ pub struct Tokenizer {
     /// Ids of byte-fallback tokens (`<0x00>`..`<0xFF>`): a streamed piece may end inside a
     /// UTF-8 character only after one of them.
     byte_tokens: Vec<bool>,
+    /// GPT-2 byte-level BPE: any token may end inside a UTF-8 character.
+    byte_level: bool,
+    /// The file asks for <bos> in front of a prompt (`tokenizer.ggml.add_bos_token`).
+    add_bos: bool,
     /// Control tokens by id: never produced from user text.
     control: Vec<bool>,
 }
@@ -88,11 +98,15 @@ impl Tokenizer {
             .get("tokenizer.ggml.model")
             .and_then(Value::as_str)
             .unwrap_or("");
-        if model != "llama" {
-            return Err(Error::Tokenizer(format!(
-                "tokenizer.ggml.model `{model}` is not supported: kerze builds SentencePiece-style (`llama`) vocabularies"
-            )));
-        }
+        let byte_level = match model {
+            "llama" => false,
+            "gpt2" => true,
+            other => {
+                return Err(Error::Tokenizer(format!(
+                    "tokenizer.ggml.model `{other}` is not supported: kerze builds SentencePiece-style (`llama`) and GPT-2 byte-level BPE (`gpt2`) vocabularies"
+                )))
+            }
+        };
         let tokens = g
             .get("tokenizer.ggml.tokens")
             .and_then(Value::as_array)
@@ -133,7 +147,7 @@ impl Tokenizer {
                 .iter()
                 .zip(&types)
                 .map(|(t, &ty)| {
-                    if ty == TYPE_USER_DEFINED && t.contains(' ') {
+                    if !byte_level && ty == TYPE_USER_DEFINED && t.contains(' ') {
                         std::borrow::Cow::Owned(t.replace(' ', SPACE))
                     } else {
                         std::borrow::Cow::Borrowed(t)
@@ -164,11 +178,12 @@ impl Tokenizer {
         let eos = special("eos_token_id")?;
         let eot = special("eot_token_id")?;
         let eom = special("eom_token_id")?;
+        // Absent: SentencePiece files want <bos> (Llama 2, Gemma), byte-level ones do not
+        // (GPT-2, Qwen), as llama.cpp assumes.
         let add_bos = g
             .get("tokenizer.ggml.add_bos_token")
             .and_then(Value::as_u64)
-            .unwrap_or(1)
-            != 0;
+            .map_or(!byte_level, |v| v != 0);
         let byte_tokens = (0..n as u32)
             .map(|i| vocab.piece(i).and_then(parse_byte_token).is_some())
             .collect();
@@ -189,7 +204,23 @@ impl Tokenizer {
         }
         end_of_generation.sort_unstable();
         end_of_generation.dedup();
-        let pipeline = build(vocab, &scores, &types, &control, bos.filter(|_| add_bos))?;
+        let bos_added = bos.filter(|_| add_bos);
+        let pipeline = if byte_level {
+            let pre = g
+                .get("tokenizer.ggml.pre")
+                .and_then(Value::as_str)
+                .unwrap_or("default");
+            let merges = g
+                .get("tokenizer.ggml.merges")
+                .and_then(Value::as_array)
+                .and_then(|a| a.strings())
+                .ok_or_else(|| {
+                    tk_err("metadata tokenizer.ggml.merges is missing or not an array of strings")
+                })?;
+            build_byte_level(vocab, merges, &types, &control, bos_added, pre)?
+        } else {
+            build(vocab, &scores, &types, &control, bos_added)?
+        };
         Ok(Self {
             inner: Mutex::new(pipeline),
             bos,
@@ -197,6 +228,8 @@ impl Tokenizer {
             end_of_generation,
             n_vocab: n,
             byte_tokens,
+            byte_level,
+            add_bos,
             control,
         })
     }
@@ -257,6 +290,11 @@ impl Tokenizer {
         self.bos
     }
 
+    /// Whether a prompt starts with <bos> (the file's `add_bos_token`, and it names one).
+    pub fn add_bos(&self) -> bool {
+        self.add_bos && self.bos.is_some()
+    }
+
     pub fn eos(&self) -> Option<u32> {
         self.eos
     }
@@ -306,12 +344,12 @@ impl StreamDecoder {
     pub fn step(&mut self, tok: &Tokenizer, id: u32) -> Result<String> {
         self.pending.push(id);
         let text = tok.decode(&self.pending, false)?;
-        let is_byte = tok.byte_tokens.get(id as usize).copied().unwrap_or(false);
+        let is_byte = tok.byte_level || tok.byte_tokens.get(id as usize).copied().unwrap_or(false);
         if is_byte && text.ends_with('\u{FFFD}') && self.pending.len() < MAX_PENDING_BYTES {
             return Ok(String::new());
         }
-        // Gemma's decoder (▁ → space, byte fallback, fuse) is concatenative across pieces that
-        // end on a character boundary, so the pending ids can be forgotten here.
+        // Both decoders (▁ → space, byte fallback, fuse; byte-level) are concatenative across
+        // pieces that end on a character boundary, so the pending ids can be forgotten here.
         self.pending.clear();
         Ok(text)
     }
@@ -448,5 +486,103 @@ fn build(
     tk.add_special_tokens(special).map_err(tk_err)?;
     tk.add_tokens(user_defined).map_err(tk_err)?;
     lap("added tokens");
+    Ok(tk)
+}
+
+/// The pre-tokenizer regex of a byte-level file's `tokenizer.ggml.pre`, as its Hugging Face
+/// `tokenizer.json` writes it (None: GPT-2's own, inside the ByteLevel step).
+fn byte_level_split(pre: &str) -> Result<(Option<&'static str>, bool, bool)> {
+    // (regex split before ByteLevel, digits one by one first, normalize to NFC)
+    const LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    const QWEN2: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    Ok(match pre {
+        "llama-bpe" | "llama3" | "llama-v3" => (Some(LLAMA3), false, false),
+        "qwen2" | "qwen3" | "deepseek-r1-qwen" => (Some(QWEN2), false, true),
+        "smollm" | "starcoder" | "refact" => (None, true, false),
+        "gpt2" | "gpt-2" | "default" => (None, false, false),
+        other => {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer.ggml.pre `{other}` is not supported for byte-level BPE (llama-bpe, qwen2, smollm, gpt2)"
+            )))
+        }
+    })
+}
+
+/// The Hugging Face construction of a GPT-2 byte-level BPE: the file's merges (`"a b"`, best
+/// first), the pre-tokenizer of `pre`, the byte-level decoder.
+fn build_byte_level(
+    vocab: Vocab,
+    merges: &crate::gguf::Strings,
+    types: &[i64],
+    control: &[bool],
+    bos: Option<u32>,
+    pre: &str,
+) -> Result<Pipeline> {
+    let (split, digits, nfc) = byte_level_split(pre)?;
+    let mut triples: Vec<(u32, u32, u32)> = Vec::with_capacity(merges.len());
+    let mut joined = String::new();
+    for (i, m) in merges.iter().enumerate() {
+        let m: &str = m;
+        let (l, r) = m
+            .split_once(' ')
+            .ok_or_else(|| tk_err(format!("merge {i} `{m}` is not two pieces")))?;
+        joined.clear();
+        joined.push_str(l);
+        joined.push_str(r);
+        // A merge whose parts or result are not tokens can never apply (Hugging Face refuses
+        // the file; llama.cpp ignores it).
+        if let (Some(a), Some(b), Some(c)) = (vocab.id(l), vocab.id(r), vocab.id(&joined)) {
+            triples.push((a, b, c));
+        }
+    }
+    let piece = |id: u32| vocab.piece(id).unwrap_or("").to_string();
+    let bos_str = bos.map(piece);
+    let special: Vec<AddedToken> = (0..types.len())
+        .filter(|&i| control[i])
+        .map(|i| AddedToken::from(piece(i as u32), true))
+        .collect();
+    let user_defined: Vec<AddedToken> = (0..types.len())
+        .filter(|&i| types[i] == TYPE_USER_DEFINED && !control[i])
+        .map(|i| AddedToken::from(piece(i as u32), false).normalized(false))
+        .collect();
+    // Llama 3's tokenizer takes a word that is a token as it is, merges or not.
+    let ignore_merges = split.is_some() && !nfc;
+    let model = GgufBpe::new(vocab, &triples, None).ignore_merges(ignore_merges);
+    drop(triples);
+    let mut tk = Pipeline::new(model);
+    if nfc {
+        tk.with_normalizer(Some(NFC)).map_err(tk_err)?;
+    }
+    let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
+    if digits {
+        steps.push(Digits::new(true).into());
+    }
+    if let Some(re) = split {
+        steps.push(
+            Split::new(
+                SplitPattern::Regex(re.to_string()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(tk_err)?
+            .into(),
+        );
+    }
+    steps.push(ByteLevel::new(false, true, split.is_none()).into());
+    tk.with_pre_tokenizer(Some(PreSequence::new(steps)));
+    tk.with_decoder(Some(ByteLevel::new(false, true, true)));
+    if let (Some(bos), Some(bos_str)) = (bos, bos_str) {
+        let post = TemplateProcessing::builder()
+            .try_single(format!("{bos_str} $A"))
+            .map_err(tk_err)?
+            .try_pair(format!("{bos_str} $A {bos_str} $B"))
+            .map_err(tk_err)?
+            .special_tokens(vec![(bos_str, bos)])
+            .build()
+            .map_err(tk_err)?;
+        tk.with_post_processor(Some(post));
+    }
+    tk.add_special_tokens(special).map_err(tk_err)?;
+    tk.add_tokens(user_defined).map_err(tk_err)?;
     Ok(tk)
 }

@@ -189,6 +189,24 @@ pub fn model_path() -> std::path::PathBuf {
     p
 }
 
+/// A catalog model fetched into models/ (`make fetch`), by its file name.
+pub fn catalog_model(file: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models")
+        .join(file);
+    assert!(
+        p.is_file(),
+        "{} is missing: run `make fetch` (or `kerze fetch`) first",
+        p.display()
+    );
+    p
+}
+
+/// The real SmolLM2-135M-Instruct Q4_1 file (catalog id smollm2-135m-instruct).
+pub fn smollm2_path() -> std::path::PathBuf {
+    catalog_model("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
 /// GET `url` from the page (the test server on 127.0.0.1) as bytes held by JS.
 #[cfg(target_arch = "wasm32")]
 pub async fn fetch_bytes(url: &str) -> js_sys::Uint8Array {

