@@ -49,6 +49,42 @@ pub struct EngineInfo {
     pub tokenizer_ms: f64,
     /// Milliseconds to copy the weights into place.
     pub load_ms: f64,
+    /// The model family (`gemma3`, `llama`, `qwen2`, `qwen3`).
+    pub family: crate::config::Family,
+    /// Tensors per type in the file (`{"Q4_1": 210, "Q8_0": 1, "F32": 61}`): the quant mix.
+    pub quants: std::collections::BTreeMap<String, usize>,
+    /// Where chat prompts get their format: `file` (its `tokenizer.chat_template`),
+    /// `builtin-gemma`, or none.
+    pub chat_template: Option<crate::chat::TemplateSource>,
+}
+
+/// Usable wasm memory: 4 GiB less room for the code, tokenizer and activations.
+const WASM_MEMORY_BUDGET: u64 = (4 << 30) - (384 << 20);
+
+/// A typed error before any weight is read when the CPU backend would need more than
+/// `budget` bytes (wasm: its 4 GiB address space) for the weights as it holds them plus the
+/// KV cache.
+pub fn check_fits(g: &Gguf, cfg: &ModelConfig, budget: Option<u64>) -> Result<()> {
+    let Some(budget) = budget else {
+        return Ok(());
+    };
+    let resident: u64 = g
+        .tensors
+        .iter()
+        .map(|t| {
+            let n = t.dims.iter().product::<u64>();
+            crate::cpu::resident_bytes(t.ty, n)
+        })
+        .sum::<u64>()
+        .saturating_add(cfg.kv_cache_bytes());
+    if resident > budget {
+        return Err(Error::ModelTooLarge {
+            need_mb: resident >> 20,
+            limit_mb: budget >> 20,
+            what: "of wasm memory for its weights and KV cache",
+        });
+    }
+    Ok(())
 }
 
 /// What the GPU did so far (see [`Engine::gpu_counters`]).
@@ -336,9 +372,14 @@ impl Engine {
         let cfg = ModelConfig::from_gguf(&g, opts.n_ctx)?;
         let weight_bytes: u64 = g.tensors.iter().map(|t| t.n_bytes).sum();
         cfg.check_kv_cache(weight_bytes)?;
+        check_fits(&g, &cfg, cfg!(target_arch = "wasm32").then_some(WASM_MEMORY_BUDGET))?;
         let t0 = crate::clock::now_ms();
         let tok = Tokenizer::from_gguf(&g)?;
         let tokenizer_ms = crate::clock::now_ms() - t0;
+        let mut quants = std::collections::BTreeMap::new();
+        for t in &g.tensors {
+            *quants.entry(t.ty.name().to_string()).or_insert(0) += 1;
+        }
         let info = EngineInfo {
             backend: "",
             reason: String::new(),
@@ -351,6 +392,9 @@ impl Engine {
             weight_bytes,
             tokenizer_ms,
             load_ms: 0.0,
+            family: cfg.family,
+            quants,
+            chat_template: crate::chat::template_source(&tok),
         };
         Ok((g, cfg, tok, info))
     }

@@ -22,6 +22,14 @@ pub enum Error {
         ty: String,
         supported: &'static str,
     },
+    /// The model does not fit where it would run (wasm's 4 GiB memory), found before any
+    /// weight is read.
+    #[error("the model needs {need_mb} MB {what}, more than the {limit_mb} MB there are: pick a smaller or more strongly quantized file, or a smaller n_ctx")]
+    ModelTooLarge {
+        need_mb: u64,
+        limit_mb: u64,
+        what: &'static str,
+    },
     /// Metadata or tensor shapes that contradict each other or are out of range.
     #[error("invalid model: {0}")]
     Config(String),
@@ -59,6 +67,7 @@ impl Error {
             Error::Gguf(_) => "GgufError",
             Error::UnsupportedArch { .. } => "UnsupportedArchError",
             Error::UnsupportedTensorType { .. } => "UnsupportedTensorTypeError",
+            Error::ModelTooLarge { .. } => "ModelTooLargeError",
             Error::Config(_) => "ModelConfigError",
             Error::Tokenizer(_) => "TokenizerError",
             Error::ContextFull { .. } => "ContextFullError",

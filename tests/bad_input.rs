@@ -278,10 +278,11 @@ fn unsupported_tensor_type_names_the_tensor_and_the_supported_types() {
     let b = rewrite(|_, ts| {
         for t in ts.iter_mut() {
             if t.0 == "blk.2.attn_output.weight" {
-                // Same bytes per row of 256 as Q4_K would not be: re-size for Q5_K blocks.
-                t.1 = GgmlType::Q5_K;
+                // Q8_K is a ggml type (the K-quants' activation type), never a weight's:
+                // re-size the tensor for its 292-byte blocks.
+                t.1 = GgmlType::Q8_K;
                 let rows: u64 = t.2[1];
-                t.3 = vec![0u8; (rows * 176) as usize];
+                t.3 = vec![0u8; (rows * 292) as usize];
             }
         }
     });
@@ -289,7 +290,7 @@ fn unsupported_tensor_type_names_the_tensor_and_the_supported_types() {
     let m = e.to_string();
     assert!(matches!(e, Error::UnsupportedTensorType { .. }), "{m}");
     assert!(
-        m.contains("blk.2.attn_output.weight") && m.contains("Q5_K") && m.contains("Q4_K"),
+        m.contains("blk.2.attn_output.weight") && m.contains("Q8_K") && m.contains("Q4_K"),
         "{m}"
     );
 }
@@ -362,4 +363,18 @@ fn absurd_dimensions_are_refused() {
     });
     let e = load(&b).unwrap_err();
     assert!(e.to_string().contains("blk.0.attn_q_norm.weight"), "{e}");
+}
+
+/// A file whose weights (as the CPU holds them) and KV cache pass the memory there is is a
+/// typed error before any weight is read (wasm's budget is 4 GiB less 384 MiB).
+#[test]
+fn a_model_too_large_for_the_memory_is_a_typed_error_up_front() {
+    use kerze::{Gguf, ModelConfig};
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let g = Gguf::read(&bytes).unwrap();
+    let cfg = ModelConfig::from_gguf(&g, None).unwrap();
+    kerze::engine::check_fits(&g, &cfg, Some(64 << 20)).unwrap();
+    let e = kerze::engine::check_fits(&g, &cfg, Some(1 << 20)).unwrap_err();
+    assert_eq!(e.kind(), "ModelTooLargeError");
+    assert!(e.to_string().contains("MB"), "{e}");
 }

@@ -46,6 +46,11 @@ impl QMatrix {
         unpacker(ty).is_some()
     }
 
+    /// (values per scale, has offsets) of a type this kernel takes.
+    pub fn layout(ty: GgmlType) -> Option<(usize, bool)> {
+        unpacker(ty).map(|u| (u.group, u.offsets))
+    }
+
     /// Load a tensor of `ty` (a type [`QMatrix::takes`]) from the file, block by block.
     pub fn load(
         src: &dyn ByteSource,
