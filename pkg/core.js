@@ -348,10 +348,15 @@ export class Core {
     return this.engine;
   }
 
-  /** Prompt ids of `input`: { prompt } (user text), { ids } or { messages } (chat template). */
+  /**
+   * Prompt ids of `input`: { prompt } (user text), { ids } or { messages, chat? } (the model's
+   * chat template; `chat`: { enableThinking?, addGenerationPrompt? }).
+   */
   promptIds(input) {
     const engine = this.#need();
-    if (Array.isArray(input.messages)) return Array.from(engine.chatPrompt(JSON.stringify(input.messages)));
+    if (Array.isArray(input.messages)) {
+      return Array.from(engine.chatPrompt(JSON.stringify(input.messages), JSON.stringify(input.chat ?? {})));
+    }
     if (Array.isArray(input.ids)) return input.ids;
     if (typeof input.prompt === 'string') return Array.from(engine.tokenize(input.prompt, false, true));
     throw new KerzeError('InvalidArgumentError', 'the prompt must be a string');

@@ -2,7 +2,7 @@
 
 /** Every error name the engine produces. */
 export type KerzeErrorName =
-  | 'GgufError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelConfigError'
+  | 'GgufError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelTooLargeError' | 'ModelConfigError'
   | 'TokenizerError' | 'ContextFullError' | 'InvalidArgumentError' | 'AbortError' | 'ModelError'
   | 'BackendError' | 'DeviceError' | 'IoError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
   | 'UnsupportedDeviceError' | 'WorkerError' | 'DisposedError' | 'EngineCrashedError';
@@ -88,6 +88,12 @@ export interface EngineInfo {
   weightBytes: number;
   tokenizerMs: number;
   loadMs: number;
+  /** The model family the forward pass runs. */
+  family: 'gemma3' | 'llama' | 'qwen2' | 'qwen3';
+  /** Tensors per type in the file, e.g. { Q4_1: 210, Q8_0: 1, F32: 61 }. */
+  quants: Record<string, number>;
+  /** Where chat prompts get their format: the file's template, Gemma's built-in one, none. */
+  chatTemplate: 'file' | 'builtin-gemma' | null;
   /** Where the bytes came from. */
   source: 'network' | 'cache' | 'memory';
   threads: number;
@@ -163,6 +169,8 @@ export type Prompt = string | number[] | Uint32Array;
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant';
   content: string | Array<{ type: 'text'; text: string }>;
+  /** An earlier assistant turn's thinking (templates of reasoning models read it). */
+  reasoning_content?: string;
 }
 
 export interface ChatCompletionCreateParams {
@@ -186,6 +194,9 @@ export interface ChatCompletionCreateParams {
   n?: number;
   user?: string;
   signal?: AbortSignal;
+  /** Qwen3's thinking switch (default: the template's); also in chat_template_kwargs. */
+  enable_thinking?: boolean;
+  chat_template_kwargs?: { enable_thinking?: boolean };
 }
 
 export interface ChatCompletionUsage {
@@ -201,7 +212,8 @@ export interface ChatCompletion {
   model: string;
   choices: Array<{
     index: number;
-    message: { role: 'assistant'; content: string };
+    /** A reply that opens with <think>…</think> has that part in reasoning_content. */
+    message: { role: 'assistant'; content: string; reasoning_content?: string };
     finish_reason: 'stop' | 'length';
     logprobs: null;
   }>;
@@ -215,7 +227,7 @@ export interface ChatCompletionChunk {
   model: string;
   choices: Array<{
     index: number;
-    delta: { role?: 'assistant'; content?: string };
+    delta: { role?: 'assistant'; content?: string; reasoning_content?: string };
     finish_reason: 'stop' | 'length' | null;
     logprobs: null;
   }>;

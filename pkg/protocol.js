@@ -14,7 +14,7 @@
 
 /** Every error name the engine produces (Rust `Error::kind()` plus the JS side's own). */
 export const ERROR_NAMES = Object.freeze([
-  'GgufError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelConfigError',
+  'GgufError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelTooLargeError', 'ModelConfigError',
   'TokenizerError', 'ContextFullError', 'InvalidArgumentError', 'AbortError', 'ModelError',
   'BackendError', 'DeviceError', 'IoError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
   'UnsupportedDeviceError', 'WorkerError', 'DisposedError', 'EngineCrashedError',

@@ -16,6 +16,8 @@ usage:
   kerze logits   --model M --ids 2,818,5279 [--top K] [--json]   teacher-forced top-K per position
   kerze bench    --model M [--prompt-tokens 128] [--gen-tokens 64] [--json]
   kerze inspect  --model M [--json]
+  kerze synth    --family llama|qwen2|qwen3|gemma3 --out FILE [--tokenizer spm|gpt2] [--quant Q8_0]
+                 a tiny synthetic model (random weights) for tests and demos
 
 MODEL is a catalog id (gemma-3-270m) or a path to a .gguf file. --n-ctx N sets the context;
 --device cpu (default) | webgpu | auto runs on the CPU or a GPU (Vulkan; built with --features gpu).";
@@ -281,6 +283,30 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+fn cmd_synth(a: &Args) -> Result<()> {
+    let family = crate::config::Family::from_arch(a.need("family")?)?;
+    let byte_level = match a.get("tokenizer").unwrap_or("spm") {
+        "spm" => false,
+        "gpt2" => true,
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "--tokenizer {other}: spm or gpt2"
+            )))
+        }
+    };
+    let quant = a.get("quant").unwrap_or("Q8_0");
+    let ty = (0..40)
+        .filter_map(crate::GgmlType::from_id)
+        .find(|t| t.name() == quant)
+        .ok_or_else(|| Error::InvalidArgument(format!("--quant {quant} is not a ggml type")))?;
+    let bytes =
+        crate::synth::tiny_decoder_with(family, crate::synth::Quants::all(ty), 7, byte_level)?;
+    let out = a.need("out")?;
+    std::fs::write(out, &bytes)?;
+    println!("{out}");
+    Ok(())
+}
+
 fn cmd_inspect(a: &Args) -> Result<()> {
     let path = catalog::resolve(a.need("model")?, &mut |s| log(s))?;
     let g = Gguf::read(&FileSource::open(&path)?)?;
@@ -367,6 +393,7 @@ pub fn main() {
             "logits" => cmd_logits(&a),
             "bench" => cmd_bench(&a),
             "inspect" => cmd_inspect(&a),
+            "synth" => cmd_synth(&a),
             _ if a.has("help") || cmd.is_empty() || cmd == "help" => {
                 println!("{USAGE}");
                 Ok(())

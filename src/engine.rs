@@ -372,7 +372,11 @@ impl Engine {
         let cfg = ModelConfig::from_gguf(&g, opts.n_ctx)?;
         let weight_bytes: u64 = g.tensors.iter().map(|t| t.n_bytes).sum();
         cfg.check_kv_cache(weight_bytes)?;
-        check_fits(&g, &cfg, cfg!(target_arch = "wasm32").then_some(WASM_MEMORY_BUDGET))?;
+        check_fits(
+            &g,
+            &cfg,
+            cfg!(target_arch = "wasm32").then_some(WASM_MEMORY_BUDGET),
+        )?;
         let t0 = crate::clock::now_ms();
         let tok = Tokenizer::from_gguf(&g)?;
         let tokenizer_ms = crate::clock::now_ms() - t0;

@@ -216,14 +216,90 @@ pub fn decoder_dims(family: Family) -> (usize, usize, usize, usize) {
     }
 }
 
+/// GPT-2's reversible map of bytes to printable characters (the byte-level alphabet).
+pub fn byte_chars() -> Vec<char> {
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    let mut extra = 256;
+    (0u32..256)
+        .map(|b| {
+            if printable(b) {
+                char::from_u32(b).unwrap_or('?')
+            } else {
+                let c = char::from_u32(extra).unwrap_or('?');
+                extra += 1;
+                c
+            }
+        })
+        .collect()
+}
+
+/// A Qwen-style byte-level BPE vocabulary: the 256 byte characters, merges of common English
+/// pieces, ChatML's control tokens and Qwen3's `<think>` markers. (tokens, types, merges).
+pub fn byte_level_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
+    let bc = byte_chars();
+    let mut tokens: Vec<String> = bc.iter().map(|c| c.to_string()).collect();
+    let sp = bc[b' ' as usize];
+    let words = [
+        "Ġt", "he", "Ġthe", "in", "er", "an", "re", "on", "Ġa", "Ġs", "en", "at", "Ġo", "Ġw", "nd",
+        "ed", "Ġand", "is", "Ġof", "ing", "Ġin", "Ġto", "ou", "es", "Ġb", "it", "or", "Ġc", "ar",
+        "al", "Ġth", "Ġi", "ll", "Ġis", "Ġh", "Ġhe", "Ġhello", "Ċ", "ĊĊ",
+    ];
+    let mut merges = Vec::new();
+    for w in words {
+        let w = w.replace('Ġ', &sp.to_string());
+        let chars: Vec<char> = w.chars().collect();
+        if chars.len() < 2 || tokens.contains(&w) {
+            continue;
+        }
+        // The first split whose halves are both tokens already.
+        for k in (1..chars.len()).rev() {
+            let (l, r): (String, String) =
+                (chars[..k].iter().collect(), chars[k..].iter().collect());
+            if tokens.contains(&l) && tokens.contains(&r) {
+                merges.push(format!("{l} {r}"));
+                tokens.push(w.clone());
+                break;
+            }
+        }
+    }
+    let mut types = vec![1i32; tokens.len()];
+    for (t, ty) in [
+        ("<|endoftext|>", 3),
+        ("<|im_start|>", 3),
+        ("<|im_end|>", 3),
+        ("<think>", 4),
+        ("</think>", 4),
+    ] {
+        tokens.push(t.to_string());
+        types.push(ty);
+    }
+    (tokens, types, merges)
+}
+
+/// The ChatML template of the byte-level tiny models (Qwen2.5's shape: a default system
+/// prompt when the conversation brings none).
+pub const CHATML_TEMPLATE: &str = "{%- for message in messages %}{%- if loop.first and message.role != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{%- endif %}{{ '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}";
+
 /// A tiny decoder of `family` (Llama, Qwen2 or Qwen3) as GGUF bytes, with the SentencePiece
 /// vocabulary of [`vocab`] (a Llama 2-style file).
 pub fn tiny_decoder(family: Family, q: Quants, seed: u64) -> Result<Vec<u8>> {
+    tiny_decoder_with(family, q, seed, false)
+}
+
+/// [`tiny_decoder`] with, when `byte_level`, the GPT-2 byte-level vocabulary of
+/// [`byte_level_vocab`] (pre `qwen2`), its ChatML template and `<|im_end|>` as eos.
+pub fn tiny_decoder_with(
+    family: Family,
+    q: Quants,
+    seed: u64,
+    byte_level: bool,
+) -> Result<Vec<u8>> {
     if family == Family::Gemma3 {
         return tiny_gemma3();
     }
     let voc = vocab();
-    let n_vocab = voc.len();
+    let bl = byte_level_vocab();
+    let n_vocab = if byte_level { bl.0.len() } else { voc.len() };
     let arch = family.arch();
     let (n_head, n_head_kv, head_dim, n_layer) = decoder_dims(family);
     let mut rng = Rng::new(seed);
@@ -254,22 +330,51 @@ pub fn tiny_decoder(family: Family, q: Quants, seed: u64) -> Result<Vec<u8>> {
         w.kv(&k("attention.key_length"), u32v(head_dim))
             .kv(&k("attention.value_length"), u32v(head_dim));
     }
-    w.kv("tokenizer.ggml.model", Value::String("llama".into()))
-        .kv(
-            "tokenizer.ggml.tokens",
-            Value::Array(Array::Str(voc.iter().map(|t| t.0.as_str()).collect())),
-        )
-        .kv(
-            "tokenizer.ggml.scores",
-            Value::Array(Array::F32(voc.iter().map(|t| t.1).collect())),
-        )
-        .kv(
-            "tokenizer.ggml.token_type",
-            Value::Array(Array::I32(voc.iter().map(|t| t.2).collect())),
-        )
-        .kv("tokenizer.ggml.bos_token_id", Value::U32(2))
-        .kv("tokenizer.ggml.eos_token_id", Value::U32(1))
-        .kv("tokenizer.ggml.add_bos_token", Value::Bool(true));
+    if byte_level {
+        let (tokens, types, merges) = &bl;
+        let id = |t: &str| tokens.iter().position(|x| x == t).unwrap_or(0) as u32;
+        w.kv("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .kv("tokenizer.ggml.pre", Value::String("qwen2".into()))
+            .kv(
+                "tokenizer.ggml.tokens",
+                Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
+            )
+            .kv(
+                "tokenizer.ggml.token_type",
+                Value::Array(Array::I32(types.clone())),
+            )
+            .kv(
+                "tokenizer.ggml.merges",
+                Value::Array(Array::Str(merges.iter().map(String::as_str).collect())),
+            )
+            .kv(
+                "tokenizer.ggml.bos_token_id",
+                Value::U32(id("<|endoftext|>")),
+            )
+            .kv("tokenizer.ggml.eos_token_id", Value::U32(id("<|im_end|>")))
+            .kv("tokenizer.ggml.add_bos_token", Value::Bool(false))
+            .kv(
+                "tokenizer.chat_template",
+                Value::String(CHATML_TEMPLATE.into()),
+            );
+    } else {
+        w.kv("tokenizer.ggml.model", Value::String("llama".into()))
+            .kv(
+                "tokenizer.ggml.tokens",
+                Value::Array(Array::Str(voc.iter().map(|t| t.0.as_str()).collect())),
+            )
+            .kv(
+                "tokenizer.ggml.scores",
+                Value::Array(Array::F32(voc.iter().map(|t| t.1).collect())),
+            )
+            .kv(
+                "tokenizer.ggml.token_type",
+                Value::Array(Array::I32(voc.iter().map(|t| t.2).collect())),
+            )
+            .kv("tokenizer.ggml.bos_token_id", Value::U32(2))
+            .kv("tokenizer.ggml.eos_token_id", Value::U32(1))
+            .kv("tokenizer.ggml.add_bos_token", Value::Bool(true));
+    }
     let q_w = n_head * head_dim;
     let kv_w = n_head_kv * head_dim;
     let fan = |n: usize| 1.0 / (n as f32).sqrt();

@@ -326,11 +326,21 @@ impl WasmEngine {
         self.with(|st| st.engine.tokenizer().decode(ids, skip_special))
     }
 
-    /// Prompt ids of a chat: `messages` is JSON of `[{ role, content }]`.
+    /// Prompt ids of a chat with the model's template: `messages` is JSON of
+    /// `[{ role, content, reasoning_content? }]`, `options` JSON of
+    /// `{ addGenerationPrompt?, enableThinking?, date? }` (may be empty).
     #[wasm_bindgen(js_name = chatPrompt)]
-    pub fn chat_prompt(&self, messages: &str) -> std::result::Result<Vec<u32>, JsValue> {
+    pub fn chat_prompt(
+        &self,
+        messages: &str,
+        options: Option<String>,
+    ) -> std::result::Result<Vec<u32>, JsValue> {
         let messages: Vec<Message> = parse("messages", messages)?;
-        self.with(|st| chat::prompt_ids(st.engine.tokenizer(), &messages))
+        let opts: chat::ChatOptions = match options.as_deref() {
+            None | Some("") => chat::ChatOptions::default(),
+            Some(o) => parse("chat options", o)?,
+        };
+        self.with(|st| chat::prompt_ids_with(st.engine.tokenizer(), &messages, &opts))
     }
 
     /// Set up a generation of `prompt_ids` (`options`: JSON of the generate options). Replaces

@@ -124,3 +124,112 @@ fn greedy_decode_equals_teacher_forced_in_every_family() {
         }
     }
 }
+
+#[derive(serde::Deserialize)]
+struct LlamaCpp {
+    ids: Vec<u32>,
+    files: Vec<LlamaCppFile>,
+}
+
+#[derive(serde::Deserialize)]
+struct LlamaCppFile {
+    family: String,
+    #[serde(rename = "type")]
+    ty: String,
+    sha256: String,
+    top10: Vec<Vec<(u32, f64)>>,
+}
+
+/// Mean |Δ| over a reference's top-10 logits, of our logits (`ours`: full rows).
+fn mean_abs_on(top10: &[Vec<(u32, f64)>], rows: &[Vec<f64>]) -> f64 {
+    let (mut s, mut n) = (0.0, 0);
+    for (t, row) in top10.iter().zip(rows) {
+        for &(id, l) in t {
+            s += (row[id as usize] - l).abs();
+            n += 1;
+        }
+    }
+    s / n as f64
+}
+
+/// The files kerze writes, as llama.cpp runs them (tests/fixtures/llamacpp_families.json,
+/// made by make_llamacpp_families.py): llama.cpp loads them, and kerze's logits agree. With
+/// F32 weights llama.cpp computes in f32 too: top-1 equal wherever its margin is ≥ 0.5 and its
+/// top-1 logit within 0.05. Quantized weights: llama.cpp rounds activations to 8 bits (Q8_0 /
+/// Q8_K) before every product, kerze to 16: both are stated against the float64 reference,
+/// and kerze is held to it (mean |Δ| ≤ 0.01 on llama.cpp's top-10).
+#[test]
+fn files_kerze_writes_run_in_llama_cpp_with_the_same_logits() {
+    let f: LlamaCpp =
+        serde_json::from_str(include_str!("fixtures/llamacpp_families.json")).unwrap();
+    assert_eq!(f.files.len(), 36);
+    let mut table = Vec::new();
+    for file in &f.files {
+        let family = Family::from_arch(&file.family).unwrap();
+        let ty = (0..40)
+            .filter_map(GgmlType::from_id)
+            .find(|t| t.name() == file.ty)
+            .unwrap();
+        let bytes = tiny_decoder(family, Quants::all(ty), 7).unwrap();
+        use sha2::Digest;
+        let sha: String = sha2::Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            sha, file.sha256,
+            "{family:?} {ty}: the writer's output changed"
+        );
+        let mut e = engine(&bytes);
+        let n_vocab = e.config().n_vocab;
+        let top = pollster::block_on(e.logits_top_k(&f.ids, n_vocab, 0)).unwrap();
+        let ours: Vec<Vec<f64>> = top
+            .iter()
+            .map(|t| {
+                let mut row = vec![0f64; n_vocab];
+                for &(id, l) in t {
+                    row[id as usize] = f64::from(l);
+                }
+                row
+            })
+            .collect();
+        let reference = reference_model::RefModel::load(&bytes).logits(&f.ids);
+        let (mut strong, mut strong_agree, mut worst_top1) = (0, 0, 0f64);
+        for (t, row) in file.top10.iter().zip(&ours) {
+            let (r1, l1) = t[0];
+            let mine = (0..n_vocab)
+                .max_by(|&a, &b| row[a].total_cmp(&row[b]))
+                .unwrap();
+            if l1 - t[1].1 >= 0.5 {
+                strong += 1;
+                strong_agree += usize::from(mine as u32 == r1);
+            }
+            worst_top1 = worst_top1.max((row[r1 as usize] - l1).abs());
+        }
+        let d_ours = mean_abs_on(&file.top10, &ours);
+        let d_lcpp_ref = mean_abs_on(&file.top10, &reference);
+        let ref_top10: Vec<Vec<(u32, f64)>> = reference
+            .iter()
+            .map(|row| {
+                let mut idx: Vec<usize> = (0..row.len()).collect();
+                idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+                idx[..10].iter().map(|&i| (i as u32, row[i])).collect()
+            })
+            .collect();
+        let d_ours_ref = mean_abs_on(&ref_top10, &ours);
+        table.push(format!(
+            "{:6} {:5}: clear positions {strong_agree}/{strong}, |Δ| on llama.cpp's top-10: kerze {d_ours:.4}, f64 ref {d_lcpp_ref:.4}; kerze vs f64 ref {d_ours_ref:.5}",
+            file.family, file.ty
+        ));
+        assert_eq!(strong_agree, strong, "{}", table.last().unwrap());
+        assert!(d_ours_ref <= 0.01, "{}", table.last().unwrap());
+        if ty == GgmlType::F32 {
+            assert!(
+                worst_top1 <= 0.05,
+                "{}: top-1 off by {worst_top1}",
+                table.last().unwrap()
+            );
+        }
+    }
+    eprintln!("{}", table.join("\n"));
+}

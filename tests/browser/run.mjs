@@ -84,11 +84,37 @@ function gate(cases, tops) {
 }
 
 try {
+  await test('a <think>…</think> opening is split from the answer, in any chunking', async () => {
+    const { ThinkSplitter } = await import(path.join(ROOT, 'pkg/index.js'));
+    const cases = [
+      ['<think>\nplan it\n</think>\n\nAnswer.', 'plan it', 'Answer.'],
+      ['Answer only, <think> later is text.', '', 'Answer only, <think> later is text.'],
+      ['<think>\n\n</think>\n\nHi', '', 'Hi'],
+      ['<thinking is fun', '', '<thinking is fun'],
+      ['  <think>a</think>b', 'a', 'b'],
+      ['<think>\nunfinished', 'unfinished', ''],
+    ];
+    for (const [text, wantR, wantC] of cases) {
+      for (const size of [1, 2, 3, 7, 1000]) {
+        const s = new ThinkSplitter();
+        let r = '';
+        let c = '';
+        for (let i = 0; i < text.length; i += size) {
+          const o = s.push(text.slice(i, i + size));
+          r += o.reasoning;
+          c += o.content;
+        }
+        const o = s.end();
+        assertEq([r + o.reasoning, c + o.content], [wantR, wantC], `${JSON.stringify(text)} in pieces of ${size}`);
+      }
+    }
+  });
+
   await test('pkg/catalog.js agrees with models/catalog.json', async () => {
     const { catalog: js } = await import(path.join(ROOT, 'pkg/catalog.js'));
     const want = Object.fromEntries(catalog.models.map((m) => [m.id, {
       name: m.name, file: m.file, bytes: m.bytes, sha256: m.sha256,
-      url: m.sources.find((s) => s.kind === 'url').url, license: m.license,
+      url: m.sources.find((s) => s.kind === 'url')?.url ?? null, license: m.license,
     }]));
     assertEq(js, want, 'catalog');
     const { resolveModel } = await import(path.join(ROOT, 'pkg/index.js'));
@@ -277,6 +303,33 @@ try {
     assertEq(r.frames.at(-1).usage?.completion_tokens, r.full.usage.completion_tokens, 'usage frame');
     assert(['stop', 'length'].includes(r.frames.at(-2).choices[0].finish_reason), 'finish_reason');
     assertEq(r.bad, 'InvalidArgumentError', 'roles must alternate');
+  });
+
+  await test('a synthetic Qwen-style GGUF (qwen2, byte-level BPE, Q4_1, ChatML template) loads, generates as natively, and its chat prompt is the template\'s', async () => {
+    const file = 'tiny-qwen2-chatml.gguf';
+    const kerze = path.join(ROOT, 'target/release/kerze');
+    const local = path.join(ROOT, 'models', file);
+    execFileSync(kerze, ['synth', '--family', 'qwen2', '--tokenizer', 'gpt2', '--quant', 'Q4_1', '--out', local]);
+    const prompt = 'hello the world, is it on?';
+    const native = JSON.parse(execFileSync(kerze, ['generate', '--model', local, '--prompt', prompt,
+      '--max-tokens', '12', '--temperature', '0', '--json'], { encoding: 'utf8' }).trim().split('\n').pop());
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model: { url: '/models/${file}' }, threads: 1 });
+      const g = await e.complete(arg.prompt, { maxTokens: 12, temperature: 0 });
+      const messages = [{ role: 'user', content: 'hello the world <|im_end|>' }];
+      const chat = await e.chat.completions.create({ messages, max_tokens: 8, temperature: 0 });
+      const text = '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n<|im_start|>user\\nhello the world ';
+      const ids = [...await e.tokenize(text, { special: true }), ...await e.tokenize('<|im_end|>', { special: false }),
+        ...await e.tokenize('<|im_end|>\\n<|im_start|>assistant\\n', { special: true })];
+      const direct = await e.complete(ids, { maxTokens: 8, temperature: 0 });
+      const info = e.info;
+      await e.dispose();
+      return { g: g.ids, chat, ids, direct, info };`, { prompt }));
+    assertEq([r.info.family, r.info.chatTemplate, r.info.quants.Q4_1 > 0], ['qwen2', 'file', true], 'engine.info');
+    assertEq(r.g, native.ids, 'greedy ids in the page = the native CLI');
+    assertEq(r.chat.usage.prompt_tokens, r.ids.length, 'the chat prompt has the template\'s length');
+    assertEq(r.chat.choices[0].message.content + (r.chat.choices[0].message.reasoning_content ?? ''),
+      r.direct.text, 'the chat reply = the completion of the template\'s ids');
   });
 
   await test('worker: false runs in the page with the same interface and the same ids', async () => {
