@@ -120,7 +120,7 @@ lint: setup-rust
 	cargo clippy --release --all-targets $(NATIVE_FEATURES) -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown --all-targets --features gpu -- -D warnings
 
-test-native: setup-gpu fetch
+test-native: setup-gpu setup-node fetch
 	cargo test --release $(NATIVE_FEATURES)
 
 test-wasm: setup fetch

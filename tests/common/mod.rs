@@ -301,3 +301,62 @@ pub fn gguf_from_tokenizer_json(
         .kv("tokenizer.ggml.add_bos_token", Value::Bool(add_bos));
     w.to_bytes()
 }
+
+/// A SentencePiece-style (`tokenizer.ggml.model = llama`) vocabulary-only GGUF from Llama 2's
+/// Hugging Face `tokenizer.json` (a BPE with byte fallback and a dummy prefix). GGUF files
+/// carry SentencePiece's piece scores, which tokenizer.json does not: each token's score is
+/// minus the rank of the first merge that makes it (the order Hugging Face's converter derived
+/// the merges in from those scores); single characters rank below every merge.
+pub fn spm_gguf_from_tokenizer_json(json: &[u8]) -> Vec<u8> {
+    use kerze::gguf::{Array, Value, Writer};
+    let t: serde_json::Value = serde_json::from_slice(json).unwrap();
+    let vocab = t["model"]["vocab"].as_object().unwrap();
+    let n = vocab.len();
+    let mut tokens = vec![String::new(); n];
+    for (piece, id) in vocab {
+        tokens[id.as_u64().unwrap() as usize] = piece.clone();
+    }
+    let index: std::collections::HashMap<&str, usize> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.as_str(), i))
+        .collect();
+    let mut scores = vec![f32::NAN; n];
+    for (rank, m) in t["model"]["merges"].as_array().unwrap().iter().enumerate() {
+        let m = m.as_str().unwrap();
+        let (l, r) = m.split_once(' ').unwrap();
+        if let Some(&id) = index.get(format!("{l}{r}").as_str()) {
+            if scores[id].is_nan() {
+                scores[id] = -(rank as f32);
+            }
+        }
+    }
+    let mut types = vec![1i32; n];
+    for (i, tok) in tokens.iter().enumerate() {
+        if scores[i].is_nan() {
+            scores[i] = -1.0e6 - i as f32;
+        }
+        if tok.starts_with("<0x") && tok.len() == 6 {
+            types[i] = 6;
+        }
+    }
+    for a in t["added_tokens"].as_array().unwrap() {
+        let id = a["id"].as_u64().unwrap() as usize;
+        types[id] = if a["content"] == "<unk>" { 2 } else { 3 };
+        scores[id] = 0.0;
+    }
+    let mut w = Writer::new();
+    w.kv("general.architecture", Value::String("llama".into()))
+        .kv("tokenizer.ggml.model", Value::String("llama".into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
+        )
+        .kv("tokenizer.ggml.scores", Value::Array(Array::F32(scores)))
+        .kv("tokenizer.ggml.token_type", Value::Array(Array::I32(types)))
+        .kv("tokenizer.ggml.bos_token_id", Value::U32(1))
+        .kv("tokenizer.ggml.eos_token_id", Value::U32(2))
+        .kv("tokenizer.ggml.add_bos_token", Value::Bool(true))
+        .kv("tokenizer.ggml.add_space_prefix", Value::Bool(true));
+    w.to_bytes()
+}
