@@ -19,7 +19,7 @@ usage:
   kerze synth    --family llama|qwen2|qwen3|gemma3 --out FILE [--tokenizer spm|gpt2] [--quant Q8_0]
                  a tiny synthetic model (random weights) for tests and demos
 
-MODEL is a catalog id (gemma-3-270m) or a path to a .gguf file. --n-ctx N sets the context;
+MODEL is a catalog id (gemma-3-270m, smollm2-135m-instruct) or a path to a .gguf file. --n-ctx N sets the context;
 --device cpu (default) | webgpu | auto runs on the CPU or a GPU (Vulkan; built with --features gpu).";
 
 struct Args {

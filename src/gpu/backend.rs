@@ -5,9 +5,13 @@
 
 use std::rc::Rc;
 
+use super::kernels::attention::{AttnBuffers, AttnDispatch};
 use super::kernels::elementwise::Op;
+use super::kernels::embed;
+use super::kernels::norm::NormParams;
 use super::kernels::rope::RopeParams;
-use super::kernels::{grid, Bind, Kernels, Pool, Recorder};
+use super::kernels::topk::{TopKStage, TOPK_BLOCK};
+use super::kernels::{Kernels, Pool, Recorder};
 use super::weights::GpuWeight;
 use super::{Gpu, GpuOptions};
 use crate::backend::{AttnParams, Backend, Glu, Rope};
@@ -43,8 +47,6 @@ pub struct GpuKv {
 pub const TOPK_MAX: usize = 128;
 /// Query heads per KV head the attention kernels take (GMAX in attention.wgsl).
 const ATTN_GROUP_MAX: usize = 8;
-/// Candidates per top-k workgroup (BLOCK in topk.wgsl).
-const TOPK_BLOCK: usize = 1024;
 
 pub struct GpuBackend {
     pub gpu: Gpu,
@@ -179,32 +181,24 @@ impl GpuBackend {
         }
         self.gpu.check()?;
         let out = self.tensor(x.n_tok, x.width);
-        let n_groups = (x.len() / len) as u32;
-        let (gx, gy) = grid(n_groups);
+        let p = NormParams {
+            len: len as u32,
+            n_groups: (x.len() / len) as u32,
+            eps,
+            add_residual: res.is_some(),
+        };
         let res_buf = res.map_or(&x.buf, |r| &r.buf);
-        self.rec.dispatch(
+        self.k.rms_norm.encode(
             &self.gpu,
-            &self.k.rms_norm,
-            &[b_(&x.buf), b_(&w.parts[0].buf), b_(res_buf), b_(&out.buf)],
-            &[
-                len as u32,
-                n_groups,
-                eps.to_bits(),
-                gx,
-                u32::from(res.is_some()),
-                0,
-                0,
-                0,
-            ],
-            (gx, gy),
+            &mut self.rec,
+            &x.buf,
+            &w.parts[0].buf,
+            res_buf,
+            &out.buf,
+            p,
         );
         Ok(out)
     }
-}
-
-/// A whole buffer as a binding.
-fn b_(buf: &wgpu::Buffer) -> Bind<'_> {
-    buf.into()
 }
 
 fn bytes_of<T: Copy>(v: &[T], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
@@ -235,15 +229,9 @@ impl Backend for GpuBackend {
     }
 
     fn clear_kv(&mut self, kv: &mut GpuKv) {
-        let n = kv.n_slots as u32;
-        let (gx, gy) = grid(n.div_ceil(64));
-        self.rec.dispatch(
-            &self.gpu,
-            &self.k.fill,
-            &[b_(&kv.pos_buf)],
-            &[n, (-1i32) as u32, gx, 0],
-            (gx, gy),
-        );
+        self.k
+            .attention
+            .clear(&self.gpu, &mut self.rec, &kv.pos_buf, kv.n_slots as u32);
     }
 
     fn embed(&mut self, table: &GpuWeight, ids: &[u32], scale: f32) -> Result<GpuTensor> {
@@ -255,33 +243,18 @@ impl Backend for GpuBackend {
         }
         self.gpu.check()?;
         let out = self.tensor(ids.len(), table.cols);
-        let params_bytes = (table.parts.len() as u64) * (32 + 256);
+        let params_bytes = (table.parts.len() as u64) * embed::PARAMS_BYTES_PER_PART;
         let ids_range = self.put(&bytes_of(ids, u32::to_le_bytes), params_bytes);
         let arena = self.rec.arena();
-        let pipeline = self
-            .k
-            .embed
-            .get(&table.ty)
-            .ok_or_else(|| Error::Backend(format!("no embedding kernel for {}", table.ty)))?;
-        for part in &table.parts {
-            let params = [
-                table.cols as u32,
-                part.rows as u32,
-                part.row0 as u32,
-                ids.len() as u32,
-                scale.to_bits(),
-                0,
-                0,
-                0,
-            ];
-            self.rec.dispatch(
-                &self.gpu,
-                pipeline,
-                &[b_(&part.buf), arena.range(ids_range), b_(&out.buf)],
-                &params,
-                (ids.len() as u32, 1),
-            );
-        }
+        self.k.embed.encode(
+            &self.gpu,
+            &mut self.rec,
+            table,
+            arena.range(ids_range),
+            ids.len() as u32,
+            scale,
+            &out.buf,
+        )?;
         Ok(out)
     }
 
@@ -432,58 +405,33 @@ impl Backend for GpuBackend {
         }
         let scores = self.pool.take_exact(&self.gpu, row_bytes * keys as u64);
         let out = self.tensor(n_tok, p.n_head * p.head_dim);
-        let window = p.window.min(u32::MAX as usize) as u32;
-        let params = [
-            n_tok as u32,
-            p.n_head as u32,
-            p.n_head_kv as u32,
-            p.head_dim as u32,
-            n_cached as u32,
-            first as u32,
-            window,
-            p.scale.to_bits(),
-        ];
-        let binds = [
-            b_(&q.buf),
-            b_(&k.buf),
-            b_(&v.buf),
-            b_(&kv.k),
-            b_(&kv.v),
-            b_(&kv.pos_buf),
-            b_(&scores),
-            b_(&out.buf),
-        ];
-        self.rec.dispatch(
+        let d = AttnDispatch {
+            n_tok: n_tok as u32,
+            n_head: p.n_head as u32,
+            n_head_kv: p.n_head_kv as u32,
+            head_dim: p.head_dim as u32,
+            n_cached: n_cached as u32,
+            first: first as u32,
+            window: p.window.min(u32::MAX as usize) as u32,
+            scale: p.scale,
+        };
+        let b = AttnBuffers {
+            q: &q.buf,
+            k: &k.buf,
+            v: &v.buf,
+            k_cache: &kv.k,
+            v_cache: &kv.v,
+            slot_pos: &kv.pos_buf,
+            scores: &scores,
+            out: &out.buf,
+        };
+        self.k.attention.encode(
             &self.gpu,
-            &self.k.attn_scores,
-            &binds,
-            &params,
-            ((n_keys as u32).div_ceil(64), (n_tok * p.n_head_kv) as u32),
-        );
-        self.rec.dispatch(
-            &self.gpu,
-            &self.k.attn_mix,
-            &binds,
-            &params,
-            (
-                (n_tok * p.n_head_kv) as u32,
-                (p.head_dim as u32).div_ceil(64),
-            ),
-        );
-        // The new rows enter the cache after the attention: the kernels above saw the
-        // cache as it was.
-        self.rec.dispatch(
-            &self.gpu,
-            &self.k.kv_write,
-            &[
-                b_(&k.buf),
-                b_(&v.buf),
-                b_(&kv.k),
-                b_(&kv.v),
-                b_(&kv.pos_buf),
-            ],
-            &[n_tok as u32, kv_w as u32, first as u32, n_slots as u32],
-            (n_tok as u32, 1),
+            &mut self.rec,
+            &b,
+            d,
+            n_keys as u32,
+            n_slots as u32,
         );
         Ok(out)
     }
@@ -564,12 +512,19 @@ impl Backend for GpuBackend {
             let blocks = len.div_ceil(TOPK_BLOCK);
             let out_v = self.pool.take(&self.gpu, (blocks * k * 4) as u64);
             let out_i = self.pool.take(&self.gpu, (blocks * k * 4) as u64);
-            self.rec.dispatch(
+            let stage = TopKStage {
+                len: len as u32,
+                k: k as u32,
+                first,
+            };
+            self.k.topk.encode(
                 &self.gpu,
-                &self.k.topk,
-                &[b_(&in_v), b_(&in_i), b_(&out_v), b_(&out_i)],
-                &[len as u32, k as u32, u32::from(first), 0],
-                (blocks as u32, 1),
+                &mut self.rec,
+                &in_v,
+                &in_i,
+                &out_v,
+                &out_i,
+                stage,
             );
             (in_v, in_i, len, first) = (out_v, out_i, blocks * k, false);
             if blocks == 1 {

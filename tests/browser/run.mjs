@@ -481,6 +481,41 @@ try {
     }
   });
 
+  await test('WebGPU in Chromium (SwiftShader): a Qwen-style file (NeoX RoPE, biases, SiLU, Q4_1) gives the CPU\'s greedy ids and logits', async () => {
+    const file = 'tiny-qwen2-chatml.gguf';
+    const local = path.join(ROOT, 'models', file);
+    if (!fs.existsSync(local)) {
+      execFileSync(path.join(ROOT, 'target/release/kerze'), ['synth', '--family', 'qwen2', '--tokenizer', 'gpt2', '--quant', 'Q4_1', '--out', local]);
+    }
+    const gpuBrowser = await launch({ webgpu: true });
+    const rec = await openPage(gpuBrowser);
+    try {
+      await rec.page.goto(`${A}/www/`);
+      const r = await inPage(rec.page, `
+        const out = {};
+        for (const device of ['cpu', 'webgpu']) {
+          const e = await k.createEngine({ model: { url: '/models/${file}' }, device, threads: 1 });
+          const c = await e.complete('hello the world, is it on?', { maxTokens: 12, temperature: 0 });
+          const top = await e.logitsTopK(c.ids.slice(0, 8), { k: 5 });
+          out[device] = { backend: e.info.backend, ids: c.ids, top };
+          await e.dispose();
+        }
+        return out;`);
+      assertEq(r.webgpu.backend, 'webgpu', 'backend');
+      assertEq(r.webgpu.ids, r.cpu.ids, 'greedy ids on the GPU = on the CPU');
+      let worst = 0;
+      for (let p = 0; p < r.cpu.top.length; p++) {
+        assertEq(r.webgpu.top[p][0][0], r.cpu.top[p][0][0], `top-1 at ${p}`);
+        worst = Math.max(worst, Math.abs(r.webgpu.top[p][0][1] - r.cpu.top[p][0][1]));
+      }
+      assert(worst < 1e-3, `top-1 logits differ by ${worst}`);
+      assertEq(rec.errors, [], 'console errors');
+    } finally {
+      await rec.context.close();
+      await gpuBrowser.close();
+    }
+  });
+
   await test('WebGPU device lost mid-generation (SwiftShader): the tokens so far are kept, the generation finishes on the CPU, the switch is reported', async () => {
     const gpuBrowser = await launch({ webgpu: true });
     const rec = await openPage(gpuBrowser);

@@ -2,9 +2,13 @@
 //! [`Recorder`] (one encoder per step, parameters in one arena, cached bind groups) on
 //! buffers from the [`Pool`].
 
+pub mod attention;
 pub mod elementwise;
+pub mod embed;
 pub mod matvec;
+pub mod norm;
 pub mod rope;
+pub mod topk;
 
 use std::collections::HashMap;
 
@@ -370,39 +374,27 @@ impl Pool {
     }
 }
 
-/// Every pipeline of the forward pass.
+/// Every kernel of the forward pass, each with its launch code in its own file.
 pub struct Kernels {
     pub matvec: matvec::Matvec,
-    pub embed: HashMap<GgmlType, wgpu::ComputePipeline>,
-    pub rms_norm: wgpu::ComputePipeline,
+    pub embed: embed::Embed,
+    pub rms_norm: norm::RmsNorm,
     pub rope: rope::RopeKernel,
     pub elementwise: elementwise::Elementwise,
-    pub attn_scores: wgpu::ComputePipeline,
-    pub attn_mix: wgpu::ComputePipeline,
-    pub kv_write: wgpu::ComputePipeline,
-    pub fill: wgpu::ComputePipeline,
-    pub topk: wgpu::ComputePipeline,
+    pub attention: attention::Attention,
+    pub topk: topk::TopK,
 }
 
 impl Kernels {
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        let gather = layout(gpu, 3, 2, Some(1));
-        let mut embed = HashMap::new();
-        for (ty, _) in shaders::WEIGHT_TYPES {
-            embed.insert(*ty, pipeline(gpu, "embed", Some(*ty), "main", &gather)?);
-        }
-        let attn = layout(gpu, 8, 6, None);
         Ok(Self {
             matvec: matvec::Matvec::new(gpu)?,
-            embed,
-            rms_norm: pipeline(gpu, "rms_norm", None, "main", &layout(gpu, 4, 3, None))?,
+            embed: embed::Embed::new(gpu)?,
+            rms_norm: norm::RmsNorm::new(gpu)?,
             rope: rope::RopeKernel::new(gpu)?,
             elementwise: elementwise::Elementwise::new(gpu)?,
-            attn_scores: pipeline(gpu, "attention", None, "scores", &attn)?,
-            attn_mix: pipeline(gpu, "attention", None, "mix", &attn)?,
-            kv_write: pipeline(gpu, "kv_write", None, "main", &layout(gpu, 5, 2, None))?,
-            fill: pipeline(gpu, "fill", None, "main", &layout(gpu, 1, 0, None))?,
-            topk: pipeline(gpu, "topk", None, "main", &layout(gpu, 4, 2, None))?,
+            attention: attention::Attention::new(gpu)?,
+            topk: topk::TopK::new(gpu)?,
         })
     }
 }
