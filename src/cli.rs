@@ -17,7 +17,8 @@ usage:
   kerze bench    --model M [--prompt-tokens 128] [--gen-tokens 64] [--json]
   kerze inspect  --model M [--json]
   kerze synth    --family llama|qwen2|qwen3|gemma3 --out FILE [--tokenizer spm|gpt2] [--quant Q8_0]
-                 a tiny synthetic model (random weights) for tests and demos
+                 a tiny synthetic model (random weights) for tests and demos;
+                 --like qwen2.5-0.5b-q4_k_m --vocab TOKENIZER.JSON: real dimensions, layout and vocabulary
 
 MODEL is a catalog id (gemma-3-270m, smollm2-135m-instruct) or a path to a .gguf file. --n-ctx N sets the context;
 --device cpu (default) | webgpu | auto runs on the CPU or a GPU (Vulkan; built with --features gpu).";
@@ -284,6 +285,19 @@ fn peak_rss_mb() -> Option<f64> {
 }
 
 fn cmd_synth(a: &Args) -> Result<()> {
+    if let Some(like) = a.get("like") {
+        if like != "qwen2.5-0.5b-q4_k_m" {
+            return Err(Error::InvalidArgument(format!(
+                "--like {like}: qwen2.5-0.5b-q4_k_m"
+            )));
+        }
+        let json = std::fs::read(a.need("vocab")?)?;
+        let bytes = crate::synth::qwen25_05b_like(&json)?;
+        let out = a.need("out")?;
+        std::fs::write(out, &bytes)?;
+        println!("{out}");
+        return Ok(());
+    }
     let family = crate::config::Family::from_arch(a.need("family")?)?;
     let byte_level = match a.get("tokenizer").unwrap_or("spm") {
         "spm" => false,

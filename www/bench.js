@@ -6,8 +6,12 @@ const q = new URLSearchParams(location.search);
 const threads = Number(q.get('threads') ?? 1);
 const device = q.get('device') ?? 'auto';
 const worker = q.get('worker') !== '0';
-const entry = catalog['gemma-3-270m'];
-const model = { id: 'gemma-3-270m', url: new URL(`../models/${entry.file}`, location.href).href };
+// ?model=<catalog id> (default gemma-3-270m) or ?file=<name> (any file there), from ../models/.
+const modelId = q.get('model') ?? 'gemma-3-270m';
+const file = q.get('file') ?? catalog[modelId].file;
+const model = q.get('file')
+  ? { url: new URL(`../models/${file}`, location.href).href }
+  : { id: modelId, url: new URL(`../models/${file}`, location.href).href };
 // The same text as Tokenizer::bench_prompt (src/tokenizer/mod.rs), so both benchmarks run
 // the same 128 ids.
 const BENCH_TEXT = 'The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. ';
@@ -36,6 +40,8 @@ async function run() {
     cache_read_ms: engine.info.fetchMs,
     create_engine_ms: createMs,
     tokenizer_ms: engine.info.tokenizerMs,
+    // The 128 prompt tokens as text: the peer page (bench-wllama.html) runs the same text.
+    prompt_text: await engine.detokenize(ids, { skipSpecial: true }),
   };
   // Kept loaded, so the renderer's memory can be read after load (tests/browser/bench.mjs).
   window.benchEngine = engine;
