@@ -233,3 +233,47 @@ fn files_kerze_writes_run_in_llama_cpp_with_the_same_logits() {
     }
     eprintln!("{}", table.join("\n"));
 }
+
+#[derive(serde::Deserialize)]
+struct GgufPy {
+    sha256: String,
+    ids: Vec<u32>,
+    top10: Vec<Vec<(u32, f64)>>,
+}
+
+/// A file kerze did not write: the Python `gguf` package's GGUFWriter and its Q8_0 quantizer
+/// (tests/fixtures/tiny-qwen3-gguf-py.gguf, made by make_gguf_py_model.py), Qwen3 with a head
+/// size apart from n_embd / n_head. kerze reads it and agrees with llama.cpp's logits on it:
+/// top-1 wherever llama.cpp's margin ≥ 0.5, and with the float64 reference to 0.01.
+#[test]
+fn a_file_written_by_the_gguf_package_runs_as_in_llama_cpp() {
+    let f: GgufPy = serde_json::from_str(include_str!("fixtures/llamacpp_gguf_py.json")).unwrap();
+    let bytes = include_bytes!("fixtures/tiny-qwen3-gguf-py.gguf").to_vec();
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(sha, f.sha256);
+    let mut e = engine(&bytes);
+    assert_eq!(e.config().family, Family::Qwen3);
+    assert_eq!(e.config().head_dim, 48);
+    let n_vocab = e.config().n_vocab;
+    let top = pollster::block_on(e.logits_top_k(&f.ids, n_vocab, 0)).unwrap();
+    let reference = reference_model::RefModel::load(&bytes).logits(&f.ids);
+    let (mut strong, mut agree, mut d_ref) = (0, 0, 0f64);
+    for (p, t) in f.top10.iter().enumerate() {
+        let (r1, l1) = t[0];
+        if l1 - t[1].1 >= 0.5 {
+            strong += 1;
+            agree += usize::from(top[p][0].0 == r1);
+        }
+        for &(id, l) in &top[p][..10] {
+            d_ref = d_ref.max((f64::from(l) - reference[p][id as usize]).abs());
+        }
+    }
+    eprintln!("gguf-package file: {agree}/{strong} clear positions agree with llama.cpp; max |Δ| vs f64 {d_ref:.5}");
+    assert!(strong > 10);
+    assert_eq!(agree, strong);
+    assert!(d_ref <= 0.01, "{d_ref}");
+}
