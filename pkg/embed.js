@@ -9,7 +9,10 @@
 //
 // Attributes: model (catalog id or URL of a .gguf), sha256 (with a URL), prompt (a fixed
 // prompt: the visitor only presses the button) or placeholder (the visitor types), max-tokens,
-// temperature, device (auto | cpu | webgpu), preload (start the download at once).
+// temperature, device (auto | cpu | webgpu), preload (start the download at once), system (a
+// system message), mode (chat | complete). With a model whose file has a chat template (an
+// instruction model, e.g. smollm2-135m-instruct) the visitor's text is sent as a chat message
+// through that template; with a base model, or mode="complete", it is continued as text.
 
 import * as api from './index.js';
 import { serve } from './serve.js';
@@ -174,12 +177,23 @@ function defineElement() {
           return v == null || v === '' || Number.isNaN(Number(v)) ? dflt : Number(v);
         };
         msg.textContent = '';
-        for await (const c of engine.generate(prompt, {
-          maxTokens: num('max-tokens', 64),
-          temperature: num('temperature', 0.7),
-          signal: ctl.signal,
-        })) {
-          out.textContent += c.text;
+        const mode = this.getAttribute('mode') ?? (engine.info.chatTemplate === 'file' ? 'chat' : 'complete');
+        if (mode === 'chat') {
+          const system = this.getAttribute('system');
+          const messages = [...(system ? [{ role: 'system', content: system }] : []), { role: 'user', content: prompt }];
+          const stream = await engine.chat.completions.create({
+            messages, stream: true, signal: ctl.signal,
+            max_tokens: num('max-tokens', 64), temperature: num('temperature', 0.7),
+          });
+          for await (const f of stream) out.textContent += f.choices[0]?.delta.content ?? '';
+        } else {
+          for await (const c of engine.generate(prompt, {
+            maxTokens: num('max-tokens', 64),
+            temperature: num('temperature', 0.7),
+            signal: ctl.signal,
+          })) {
+            out.textContent += c.text;
+          }
         }
         this.dispatchEvent(new CustomEvent('kerze-done', { detail: { text: out.textContent } }));
       } catch (e) {

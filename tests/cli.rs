@@ -47,6 +47,49 @@ fn tokenize_reads_stdin_like_text() {
     );
 }
 
+/// <bos> exactly as the file's add_bos_token says: Gemma's says yes (above), SmolLM2's no —
+/// its <|im_start|> (the bos id) comes only from the text; and a file kerze wrote that asks
+/// for none gets none.
+#[test]
+fn tokenize_adds_bos_as_the_file_says() {
+    let tok = |model: &std::path::Path, text: &str| -> Vec<u32> {
+        let out = kerze()
+            .args(["tokenize", "--json", "--text", text, "--model"])
+            .arg(model)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        serde_json::from_value(v["ids"].clone()).unwrap()
+    };
+    let smol = common::smollm2_path();
+    assert_eq!(
+        tok(&smol, "<|im_start|>user\nHi")[0],
+        1,
+        "control tokens are parsed"
+    );
+    let ids = tok(&smol, "Hi there");
+    assert!(!ids.contains(&1), "no <bos> added: {ids:?}");
+    let dir = std::env::temp_dir().join(format!("kerze-cli-bos-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("tiny-qwen2.gguf");
+    let out = kerze()
+        .args(["synth", "--family", "qwen2", "--tokenizer", "gpt2", "--out"])
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let ids = tok(&f, "hello the world");
+    let with_bos = tok(&f, "<|endoftext|>hello the world");
+    assert_eq!(with_bos.len(), ids.len() + 1, "{ids:?} vs {with_bos:?}");
+    assert_eq!(&with_bos[1..], &ids[..], "no <bos> added");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn inspect_and_generate_json_shapes() {
     let model = common::model_path();

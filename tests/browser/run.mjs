@@ -145,7 +145,7 @@ try {
       const sent = await page.evaluate(() => window.kerzeDemo.messages().map((m) => m.role));
       assertEq(sent, ['user', 'assistant', 'user', 'assistant'], 'the second request carried the first exchange');
       const stats = await page.textContent('#stats');
-      assert(/llama; Q4_1/.test(stats) && /cpu-simd/.test(stats), `stats: ${stats}`);
+      assert(/\(llama; .*Q4_1 ×210/.test(stats) && /cpu-simd/.test(stats), `stats: ${stats}`);
     });
   });
 
