@@ -144,6 +144,21 @@ fn mutated_headers_give_typed_errors() {
     );
 }
 
+/// The same for a Qwen2 file with a byte-level BPE vocabulary, merges and a chat template:
+/// the new tokenizer and family paths see mutated headers too.
+#[test]
+fn mutated_byte_level_qwen_headers_give_typed_errors() {
+    let q = kerze::synth::Quants::all(GgmlType::Q4_1);
+    let base = kerze::synth::tiny_decoder_with(kerze::Family::Qwen2, q, 7, true).unwrap();
+    let cases: usize = std::env::var("KERZE_FUZZ_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(1500, |n: usize| n / 2);
+    let (ok, err) = fuzz(&base, cases, 23, 3 * base.len() + (1 << 20));
+    eprintln!("{cases} mutated byte-level files: {ok} loaded, {err} typed errors");
+    assert!(err > cases / 2, "{ok} ok / {err} errors");
+}
+
 #[test]
 fn non_gguf_bytes_are_refused() {
     for bytes in [
@@ -189,14 +204,17 @@ fn the_real_file_truncated_at_100_points_is_an_error() {
     }
 }
 
-fn rewrite(
-    f: impl Fn(&mut Vec<(String, Value)>, &mut Vec<(String, GgmlType, Vec<u64>, Vec<u8>)>),
-) -> Vec<u8> {
-    // Re-emit the tiny model with edited metadata/tensors.
-    let base = kerze::synth::tiny_gemma3().unwrap();
+type Tensors = Vec<(String, GgmlType, Vec<u64>, Vec<u8>)>;
+
+fn rewrite(f: impl Fn(&mut Vec<(String, Value)>, &mut Tensors)) -> Vec<u8> {
+    rewrite_from(kerze::synth::tiny_gemma3().unwrap(), f)
+}
+
+/// Re-emit `base` with edited metadata/tensors.
+fn rewrite_from(base: Vec<u8>, f: impl Fn(&mut Vec<(String, Value)>, &mut Tensors)) -> Vec<u8> {
     let g = Gguf::read(base.as_slice()).unwrap();
     let mut kv: Vec<(String, Value)> = g.metadata.clone().into_iter().collect();
-    let mut ts: Vec<(String, GgmlType, Vec<u64>, Vec<u8>)> = g
+    let mut ts: Tensors = g
         .tensors
         .iter()
         .map(|t| {
@@ -377,4 +395,101 @@ fn a_model_too_large_for_the_memory_is_a_typed_error_up_front() {
     let e = kerze::engine::check_fits(&g, &cfg, Some(1 << 20)).unwrap_err();
     assert_eq!(e.kind(), "ModelTooLargeError");
     assert!(e.to_string().contains("MB"), "{e}");
+}
+
+/// The new families' and tokenizers' bad files: typed errors, each naming what was wrong.
+#[test]
+fn bad_family_and_tokenizer_metadata_are_typed_errors() {
+    use kerze::synth::{tiny_decoder, tiny_decoder_with, Quants};
+    use kerze::Family;
+    let q = Quants::all(GgmlType::Q8_0);
+    let qwen_bpe = || tiny_decoder_with(Family::Qwen2, q, 7, true).unwrap();
+    let llama = || tiny_decoder(Family::Llama, q, 7).unwrap();
+    let set = |key: &'static str, v: Value| {
+        move |kv: &mut Vec<(String, Value)>, _: &mut Tensors| {
+            kv.retain(|(k, _)| k != key);
+            kv.push((key.to_string(), v.clone()));
+        }
+    };
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        (
+            "an unknown byte-level pre-tokenizer",
+            rewrite_from(
+                qwen_bpe(),
+                set("tokenizer.ggml.pre", Value::String("tekken".into())),
+            ),
+            "TokenizerError",
+            "llama-bpe, qwen2, smollm, gpt2",
+        ),
+        (
+            "byte-level without merges",
+            rewrite_from(qwen_bpe(), |kv, _| {
+                kv.retain(|(k, _)| k != "tokenizer.ggml.merges")
+            }),
+            "TokenizerError",
+            "merges",
+        ),
+        (
+            "an unknown tokenizer model",
+            rewrite_from(
+                qwen_bpe(),
+                set("tokenizer.ggml.model", Value::String("rwkv".into())),
+            ),
+            "TokenizerError",
+            "rwkv",
+        ),
+        (
+            "YaRN rope scaling",
+            rewrite_from(
+                llama(),
+                set("llama.rope.scaling.type", Value::String("yarn".into())),
+            ),
+            "ModelConfigError",
+            "yarn",
+        ),
+        (
+            "frequency factors of the wrong length",
+            rewrite_from(llama(), |_, ts| {
+                for t in ts.iter_mut().filter(|t| t.0 == "rope_freqs.weight") {
+                    t.2 = vec![8];
+                    t.3.truncate(32);
+                }
+            }),
+            "ModelConfigError",
+            "rope_freqs.weight",
+        ),
+        (
+            "biases in some layers only",
+            rewrite_from(qwen_bpe(), |_, ts| {
+                ts.retain(|t| t.0 != "blk.1.attn_k.bias")
+            }),
+            "ModelConfigError",
+            "blk.1.attn_k.bias",
+        ),
+    ];
+    for (what, bytes, kind, needle) in cases {
+        let e = match Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {}) {
+            Ok(_) => panic!("{what}: loaded"),
+            Err(e) => e,
+        };
+        assert_eq!(e.kind(), kind, "{what}: {e}");
+        assert!(e.to_string().contains(needle), "{what}: {e}");
+    }
+    // A template that does not parse, or raises, is a typed error of the chat call, and the
+    // engine stays usable.
+    for template in [
+        "{% for m in messages %}",
+        "{{ raise_exception('no chats here') }}",
+    ] {
+        let b = rewrite_from(
+            qwen_bpe(),
+            set("tokenizer.chat_template", Value::String(template.into())),
+        );
+        let (e, _) = Engine::load(&b, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+        let m: Vec<kerze::chat::Message> =
+            serde_json::from_str(r#"[{"role":"user","content":"hi"}]"#).unwrap();
+        let err = kerze::chat::prompt_ids(e.tokenizer(), &m).unwrap_err();
+        assert_eq!(err.kind(), "InvalidArgumentError", "{err}");
+        assert!(e.tokenizer().encode_user("hi", false).is_ok());
+    }
 }

@@ -827,3 +827,23 @@ fn each_op_on_the_gpu_matches_the_cpu_on_random_tensors() {
         }
     }
 }
+
+/// Q2_K and Q3_K run on the CPU only: asking for the GPU is a typed error naming the tensor
+/// and the types the GPU runs (`auto` goes to the CPU, see engine.rs).
+#[test]
+fn a_type_the_gpu_does_not_run_is_a_typed_error_on_webgpu() {
+    use kerze::synth::{tiny_decoder, Quants};
+    use kerze::{Device, Engine, Family, LoadOptions};
+    let bytes = tiny_decoder(Family::Llama, Quants::all(GgmlType::Q2_K), 7).unwrap();
+    let opts = LoadOptions {
+        device: Device::Webgpu,
+        n_ctx: None,
+    };
+    let r = pollster::block_on(Engine::load_async(Box::new(bytes), &opts, &mut |_, _| {}));
+    let e = r.err().expect("Q2_K loaded on the GPU");
+    assert_eq!(e.kind(), "UnsupportedTensorTypeError", "{e}");
+    assert!(
+        e.to_string().contains("Q2_K") && e.to_string().contains("Q5_K"),
+        "{e}"
+    );
+}
