@@ -1,140 +1,243 @@
 //! The `kerze` command line (native only): the same engine as the browser, for scripts,
-//! tests and benchmarks. `src/bin/kerze.rs` calls [`main`].
+//! tests and benchmarks, on clap (derive): unknown flags and bad values are errors with exit
+//! code 2, every command has `--help`. `src/bin/kerze.rs` calls [`main`].
 
 use crate::gguf::{FileSource, Gguf, Value};
 use crate::{catalog, Engine, Error, GenerateOptions, LoadOptions, Result, SamplerConfig};
-use std::collections::HashMap;
+use clap::{Parser, Subcommand};
 use std::io::{Read, Write};
 
-const USAGE: &str = "kerze — small language models from GGUF, on the CPU or a GPU
-
-usage:
-  kerze fetch [MODEL]                        fetch a catalog model into models/ (default gemma-3-270m)
-  kerze generate --model M --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]
-                 [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S] [--stop STR]... [--json]
-  kerze tokenize --model M [--text TEXT] [--json]   (reads stdin without --text; control tokens parsed)
-  kerze logits   --model M --ids 2,818,5279 [--top K] [--json]   teacher-forced top-K per position
-  kerze bench    --model M [--prompt-tokens 128] [--gen-tokens 64] [--json]
-  kerze inspect  --model M [--json]
-  kerze synth    --family llama|qwen2|qwen3|gemma3 --out FILE [--tokenizer spm|gpt2] [--quant Q8_0]
-                 a tiny synthetic model (random weights) for tests and demos;
-                 --like qwen2.5-0.5b-q4_k_m --vocab TOKENIZER.JSON: real dimensions, layout and vocabulary
-
-MODEL is a catalog id (gemma-3-270m, smollm2-135m-instruct) or a path to a .gguf file. --n-ctx N sets the context;
---device cpu (default) | webgpu | auto runs on the CPU or a GPU (Vulkan; built with --features gpu).";
-
-struct Args {
-    flags: HashMap<String, Vec<String>>,
-    switches: Vec<String>,
-    positional: Vec<String>,
+/// kerze — small language models from GGUF, on the CPU or a GPU.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kerze",
+    version,
+    about = "kerze — small language models from GGUF, on the CPU or a GPU",
+    after_help = "MODEL is a catalog id (gemma-3-270m, smollm2-135m-instruct) or a path to a .gguf file."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
 }
 
-const SWITCHES: &[&str] = &["json", "help"];
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Fetch a catalog model into models/ (sha256 verified; a no-op when it is there)
+    Fetch {
+        /// Catalog id
+        #[arg(default_value = "gemma-3-270m")]
+        model: String,
+    },
+    /// Continue a prompt (user text: control tokens in it stay text)
+    #[command(allow_negative_numbers = true)]
+    Generate(GenerateArgs),
+    /// Token ids of a text (stdin without --text); control tokens are parsed, <bos> added as
+    /// the file says
+    Tokenize(TokenizeArgs),
+    /// Teacher-forced top-K (id, logit) per position of --ids
+    Logits(LogitsArgs),
+    /// Prefill and decode tokens/s of a prompt of N tokens and M greedy tokens
+    Bench(BenchArgs),
+    /// The file's header, config, tensor types and metadata
+    Inspect(InspectArgs),
+    /// Write a tiny synthetic model (random weights) for tests and demos
+    Synth(SynthArgs),
+}
 
-impl Args {
-    fn parse(raw: Vec<String>) -> Result<Self> {
-        let mut a = Args {
-            flags: HashMap::new(),
-            switches: Vec::new(),
-            positional: Vec::new(),
-        };
-        let mut it = raw.into_iter();
-        while let Some(x) = it.next() {
-            if let Some(name) = x.strip_prefix("--") {
-                if SWITCHES.contains(&name) {
-                    a.switches.push(name.to_string());
-                } else {
-                    let v = it
-                        .next()
-                        .ok_or_else(|| Error::InvalidArgument(format!("--{name} needs a value")))?;
-                    a.flags.entry(name.to_string()).or_default().push(v);
-                }
-            } else {
-                a.positional.push(x);
-            }
-        }
-        Ok(a)
-    }
-    fn get(&self, k: &str) -> Option<&str> {
-        self.flags.get(k).and_then(|v| v.last()).map(String::as_str)
-    }
-    fn all(&self, k: &str) -> Vec<String> {
-        self.flags.get(k).cloned().unwrap_or_default()
-    }
-    fn has(&self, k: &str) -> bool {
-        self.switches.iter().any(|s| s == k)
-    }
-    fn num<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T> {
-        match self.get(k) {
-            None => Ok(default),
-            Some(v) => v
+/// Where and how a model runs.
+#[derive(clap::Args, Debug)]
+struct ModelArgs {
+    /// Catalog id or .gguf path
+    #[arg(long, value_name = "MODEL")]
+    model: String,
+    /// Context window in tokens (default 4096, at most the model's)
+    #[arg(long)]
+    n_ctx: Option<usize>,
+    /// auto (a GPU when one that is not a software renderer fits the model), cpu or webgpu
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DeviceArg {
+    Auto,
+    Cpu,
+    #[value(alias = "gpu")]
+    Webgpu,
+}
+
+#[derive(clap::Args, Debug)]
+struct SamplingArgs {
+    /// 0: greedy
+    #[arg(long)]
+    temperature: Option<f32>,
+    #[arg(long)]
+    top_k: Option<usize>,
+    #[arg(long)]
+    top_p: Option<f32>,
+    #[arg(long)]
+    min_p: Option<f32>,
+    #[arg(long = "repeat-penalty")]
+    repeat_penalty: Option<f32>,
+    #[arg(long)]
+    presence_penalty: Option<f32>,
+    #[arg(long)]
+    penalty_last_n: Option<usize>,
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(clap::Args, Debug)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long)]
+    prompt: String,
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Stop before this string (repeatable)
+    #[arg(long)]
+    stop: Vec<String>,
+    /// One JSON object: prompt_ids, ids, text, finish_reason, usage, tokens/s
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct TokenizeArgs {
+    #[arg(long, value_name = "MODEL")]
+    model: String,
+    /// The text (else stdin)
+    #[arg(long)]
+    text: Option<String>,
+    /// {"ids": [...]}
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct LogitsArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Comma-separated token ids, e.g. 2,818,5279
+    #[arg(long, value_parser = parse_ids)]
+    ids: Ids,
+    /// Candidates per position
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// {"ids": [...], "top": [[[id, logit], ...], ...]}
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Ids(Vec<u32>);
+
+fn parse_ids(s: &str) -> std::result::Result<Ids, String> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
                 .parse()
-                .map_err(|_| Error::InvalidArgument(format!("--{k} {v} is not a valid number"))),
-        }
-    }
-    fn need(&self, k: &str) -> Result<&str> {
-        self.get(k)
-            .ok_or_else(|| Error::InvalidArgument(format!("--{k} is required")))
-    }
+                .map_err(|_| format!("`{}` is not a token id", x.trim()))
+        })
+        .collect::<std::result::Result<_, _>>()
+        .map(Ids)
+}
+
+#[derive(clap::Args, Debug)]
+struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    #[arg(long, default_value_t = 64)]
+    gen_tokens: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct InspectArgs {
+    #[arg(long, value_name = "MODEL")]
+    model: String,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct SynthArgs {
+    /// The family (not with --like)
+    #[arg(long, required_unless_present = "like")]
+    family: Option<String>,
+    /// Where to write the file
+    #[arg(long)]
+    out: std::path::PathBuf,
+    /// SentencePiece (spm) or GPT-2 byte-level (gpt2) vocabulary
+    #[arg(long, default_value = "spm", value_parser = ["spm", "gpt2"])]
+    tokenizer: String,
+    /// Weight type of every matrix
+    #[arg(long, default_value = "Q8_0")]
+    quant: String,
+    /// Real dimensions, quant layout and vocabulary instead: qwen2.5-0.5b-q4_k_m
+    #[arg(long, value_parser = ["qwen2.5-0.5b-q4_k_m"], requires = "vocab")]
+    like: Option<String>,
+    /// The tokenizer.json whose vocabulary --like uses
+    #[arg(long)]
+    vocab: Option<std::path::PathBuf>,
 }
 
 fn log(s: &str) {
     eprintln!("{s}");
 }
 
-fn load(a: &Args) -> Result<(Engine, crate::EngineInfo)> {
-    let path = catalog::resolve(a.need("model")?, &mut |s| log(s))?;
+fn load(m: &ModelArgs) -> Result<(Engine, crate::EngineInfo)> {
+    let path = catalog::resolve(&m.model, &mut |s| log(s))?;
     let src = FileSource::open(&path)?;
-    let n_ctx = match a.get("n-ctx") {
-        Some(_) => Some(a.num("n-ctx", 0usize)?),
-        None => None,
-    };
-    let device = match a.get("device").unwrap_or("cpu") {
-        "auto" => crate::engine::Device::Auto,
-        "cpu" => crate::engine::Device::Cpu,
-        "webgpu" | "gpu" => crate::engine::Device::Webgpu,
-        other => {
-            return Err(Error::InvalidArgument(format!(
-                "--device {other}: use auto, cpu or webgpu"
-            )))
-        }
+    let device = match m.device {
+        DeviceArg::Auto => crate::engine::Device::Auto,
+        DeviceArg::Cpu => crate::engine::Device::Cpu,
+        DeviceArg::Webgpu => crate::engine::Device::Webgpu,
     };
     pollster::block_on(Engine::load_async(
         Box::new(src),
-        &LoadOptions { device, n_ctx },
+        &LoadOptions {
+            device,
+            n_ctx: m.n_ctx,
+        },
         &mut |_, _| {},
     ))
 }
 
-fn sampler(a: &Args) -> Result<SamplerConfig> {
+fn sampler(a: &SamplingArgs) -> SamplerConfig {
     let d = SamplerConfig::default();
-    Ok(SamplerConfig {
-        temperature: a.num("temperature", d.temperature)?,
-        top_k: a.num("top-k", d.top_k)?,
-        top_p: a.num("top-p", d.top_p)?,
-        min_p: a.num("min-p", d.min_p)?,
-        repetition_penalty: a.num("repeat-penalty", d.repetition_penalty)?,
-        presence_penalty: a.num("presence-penalty", d.presence_penalty)?,
-        penalty_last_n: a.num("penalty-last-n", d.penalty_last_n)?,
-        seed: a.num("seed", d.seed)?,
-    })
+    SamplerConfig {
+        temperature: a.temperature.unwrap_or(d.temperature),
+        top_k: a.top_k.unwrap_or(d.top_k),
+        top_p: a.top_p.unwrap_or(d.top_p),
+        min_p: a.min_p.unwrap_or(d.min_p),
+        repetition_penalty: a.repeat_penalty.unwrap_or(d.repetition_penalty),
+        presence_penalty: a.presence_penalty.unwrap_or(d.presence_penalty),
+        penalty_last_n: a.penalty_last_n.unwrap_or(d.penalty_last_n),
+        seed: a.seed.unwrap_or(d.seed),
+    }
 }
 
 fn never() -> bool {
     false
 }
 
-fn cmd_generate(a: &Args) -> Result<()> {
-    let (mut engine, _) = load(a)?;
-    let prompt = a.need("prompt")?;
+fn cmd_generate(a: &GenerateArgs) -> Result<()> {
+    let (mut engine, _) = load(&a.model)?;
     let opts = GenerateOptions {
-        max_tokens: a.num("max-tokens", 64)?,
-        sampler: sampler(a)?,
-        stop: a.all("stop"),
+        max_tokens: a.max_tokens,
+        sampler: sampler(&a.sampling),
+        stop: a.stop.clone(),
         stop_tokens: None,
     };
-    let prompt_ids = engine.tokenizer().encode_user(prompt, true)?;
-    let json = a.has("json");
+    let prompt_ids = engine.tokenizer().encode_user(&a.prompt, true)?;
+    let json = a.json;
     let mut out = std::io::stdout();
     let mut text = String::new();
     let g = pollster::block_on(
@@ -170,9 +273,9 @@ fn cmd_generate(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn read_text(a: &Args) -> Result<String> {
-    match a.get("text") {
-        Some(t) => Ok(t.to_string()),
+fn read_text(a: &TokenizeArgs) -> Result<String> {
+    match &a.text {
+        Some(t) => Ok(t.clone()),
         None => {
             let mut s = String::new();
             std::io::stdin().read_to_string(&mut s)?;
@@ -181,12 +284,12 @@ fn read_text(a: &Args) -> Result<String> {
     }
 }
 
-fn cmd_tokenize(a: &Args) -> Result<()> {
-    let path = catalog::resolve(a.need("model")?, &mut |s| log(s))?;
+fn cmd_tokenize(a: &TokenizeArgs) -> Result<()> {
+    let path = catalog::resolve(&a.model, &mut |s| log(s))?;
     let g = Gguf::read(&FileSource::open(&path)?)?;
     let tok = crate::Tokenizer::from_gguf(&g)?;
     let ids = tok.encode_raw(&read_text(a)?, true)?;
-    if a.has("json") {
+    if a.json {
         println!("{}", serde_json::json!({ "ids": ids }));
     } else {
         for id in ids {
@@ -196,20 +299,11 @@ fn cmd_tokenize(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn cmd_logits(a: &Args) -> Result<()> {
-    let ids: Vec<u32> = a
-        .need("ids")?
-        .split(',')
-        .map(|s| {
-            s.trim()
-                .parse()
-                .map_err(|_| Error::InvalidArgument(format!("--ids: `{s}` is not a token id")))
-        })
-        .collect::<Result<_>>()?;
-    let k = a.num("top", 10usize)?;
-    let (mut engine, _) = load(a)?;
-    let top = pollster::block_on(engine.logits_top_k(&ids, k, 0))?;
-    if a.has("json") {
+fn cmd_logits(a: &LogitsArgs) -> Result<()> {
+    let ids = &a.ids.0;
+    let (mut engine, _) = load(&a.model)?;
+    let top = pollster::block_on(engine.logits_top_k(ids, a.top, 0))?;
+    if a.json {
         let rows: Vec<Vec<(u32, f32)>> = top;
         println!("{}", serde_json::json!({ "ids": ids, "top": rows }));
     } else {
@@ -221,11 +315,10 @@ fn cmd_logits(a: &Args) -> Result<()> {
     Ok(())
 }
 
-fn cmd_bench(a: &Args) -> Result<()> {
-    let n_prompt = a.num("prompt-tokens", 128usize)?;
-    let n_gen = a.num("gen-tokens", 64usize)?;
+fn cmd_bench(a: &BenchArgs) -> Result<()> {
+    let (n_prompt, n_gen) = (a.prompt_tokens, a.gen_tokens);
     let t0 = std::time::Instant::now();
-    let (mut engine, info) = load(a)?;
+    let (mut engine, info) = load(&a.model)?;
     let load_s = t0.elapsed().as_secs_f64();
     let ids = engine.tokenizer().bench_prompt(n_prompt)?;
     let opts = GenerateOptions::greedy_tokens(n_gen);
@@ -258,7 +351,7 @@ fn cmd_bench(a: &Args) -> Result<()> {
         "tokenizer_ms": info.tokenizer_ms,
         "peak_rss_mb": rss,
     });
-    if a.has("json") {
+    if a.json {
         println!("{v}");
     } else {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -284,45 +377,31 @@ fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-fn cmd_synth(a: &Args) -> Result<()> {
-    if let Some(like) = a.get("like") {
-        if like != "qwen2.5-0.5b-q4_k_m" {
-            return Err(Error::InvalidArgument(format!(
-                "--like {like}: qwen2.5-0.5b-q4_k_m"
-            )));
-        }
-        let json = std::fs::read(a.need("vocab")?)?;
-        let bytes = crate::synth::qwen25_05b_like(&json)?;
-        let out = a.need("out")?;
-        std::fs::write(out, &bytes)?;
-        println!("{out}");
-        return Ok(());
-    }
-    let family = crate::config::Family::from_arch(a.need("family")?)?;
-    let byte_level = match a.get("tokenizer").unwrap_or("spm") {
-        "spm" => false,
-        "gpt2" => true,
-        other => {
-            return Err(Error::InvalidArgument(format!(
-                "--tokenizer {other}: spm or gpt2"
-            )))
-        }
+fn cmd_synth(a: &SynthArgs) -> Result<()> {
+    let bytes = if a.like.is_some() {
+        let vocab = a
+            .vocab
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("--like needs --vocab".into()))?;
+        crate::synth::qwen25_05b_like(&std::fs::read(vocab)?)?
+    } else {
+        let family = crate::config::Family::from_arch(a.family.as_deref().unwrap_or(""))?;
+        let ty = (0..40)
+            .filter_map(crate::GgmlType::from_id)
+            .find(|t| t.name() == a.quant)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("--quant {} is not a ggml type", a.quant))
+            })?;
+        let byte_level = a.tokenizer == "gpt2";
+        crate::synth::tiny_decoder_with(family, crate::synth::Quants::all(ty), 7, byte_level)?
     };
-    let quant = a.get("quant").unwrap_or("Q8_0");
-    let ty = (0..40)
-        .filter_map(crate::GgmlType::from_id)
-        .find(|t| t.name() == quant)
-        .ok_or_else(|| Error::InvalidArgument(format!("--quant {quant} is not a ggml type")))?;
-    let bytes =
-        crate::synth::tiny_decoder_with(family, crate::synth::Quants::all(ty), 7, byte_level)?;
-    let out = a.need("out")?;
-    std::fs::write(out, &bytes)?;
-    println!("{out}");
+    std::fs::write(&a.out, &bytes)?;
+    println!("{}", a.out.display());
     Ok(())
 }
 
-fn cmd_inspect(a: &Args) -> Result<()> {
-    let path = catalog::resolve(a.need("model")?, &mut |s| log(s))?;
+fn cmd_inspect(a: &InspectArgs) -> Result<()> {
+    let path = catalog::resolve(&a.model, &mut |s| log(s))?;
     let g = Gguf::read(&FileSource::open(&path)?)?;
     let mut types: std::collections::BTreeMap<String, (usize, u64)> = Default::default();
     for t in &g.tensors {
@@ -345,7 +424,7 @@ fn cmd_inspect(a: &Args) -> Result<()> {
         "config": cfg,
         "metadata": meta,
     });
-    if a.has("json") {
+    if a.json {
         println!("{v}");
     } else {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -377,12 +456,7 @@ fn summarize(v: &Value) -> serde_json::Value {
     }
 }
 
-fn cmd_fetch(a: &Args) -> Result<()> {
-    let id = a
-        .positional
-        .get(1)
-        .map(String::as_str)
-        .unwrap_or("gemma-3-270m");
+fn cmd_fetch(id: &str) -> Result<()> {
     let e =
         catalog::find(id)?.ok_or_else(|| Error::Model(format!("`{id}` is not in the catalog")))?;
     let path = catalog::fetch(
@@ -395,28 +469,19 @@ fn cmd_fetch(a: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Run the CLI with the process's arguments; exits non-zero on error.
+/// Run the CLI with the process's arguments; exits non-zero on error: 2 for a bad argument
+/// (clap's usage errors included), 1 for anything else.
 pub fn main() {
-    let raw: Vec<String> = std::env::args().skip(1).collect();
-    let result = Args::parse(raw).and_then(|a| {
-        let cmd = a.positional.first().cloned().unwrap_or_default();
-        match cmd.as_str() {
-            "fetch" => cmd_fetch(&a),
-            "generate" => cmd_generate(&a),
-            "tokenize" => cmd_tokenize(&a),
-            "logits" => cmd_logits(&a),
-            "bench" => cmd_bench(&a),
-            "inspect" => cmd_inspect(&a),
-            "synth" => cmd_synth(&a),
-            _ if a.has("help") || cmd.is_empty() || cmd == "help" => {
-                println!("{USAGE}");
-                Ok(())
-            }
-            other => Err(Error::InvalidArgument(format!(
-                "unknown command `{other}`\n\n{USAGE}"
-            ))),
-        }
-    });
+    let cli = Cli::parse();
+    let result = match &cli.cmd {
+        Cmd::Fetch { model } => cmd_fetch(model),
+        Cmd::Generate(a) => cmd_generate(a),
+        Cmd::Tokenize(a) => cmd_tokenize(a),
+        Cmd::Logits(a) => cmd_logits(a),
+        Cmd::Bench(a) => cmd_bench(a),
+        Cmd::Inspect(a) => cmd_inspect(a),
+        Cmd::Synth(a) => cmd_synth(a),
+    };
     if let Err(e) = result {
         eprintln!("kerze: {} ({})", e, e.kind());
         std::process::exit(match e {

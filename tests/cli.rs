@@ -154,8 +154,48 @@ fn bad_arguments_fail_with_a_clear_message() {
             2,
             "`abc` is not a token id",
         ),
-        (&["frobnicate"], 2, "unknown command"),
-        (&["generate", "--prompt"], 2, "--prompt needs a value"),
+        (&["frobnicate"], 2, "unrecognized subcommand 'frobnicate'"),
+        (
+            &["generate", "--prompt"],
+            2,
+            "a value is required for '--prompt <PROMPT>'",
+        ),
+        // An unknown flag is an error, not silently ignored (a misspelt --temperature).
+        (
+            &[
+                "generate",
+                "--model",
+                "m",
+                "--prompt",
+                "hi",
+                "--temprature",
+                "0",
+            ],
+            2,
+            "unexpected argument '--temprature'",
+        ),
+        (
+            &[
+                "generate",
+                "--model",
+                "m",
+                "--prompt",
+                "hi",
+                "--max-tokens",
+                "many",
+            ],
+            2,
+            "invalid value 'many' for '--max-tokens <MAX_TOKENS>'",
+        ),
+        (
+            &[
+                "generate", "--model", "m", "--prompt", "hi", "--device", "tpu",
+            ],
+            2,
+            "invalid value 'tpu' for '--device <DEVICE>'",
+        ),
+        (&["tokenize"], 2, "--model <MODEL>"),
+        (&["synth", "--out", "x.gguf"], 2, "--family <FAMILY>"),
     ];
     for (args, code, msg) in cases {
         let out = kerze().args(*args).output().unwrap();
@@ -178,6 +218,35 @@ fn bad_arguments_fail_with_a_clear_message() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("temperature -1 must be ≥ 0"));
+}
+
+/// Every command has --help (exit 0, its own flags listed); the device default is the
+/// library's, `auto`.
+#[test]
+fn every_command_has_help() {
+    for (cmd, flag) in [
+        ("fetch", "MODEL"),
+        ("generate", "--max-tokens"),
+        ("tokenize", "--text"),
+        ("logits", "--ids"),
+        ("bench", "--prompt-tokens"),
+        ("inspect", "--json"),
+        ("synth", "--family"),
+    ] {
+        let out = kerze().args([cmd, "--help"]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{cmd} --help");
+        assert!(text.contains(flag), "{cmd} --help lacks {flag}: {text}");
+    }
+    let out = kerze().args(["generate", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("[default: auto]"));
+    let out = kerze().arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in [
+        "fetch", "generate", "tokenize", "logits", "bench", "inspect", "synth",
+    ] {
+        assert!(text.contains(cmd), "kerze --help lacks {cmd}");
+    }
 }
 
 #[test]
