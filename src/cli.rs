@@ -31,6 +31,9 @@ enum Cmd {
     /// Continue a prompt (user text: control tokens in it stay text)
     #[command(allow_negative_numbers = true)]
     Generate(GenerateArgs),
+    /// Answer a chat message with the model's own chat template (an instruction model)
+    #[command(allow_negative_numbers = true)]
+    Chat(ChatArgs),
     /// Token ids of a text (stdin without --text); control tokens are parsed, <bos> added as
     /// the file says
     Tokenize(TokenizeArgs),
@@ -101,6 +104,31 @@ struct GenerateArgs {
     #[arg(long)]
     stop: Vec<String>,
     /// One JSON object: prompt_ids, ids, text, finish_reason, usage, tokens/s
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The user's message (the last turn)
+    #[arg(long, required_unless_present = "messages")]
+    message: Option<String>,
+    /// A system message before it
+    #[arg(long)]
+    system: Option<String>,
+    /// A JSON file of OpenAI messages ([{role, content}, …]) instead of --message/--system
+    #[arg(long, conflicts_with_all = ["message", "system"])]
+    messages: Option<std::path::PathBuf>,
+    /// Qwen3's thinking switch (default: the template's)
+    #[arg(long)]
+    enable_thinking: Option<bool>,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// One JSON object: prompt_ids, ids, content, reasoning_content, finish_reason, usage
     #[arg(long)]
     json: bool,
 }
@@ -269,6 +297,60 @@ fn cmd_generate(a: &GenerateArgs) -> Result<()> {
             g.usage.completion_tokens,
             g.usage.decode_tokens_per_s
         );
+    }
+    Ok(())
+}
+
+fn cmd_chat(a: &ChatArgs) -> Result<()> {
+    use crate::chat::{self, ChatOptions, Content, Message};
+    let messages: Vec<Message> = match &a.messages {
+        Some(f) => serde_json::from_slice(&std::fs::read(f)?)
+            .map_err(|e| Error::InvalidArgument(format!("--messages {}: {e}", f.display())))?,
+        None => {
+            let turn = |role: &str, text: &str| Message {
+                role: role.into(),
+                content: Content::Text(text.into()),
+                reasoning_content: None,
+            };
+            let mut m: Vec<Message> = a.system.iter().map(|s| turn("system", s)).collect();
+            m.push(turn("user", a.message.as_deref().unwrap_or("")));
+            m
+        }
+    };
+    let (mut engine, _) = load(&a.model)?;
+    let opts = ChatOptions {
+        enable_thinking: a.enable_thinking,
+        ..ChatOptions::default()
+    };
+    let prompt_ids = chat::prompt_ids_with(engine.tokenizer(), &messages, &opts)?;
+    let gen = GenerateOptions {
+        max_tokens: a.max_tokens,
+        sampler: sampler(&a.sampling),
+        stop: Vec::new(),
+        stop_tokens: None,
+    };
+    let mut text = String::new();
+    let mut out = std::io::stdout();
+    let g = pollster::block_on(engine.generate(prompt_ids.clone(), &gen, &never, &mut |c| {
+        text.push_str(&c.text);
+        if !a.json {
+            let _ = out.write_all(c.text.as_bytes());
+            let _ = out.flush();
+        }
+    }))?;
+    if a.json {
+        let (reasoning, content) = chat::split_reasoning(&text);
+        let v = serde_json::json!({
+            "prompt_ids": prompt_ids,
+            "ids": g.generated(),
+            "content": content,
+            "reasoning_content": reasoning,
+            "finish_reason": g.finish,
+            "usage": g.usage,
+        });
+        println!("{v}");
+    } else {
+        println!();
     }
     Ok(())
 }
@@ -476,6 +558,7 @@ pub fn main() {
     let result = match &cli.cmd {
         Cmd::Fetch { model } => cmd_fetch(model),
         Cmd::Generate(a) => cmd_generate(a),
+        Cmd::Chat(a) => cmd_chat(a),
         Cmd::Tokenize(a) => cmd_tokenize(a),
         Cmd::Logits(a) => cmd_logits(a),
         Cmd::Bench(a) => cmd_bench(a),

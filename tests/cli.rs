@@ -227,6 +227,7 @@ fn every_command_has_help() {
     for (cmd, flag) in [
         ("fetch", "MODEL"),
         ("generate", "--max-tokens"),
+        ("chat", "--enable-thinking"),
         ("tokenize", "--text"),
         ("logits", "--ids"),
         ("bench", "--prompt-tokens"),
@@ -247,6 +248,58 @@ fn every_command_has_help() {
     ] {
         assert!(text.contains(cmd), "kerze --help lacks {cmd}");
     }
+}
+
+/// `kerze chat` renders the model's own template: its prompt ids equal llama.cpp tokenizing
+/// jinja2's rendering of the same conversation (the SmolLM2 fixture), and the greedy answer's
+/// first token is llama.cpp's (a clear position); --messages takes an OpenAI messages file.
+#[test]
+fn chat_uses_the_models_template() {
+    let f: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/llamacpp_smollm2_135m.json")).unwrap();
+    let case = &f["cases"][2];
+    let run = |args: &[&str]| -> serde_json::Value {
+        let out = kerze()
+            .args([
+                "chat",
+                "--json",
+                "--max-tokens",
+                "4",
+                "--temperature",
+                "0",
+                "--model",
+            ])
+            .arg(common::smollm2_path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let m = &case["messages"];
+    let v = run(&[
+        "--system",
+        m[0]["content"].as_str().unwrap(),
+        "--message",
+        m[1]["content"].as_str().unwrap(),
+    ]);
+    assert_eq!(v["prompt_ids"], case["prompt_ids"]);
+    assert_eq!(v["ids"][0], case["greedy_ids"][0]);
+    assert!(
+        v["reasoning_content"].is_null() && v["content"].is_string(),
+        "{v}"
+    );
+    let dir = std::env::temp_dir().join(format!("kerze-cli-chat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("messages.json");
+    std::fs::write(&file, serde_json::to_vec(m).unwrap()).unwrap();
+    let w = run(&["--messages", file.to_str().unwrap()]);
+    assert_eq!(w["prompt_ids"], case["prompt_ids"]);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -143,3 +143,52 @@ pub fn prompt_ids_with(
         )),
     }
 }
+
+/// A reply that opens with `<think>…</think>` (Qwen3 and other reasoning models) as
+/// (reasoning, answer), as llama-server's `reasoning_content` does: the newlines next to the
+/// tags dropped. Any other reply is all answer. (The JS package's ThinkSplitter does the same
+/// on a stream.)
+pub fn split_reasoning(text: &str) -> (Option<String>, String) {
+    let t = text.trim_start();
+    let Some(rest) = t.strip_prefix("<think>") else {
+        return (None, text.to_string());
+    };
+    match rest.find("</think>") {
+        Some(end) => {
+            let reasoning = rest[..end].trim_start_matches('\n');
+            let reasoning = reasoning.strip_suffix('\n').unwrap_or(reasoning);
+            let answer = rest[end + "</think>".len()..].trim_start_matches('\n');
+            (Some(reasoning.to_string()), answer.to_string())
+        }
+        None => (
+            Some(rest.trim_start_matches('\n').to_string()),
+            String::new(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_reasoning;
+
+    #[test]
+    fn reasoning_is_split_from_the_answer() {
+        let s = |t: &str| split_reasoning(t);
+        assert_eq!(
+            s("<think>\nplan it\n</think>\n\nAnswer."),
+            (Some("plan it".into()), "Answer.".into())
+        );
+        assert_eq!(
+            s("<think>\n\n</think>\n\nHi"),
+            (Some(String::new()), "Hi".into())
+        );
+        assert_eq!(
+            s("Answer, <think> is text."),
+            (None, "Answer, <think> is text.".into())
+        );
+        assert_eq!(
+            s("<think>\nunfinished"),
+            (Some("unfinished".into()), String::new())
+        );
+    }
+}
