@@ -6,7 +6,7 @@
 use super::{Cache, Progress, Want};
 use crate::backend::{AttnParams, Backend, Glu, Rope};
 use crate::config::ModelConfig;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gguf::{ByteSource, Gguf};
 
 /// One transformer block's weights.
@@ -111,27 +111,11 @@ impl<B: Backend> Gemma3<B> {
         })
     }
 
-    /// Empty KV caches: a ring of `sliding_window` slots for sliding layers, `n_ctx` for global.
-    pub fn new_cache(&self, be: &mut B) -> Result<Cache<B>> {
-        let c = &self.cfg;
-        let layers = (0..c.n_layer)
-            .map(|il| be.new_kv(c.kv_slots(il), c.n_head_kv, c.head_dim))
-            .collect::<Result<_>>()?;
-        Ok(Cache { layers, n_past: 0 })
-    }
-
     /// Run `ids` at positions `cache.n_past..` and return the final-normed hidden states
     /// `(n_tok, n_embd)`. The caller chunks long prompts.
     pub fn forward(&self, be: &mut B, ids: &[u32], cache: &mut Cache<B>) -> Result<B::Tensor> {
         let c = &self.cfg;
-        let needed = cache.n_past + ids.len();
-        if needed > c.n_ctx {
-            return Err(Error::ContextFull {
-                needed,
-                n_ctx: c.n_ctx,
-            });
-        }
-        let pos: Vec<usize> = (cache.n_past..needed).collect();
+        let pos = super::positions(c, cache, ids.len())?;
         let mut x = be.embed(&self.token_embd, ids, c.embd_scale)?; // (n_tok, n_embd)
         for (il, (l, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             let global = c.is_global(il);
@@ -167,7 +151,7 @@ impl<B: Backend> Gemma3<B> {
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
             x = be.add_rms_norm(&x, &f, &l.post_ffn_norm, c.rms_eps)?; // residual
         }
-        cache.n_past = needed;
+        cache.n_past += ids.len();
         be.rms_norm(&x, &self.output_norm, c.rms_eps)
     }
 

@@ -138,27 +138,11 @@ impl<B: Backend> Llama<B> {
         })
     }
 
-    /// Empty KV caches of `n_ctx` slots for every layer.
-    pub fn new_cache(&self, be: &mut B) -> Result<Cache<B>> {
-        let c = &self.cfg;
-        let layers = (0..c.n_layer)
-            .map(|il| be.new_kv(c.kv_slots(il), c.n_head_kv, c.head_dim))
-            .collect::<Result<_>>()?;
-        Ok(Cache { layers, n_past: 0 })
-    }
-
     /// Run `ids` at positions `cache.n_past..` and return the final-normed hidden states
     /// `(n_tok, n_embd)`. The caller chunks long prompts.
     pub fn forward(&self, be: &mut B, ids: &[u32], cache: &mut Cache<B>) -> Result<B::Tensor> {
         let c = &self.cfg;
-        let needed = cache.n_past + ids.len();
-        if needed > c.n_ctx {
-            return Err(Error::ContextFull {
-                needed,
-                n_ctx: c.n_ctx,
-            });
-        }
-        let pos: Vec<usize> = (cache.n_past..needed).collect();
+        let pos = super::positions(c, cache, ids.len())?;
         let bias = |be: &mut B, x: B::Tensor, b: &Option<B::Weight>| match b {
             Some(b) => be.add_bias(&x, b),
             None => Ok(x),
@@ -199,7 +183,7 @@ impl<B: Backend> Llama<B> {
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
             x = be.add(&x, &f)?; // residual
         }
-        cache.n_past = needed;
+        cache.n_past += ids.len();
         be.rms_norm(&x, &self.output_norm, c.rms_eps)
     }
 

@@ -50,12 +50,14 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    /// An empty KV cache sized for `cfg().n_ctx`.
+    /// An empty KV cache: per layer, a ring of `sliding_window` slots for sliding layers,
+    /// `n_ctx` for global ones.
     pub fn new_cache(&self, be: &mut B) -> Result<Cache<B>> {
-        match self {
-            Self::Gemma3(m) => m.new_cache(be),
-            Self::Llama(m) => m.new_cache(be),
-        }
+        let c = self.cfg();
+        let layers = (0..c.n_layer)
+            .map(|il| be.new_kv(c.kv_slots(il), c.n_head_kv, c.head_dim))
+            .collect::<Result<_>>()?;
+        Ok(Cache { layers, n_past: 0 })
     }
 
     /// Run `ids` after what `cache` holds: the hidden states `(ids.len(), n_embd)`.
@@ -73,6 +75,19 @@ impl<B: Backend> Model<B> {
             Self::Llama(m) => m.lm_head(be, hidden),
         }
     }
+}
+
+/// The positions of `n` tokens after what `cache` holds, or the typed error when they pass
+/// the context; `cache.n_past` becomes the end once the forward pass has run.
+pub fn positions<B: Backend>(cfg: &ModelConfig, cache: &Cache<B>, n: usize) -> Result<Vec<usize>> {
+    let needed = cache.n_past + n;
+    if needed > cfg.n_ctx {
+        return Err(Error::ContextFull {
+            needed,
+            n_ctx: cfg.n_ctx,
+        });
+    }
+    Ok((cache.n_past..needed).collect())
 }
 
 /// A tensor a family reads: its name, its dims as ggml lists them (fastest first) and

@@ -392,6 +392,49 @@ fn parse_byte_token(t: &str) -> Option<u8> {
     u8::from_str_radix(hex, 16).ok()
 }
 
+/// What both constructions add around their BPE model: the control tokens (special: never
+/// from user text), the user-defined ones (matched whole, not normalized) and the <bos>
+/// post-processor when the file wants <bos>.
+struct Added {
+    bos: Option<(String, u32)>,
+    special: Vec<AddedToken>,
+    user_defined: Vec<AddedToken>,
+}
+
+impl Added {
+    fn new(vocab: &Vocab, types: &[i64], control: &[bool], bos: Option<u32>) -> Self {
+        let piece = |id: u32| vocab.piece(id).unwrap_or("").to_string();
+        Self {
+            bos: bos.map(|id| (piece(id), id)),
+            special: (0..types.len())
+                .filter(|&i| control[i])
+                .map(|i| AddedToken::from(piece(i as u32), true))
+                .collect(),
+            user_defined: (0..types.len())
+                .filter(|&i| types[i] == TYPE_USER_DEFINED && !control[i])
+                .map(|i| AddedToken::from(piece(i as u32), false).normalized(false))
+                .collect(),
+        }
+    }
+
+    fn install(self, tk: &mut Pipeline) -> Result<()> {
+        if let Some((bos_str, bos)) = self.bos {
+            let post = TemplateProcessing::builder()
+                .try_single(format!("{bos_str} $A"))
+                .map_err(tk_err)?
+                .try_pair(format!("{bos_str} $A {bos_str} $B"))
+                .map_err(tk_err)?
+                .special_tokens(vec![(bos_str, bos)])
+                .build()
+                .map_err(tk_err)?;
+            tk.with_post_processor(Some(post));
+        }
+        tk.add_special_tokens(self.special).map_err(tk_err)?;
+        tk.add_tokens(self.user_defined).map_err(tk_err)?;
+        Ok(())
+    }
+}
+
 /// The Hugging Face construction of a SentencePiece BPE, with merges derived from the scores.
 /// `control[i]`: token i is special (never produced from user text).
 fn build(
@@ -465,16 +508,7 @@ fn build(
     let triples: Vec<(u32, u32, u32)> = merges.iter().map(|m| (m.1, m.2, m.0 as u32)).collect();
     drop(merges);
     let unk = vocab.id("<unk>");
-    let piece = |id: u32| vocab.piece(id).unwrap_or("").to_string();
-    let bos_str = bos.map(piece);
-    let special: Vec<AddedToken> = (0..types.len())
-        .filter(|&i| control[i])
-        .map(|i| AddedToken::from(piece(i as u32), true))
-        .collect();
-    let user_defined: Vec<AddedToken> = (0..types.len())
-        .filter(|&i| types[i] == TYPE_USER_DEFINED && !control[i])
-        .map(|i| AddedToken::from(piece(i as u32), false).normalized(false))
-        .collect();
+    let added = Added::new(&vocab, types, control, bos);
     let model = GgufBpe::new(vocab, &triples, unk);
     drop(triples);
     lap("bpe built");
@@ -507,19 +541,7 @@ fn build(
         decoders.push(Strip::new(' ', 1, 0).into());
     }
     tk.with_decoder(Some(DecoderSequence::new(decoders)));
-    if let (Some(bos), Some(bos_str)) = (bos, bos_str) {
-        let post = TemplateProcessing::builder()
-            .try_single(format!("{bos_str} $A"))
-            .map_err(tk_err)?
-            .try_pair(format!("{bos_str} $A {bos_str} $B"))
-            .map_err(tk_err)?
-            .special_tokens(vec![(bos_str, bos)])
-            .build()
-            .map_err(tk_err)?;
-        tk.with_post_processor(Some(post));
-    }
-    tk.add_special_tokens(special).map_err(tk_err)?;
-    tk.add_tokens(user_defined).map_err(tk_err)?;
+    added.install(&mut tk)?;
     lap("added tokens");
     Ok(tk)
 }
@@ -570,16 +592,7 @@ fn build_byte_level(
             triples.push((a, b, c));
         }
     }
-    let piece = |id: u32| vocab.piece(id).unwrap_or("").to_string();
-    let bos_str = bos.map(piece);
-    let special: Vec<AddedToken> = (0..types.len())
-        .filter(|&i| control[i])
-        .map(|i| AddedToken::from(piece(i as u32), true))
-        .collect();
-    let user_defined: Vec<AddedToken> = (0..types.len())
-        .filter(|&i| types[i] == TYPE_USER_DEFINED && !control[i])
-        .map(|i| AddedToken::from(piece(i as u32), false).normalized(false))
-        .collect();
+    let added = Added::new(&vocab, types, control, bos);
     // Llama 3's tokenizer takes a word that is a token as it is, merges or not.
     let ignore_merges = split.is_some() && !nfc;
     let model = GgufBpe::new(vocab, &triples, None).ignore_merges(ignore_merges);
@@ -606,18 +619,6 @@ fn build_byte_level(
     steps.push(ByteLevel::new(false, true, split.is_none()).into());
     tk.with_pre_tokenizer(Some(PreSequence::new(steps)));
     tk.with_decoder(Some(ByteLevel::new(false, true, true)));
-    if let (Some(bos), Some(bos_str)) = (bos, bos_str) {
-        let post = TemplateProcessing::builder()
-            .try_single(format!("{bos_str} $A"))
-            .map_err(tk_err)?
-            .try_pair(format!("{bos_str} $A {bos_str} $B"))
-            .map_err(tk_err)?
-            .special_tokens(vec![(bos_str, bos)])
-            .build()
-            .map_err(tk_err)?;
-        tk.with_post_processor(Some(post));
-    }
-    tk.add_special_tokens(special).map_err(tk_err)?;
-    tk.add_tokens(user_defined).map_err(tk_err)?;
+    added.install(&mut tk)?;
     Ok(tk)
 }
