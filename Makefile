@@ -128,6 +128,7 @@ test-wasm: setup fetch
 
 # The package, worker, cache, script tag and demo in headless Chromium (Playwright).
 test-browser: setup fetch build
+	node tests/openai.mjs
 	node_modules/.bin/tsc -p tests/types/tsconfig.paths.json
 	node tests/browser/run.mjs
 

@@ -119,6 +119,8 @@ export interface GenerateOptions {
   minP?: number;
   repetitionPenalty?: number;
   presencePenalty?: number;
+  /** Subtracted × the count of each recent token (0: off). */
+  frequencyPenalty?: number;
   penaltyLastN?: number;
   /** Same seed, prompt and options → same text. Default: random. */
   seed?: number;
@@ -188,8 +190,9 @@ export interface ChatCompletionCreateParams {
   stop?: string | string[];
   presence_penalty?: number;
   repetition_penalty?: number;
-  /** Only 0 (unsupported otherwise). */
   frequency_penalty?: number;
+  /** Only false. */
+  logprobs?: boolean;
   /** Only 1. */
   n?: number;
   user?: string;
@@ -203,6 +206,8 @@ export interface ChatCompletionUsage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  /** Prompt tokens taken from the KV cache (the engine's earlier turn), not computed again. */
+  prompt_tokens_details: { cached_tokens: number };
 }
 
 export interface ChatCompletion {

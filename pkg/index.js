@@ -11,8 +11,11 @@ import { catalog } from './catalog.js';
 import { Core, engineOptions, wasmUrl } from './core.js';
 import { openModelCache } from './cache.js';
 import { HERE } from './here.js';
+import {
+  chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter,
+} from './openai.js';
 
-export { KerzeError, ERROR_NAMES, catalog };
+export { KerzeError, ERROR_NAMES, catalog, ThinkSplitter };
 
 let ownWorkerUrl = null;
 /** Where the worker script is (the single-file build points this at itself). @internal */
@@ -348,140 +351,6 @@ function promptInput(prompt) {
   throw new KerzeError('InvalidArgumentError', 'the prompt must be a string (or an array of token ids)');
 }
 
-let completionCounter = 0;
-function completionId() {
-  const a = new Uint32Array(2);
-  crypto.getRandomValues(a);
-  completionCounter += 1;
-  return `chatcmpl-${a[0].toString(16)}${a[1].toString(16)}${completionCounter}`;
-}
-
-/** OpenAI chat parameters → generate options. */
-function chatOptions(body) {
-  const known = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens',
-    'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'seed', 'stop',
-    'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'signal',
-    'enable_thinking', 'chat_template_kwargs']);
-  for (const k of Object.keys(body)) {
-    if (!known.has(k)) {
-      throw new KerzeError('InvalidArgumentError', `chat.completions.create: '${k}' is not supported`);
-    }
-  }
-  if (!Array.isArray(body.messages) || body.messages.length === 0) {
-    throw new KerzeError('InvalidArgumentError', 'chat.completions.create needs a non-empty messages array');
-  }
-  if (body.n != null && body.n !== 1) {
-    throw new KerzeError('InvalidArgumentError', 'chat.completions.create: only n = 1 is supported');
-  }
-  if (body.frequency_penalty) {
-    throw new KerzeError('InvalidArgumentError',
-      'chat.completions.create: frequency_penalty is not supported; use presence_penalty or repetition_penalty');
-  }
-  const stop = body.stop == null ? undefined : [].concat(body.stop);
-  return {
-    maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
-    temperature: body.temperature ?? undefined,
-    topP: body.top_p ?? undefined,
-    topK: body.top_k ?? undefined,
-    minP: body.min_p ?? undefined,
-    seed: body.seed ?? undefined,
-    presencePenalty: body.presence_penalty ?? undefined,
-    repetitionPenalty: body.repetition_penalty ?? undefined,
-    stop,
-  };
-}
-
-/** The template options of a chat request: `enable_thinking` (Qwen3) at the top level or in
- * `chat_template_kwargs`, as llama-server and vLLM take it. */
-function chatTemplateOptions(body) {
-  const kw = body.chat_template_kwargs ?? {};
-  if (typeof kw !== 'object' || Array.isArray(kw)) {
-    throw new KerzeError('InvalidArgumentError', 'chat_template_kwargs must be an object');
-  }
-  for (const k of Object.keys(kw)) {
-    if (k !== 'enable_thinking') {
-      throw new KerzeError('InvalidArgumentError', `chat_template_kwargs.${k} is not supported (enable_thinking is)`);
-    }
-  }
-  const thinking = body.enable_thinking ?? kw.enable_thinking;
-  if (thinking != null && typeof thinking !== 'boolean') {
-    throw new KerzeError('InvalidArgumentError', 'enable_thinking must be true or false');
-  }
-  return thinking == null ? {} : { enableThinking: thinking };
-}
-
-/**
- * Splits a reply that opens with `<think>…</think>` (Qwen3 and other reasoning models) into
- * reasoning and answer, as llama-server's `reasoning_content` does, also when the tags arrive
- * in pieces of a stream. `push(text)` returns { reasoning, content } for what is certain so
- * far; `end()` the rest.
- */
-export class ThinkSplitter {
-  // start → (think-open → think → answer-open) | answer; "-open": leading newlines dropped.
-  #state = 'start';
-  #held = '';
-
-  push(text) {
-    let reasoning = '';
-    let content = '';
-    this.#held += text;
-    for (;;) {
-      const s = this.#state;
-      if (s === 'start') {
-        const t = this.#held.replace(/^\s+/, '');
-        if (t.startsWith('<think>')) {
-          this.#held = t.slice('<think>'.length);
-          this.#state = 'think-open';
-          continue;
-        }
-        if ('<think>'.startsWith(t)) break; // undecided
-        this.#state = 'answer';
-        continue;
-      }
-      if (s === 'think-open' || s === 'answer-open') {
-        this.#held = this.#held.replace(/^\n+/, '');
-        if (!this.#held) break;
-        this.#state = s === 'think-open' ? 'think' : 'answer';
-        continue;
-      }
-      if (s === 'think') {
-        const end = this.#held.indexOf('</think>');
-        if (end >= 0) {
-          reasoning += this.#held.slice(0, end).replace(/\n$/, '');
-          this.#held = this.#held.slice(end + '</think>'.length);
-          this.#state = 'answer-open';
-          continue;
-        }
-        // Keep back what could be the start of '</think>' (and one newline before it).
-        let keep = 0;
-        for (let k = Math.min('</think>'.length - 1, this.#held.length); k > 0; k--) {
-          if ('</think>'.startsWith(this.#held.slice(-k))) { keep = k; break; }
-        }
-        if (this.#held.slice(0, this.#held.length - keep).endsWith('\n')) keep += 1;
-        reasoning += this.#held.slice(0, this.#held.length - keep);
-        this.#held = this.#held.slice(this.#held.length - keep);
-        break;
-      }
-      content += this.#held;
-      this.#held = '';
-      break;
-    }
-    return { reasoning, content };
-  }
-
-  end() {
-    const rest = this.#held;
-    this.#held = '';
-    if (this.#state === 'think' || this.#state === 'think-open') {
-      return { reasoning: rest.replace(/^\n+/, ''), content: '' };
-    }
-    if (this.#state === 'answer-open') return { reasoning: '', content: '' };
-    return { reasoning: '', content: rest };
-  }
-}
-
-const FINISH = { stop: 'stop', length: 'length', context_full: 'length' };
-
 /** A loaded model. Create with createEngine(). */
 export class Engine {
   #t;
@@ -582,63 +451,24 @@ export class Engine {
 
   async #chatCreate(body, req = {}) {
     this.#check();
-    if (!body || typeof body !== 'object') {
-      throw new KerzeError('InvalidArgumentError', 'chat.completions.create needs { messages, ... }');
-    }
     const options = { ...chatOptions(body), signal: req.signal ?? body.signal };
     const input = { messages: body.messages, chat: chatTemplateOptions(body) };
-    const id = completionId();
-    const created = Math.floor(Date.now() / 1000);
-    const model = this.info.model;
-    const usageOf = (u) => ({
-      prompt_tokens: u.promptTokens,
-      completion_tokens: u.completionTokens,
-      total_tokens: u.promptTokens + u.completionTokens,
-    });
+    const meta = { id: completionId(), created: Math.floor(Date.now() / 1000), model: this.info.model };
     if (!body.stream) {
       const r = await this.#collect(this.#stream(null, options, input));
-      const split = new ThinkSplitter();
-      const a = split.push(r.text);
-      const b = split.end();
-      const reasoning = a.reasoning + b.reasoning;
-      return {
-        id, object: 'chat.completion', created, model,
-        choices: [{
-          index: 0,
-          message: {
-            role: 'assistant',
-            content: a.content + b.content,
-            ...(reasoning ? { reasoning_content: reasoning } : {}),
-          },
-          finish_reason: FINISH[r.finishReason] ?? 'stop',
-          logprobs: null,
-        }],
-        usage: usageOf(r.usage),
-      };
+      return chatCompletion(meta, r.text, r.finishReason, r.usage);
     }
-    const includeUsage = body.stream_options?.include_usage === true;
+    const frames = new ChatStream(meta, streamOptions(body).includeUsage);
     const inner = this.#stream(null, options, input);
-    const frame = (delta, finish, usage) => ({
-      id, object: 'chat.completion.chunk', created, model,
-      choices: usage ? [] : [{ index: 0, delta, finish_reason: finish, logprobs: null }],
-      ...(usage ? { usage } : {}),
-    });
-    const split = new ThinkSplitter();
-    const deltas = ({ reasoning, content }) => [
-      ...(reasoning ? [frame({ reasoning_content: reasoning }, null)] : []),
-      ...(content ? [frame({ content }, null)] : []),
-    ];
     async function* chunks() {
-      yield frame({ role: 'assistant', content: '' }, null);
+      yield frames.start();
       for (;;) {
         const r = await inner.next();
         if (r.done) {
-          yield* deltas(split.end());
-          yield frame({}, FINISH[r.value.finishReason] ?? 'stop');
-          if (includeUsage) yield frame(null, null, usageOf(r.value.usage));
+          yield* frames.finish(r.value.finishReason, r.value.usage);
           return;
         }
-        if (r.value.text) yield* deltas(split.push(r.value.text));
+        if (r.value.text) yield* frames.push(r.value.text);
       }
     }
     const it = chunks();

@@ -85,6 +85,8 @@ struct SamplingArgs {
     #[arg(long)]
     presence_penalty: Option<f32>,
     #[arg(long)]
+    frequency_penalty: Option<f32>,
+    #[arg(long)]
     penalty_last_n: Option<usize>,
     #[arg(long)]
     seed: Option<u64>,
@@ -247,6 +249,7 @@ fn sampler(a: &SamplingArgs) -> SamplerConfig {
         min_p: a.min_p.unwrap_or(d.min_p),
         repetition_penalty: a.repeat_penalty.unwrap_or(d.repetition_penalty),
         presence_penalty: a.presence_penalty.unwrap_or(d.presence_penalty),
+        frequency_penalty: a.frequency_penalty.unwrap_or(d.frequency_penalty),
         penalty_last_n: a.penalty_last_n.unwrap_or(d.penalty_last_n),
         seed: a.seed.unwrap_or(d.seed),
     }

@@ -478,6 +478,23 @@ impl Engine {
     pub fn reset(&mut self) {
         on_session!(&mut self.run, s => s.reset())
     }
+
+    /// A second engine on the same weights with its own KV cache (a server slot). On the CPU
+    /// only: a GPU engine's weights live on its device (load another engine there instead).
+    pub fn fork(&self) -> Result<Engine> {
+        match &self.run {
+            Run::Cpu(s) => Ok(Engine {
+                run: Run::Cpu(s.fork()?),
+                info: self.info.clone(),
+                source: None,
+                switched: None,
+            }),
+            #[cfg(feature = "gpu")]
+            Run::Gpu(_) => Err(Error::InvalidArgument(
+                "an engine on the GPU cannot share its weights: load another one".into(),
+            )),
+        }
+    }
 }
 
 fn cpu_backend_name() -> &'static str {

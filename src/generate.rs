@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::model::{Cache, Model};
 use crate::sampler::{top_k, Sampler, SamplerConfig};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+use std::sync::Arc;
 
 /// Tokens per prefill chunk: large enough to reuse each weight tile across rows, small enough
 /// to keep activations small and let an abort land quickly.
@@ -130,15 +131,20 @@ impl Generation {
 /// A loaded model ready to generate on backend `B`.
 pub struct Session<B: Backend> {
     pub be: B,
-    pub model: Model<B>,
-    pub tok: Tokenizer,
+    /// Shared by the sessions [`Session::fork`] makes (server slots): weights are read only.
+    pub model: Arc<Model<B>>,
+    pub tok: Arc<Tokenizer>,
     cache: Cache<B>,
     /// The ids whose keys and values the cache holds, in order.
     cached_ids: Vec<u32>,
 }
 
 impl<B: Backend> Session<B> {
-    pub fn new(mut be: B, model: Model<B>, tok: Tokenizer) -> Result<Self> {
+    pub fn new(be: B, model: Model<B>, tok: Tokenizer) -> Result<Self> {
+        Self::with_shared(be, Arc::new(model), Arc::new(tok))
+    }
+
+    fn with_shared(mut be: B, model: Arc<Model<B>>, tok: Arc<Tokenizer>) -> Result<Self> {
         let cache = model.new_cache(&mut be)?;
         Ok(Self {
             be,
@@ -473,6 +479,18 @@ impl<B: Backend> Session<B> {
             out.extend(logits.chunks_exact(n_vocab).map(|row| top_k(row, k)));
         }
         Ok(out)
+    }
+}
+
+impl Session<crate::cpu::CpuBackend> {
+    /// A second session on the same weights and tokenizer with its own (empty) KV cache: one
+    /// per server slot, at the cost of a cache, not of another copy of the model.
+    pub fn fork(&self) -> Result<Self> {
+        Self::with_shared(
+            crate::cpu::CpuBackend::new(),
+            Arc::clone(&self.model),
+            Arc::clone(&self.tok),
+        )
     }
 }
 

@@ -27,6 +27,7 @@ pub mod gguf;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod model;
+pub mod openai;
 pub mod sampler;
 pub mod synth;
 pub mod tokenizer;

@@ -19,6 +19,8 @@ pub struct SamplerConfig {
     pub repetition_penalty: f32,
     /// Subtract from the logits of recent tokens (0: off).
     pub presence_penalty: f32,
+    /// Subtract this × the number of times a token occurs among the recent ones (0: off).
+    pub frequency_penalty: f32,
     /// How many recent tokens the penalties look at.
     pub penalty_last_n: usize,
     /// Same seed, same prompt, same options → same text.
@@ -34,6 +36,7 @@ impl Default for SamplerConfig {
             min_p: 0.05,
             repetition_penalty: 1.0,
             presence_penalty: 0.0,
+            frequency_penalty: 0.0,
             penalty_last_n: 64,
             seed: 0,
         }
@@ -71,6 +74,12 @@ impl SamplerConfig {
             return bad(format!(
                 "presence_penalty {} must be finite",
                 self.presence_penalty
+            ));
+        }
+        if !self.frequency_penalty.is_finite() {
+            return bad(format!(
+                "frequency_penalty {} must be finite",
+                self.frequency_penalty
             ));
         }
         Ok(())
@@ -159,11 +168,11 @@ impl Sampler {
     /// or above `max`, or penalties that can raise a token). Penalties only lower the
     /// recent tokens, so the final top-k lies within the top k + (distinct recent tokens).
     pub fn candidates_needed(&self, history: &[u32], max: usize) -> Option<usize> {
-        let (rep, pres) = (self.cfg.repetition_penalty, self.cfg.presence_penalty);
-        if rep < 1.0 || pres < 0.0 {
+        let (rep, pres, freq) = self.penalties();
+        if rep < 1.0 || pres < 0.0 || freq < 0.0 {
             return None;
         }
-        let extra = if rep == 1.0 && pres == 0.0 {
+        let extra = if self.penalties_off() {
             0
         } else {
             self.recent(history).len()
@@ -181,26 +190,51 @@ impl Sampler {
     /// Pick from the best `(id, logit)` of the full logits (at least
     /// [`Sampler::candidates_needed`] of them): the same token as [`Sampler::sample`].
     pub fn sample_top(&mut self, mut cands: Vec<(u32, f32)>, history: &[u32]) -> u32 {
-        let (rep, pres) = (self.cfg.repetition_penalty, self.cfg.presence_penalty);
-        if rep != 1.0 || pres != 0.0 {
+        if !self.penalties_off() {
             let recent = self.recent(history);
             for c in &mut cands {
-                if recent.binary_search(&c.0).is_ok() {
-                    c.1 = if c.1 > 0.0 { c.1 / rep } else { c.1 * rep };
-                    c.1 -= pres;
+                if let Ok(i) = recent.binary_search_by_key(&c.0, |r| r.0) {
+                    c.1 = self.penalised(c.1, recent[i].1);
                 }
             }
         }
         self.sample_candidates(cands)
     }
 
-    /// The distinct ids the penalties look at, sorted.
-    fn recent(&self, history: &[u32]) -> Vec<u32> {
+    fn penalties(&self) -> (f32, f32, f32) {
+        let c = &self.cfg;
+        (
+            c.repetition_penalty,
+            c.presence_penalty,
+            c.frequency_penalty,
+        )
+    }
+
+    fn penalties_off(&self) -> bool {
+        self.penalties() == (1.0, 0.0, 0.0)
+    }
+
+    /// A recent token's logit after the penalties, as llama.cpp applies them: repetition
+    /// (divide a positive logit, multiply a negative one), then presence + count × frequency.
+    fn penalised(&self, l: f32, count: u32) -> f32 {
+        let (rep, pres, freq) = self.penalties();
+        let l = if l > 0.0 { l / rep } else { l * rep };
+        l - pres - freq * count as f32
+    }
+
+    /// The distinct ids the penalties look at, sorted, with how often each occurs.
+    fn recent(&self, history: &[u32]) -> Vec<(u32, u32)> {
         let start = history.len().saturating_sub(self.cfg.penalty_last_n);
         let mut seen: Vec<u32> = history[start..].to_vec();
         seen.sort_unstable();
-        seen.dedup();
-        seen
+        let mut out: Vec<(u32, u32)> = Vec::new();
+        for id in seen {
+            match out.last_mut() {
+                Some(last) if last.0 == id => last.1 += 1,
+                _ => out.push((id, 1)),
+            }
+        }
+        out
     }
 
     /// Pick from candidates `(id, logit)` sorted or not (e.g. a GPU top-k).
@@ -252,14 +286,12 @@ impl Sampler {
     }
 
     fn apply_penalties(&self, logits: &mut [f32], history: &[u32]) {
-        let (rep, pres) = (self.cfg.repetition_penalty, self.cfg.presence_penalty);
-        if rep == 1.0 && pres == 0.0 {
+        if self.penalties_off() {
             return;
         }
-        for id in self.recent(history) {
+        for (id, count) in self.recent(history) {
             if let Some(l) = logits.get_mut(id as usize) {
-                *l = if *l > 0.0 { *l / rep } else { *l * rep };
-                *l -= pres;
+                *l = self.penalised(*l, count);
             }
         }
     }
@@ -316,6 +348,24 @@ mod tests {
         let mut s = Sampler::new(cfg).unwrap();
         let mut l = vec![0.1, 3.0, -1.0, 2.0];
         assert_eq!(s.sample(&mut l, &[1]), 3);
+    }
+
+    #[test]
+    fn frequency_penalty_counts_occurrences_and_top_k_agrees() {
+        let cfg = SamplerConfig {
+            frequency_penalty: 0.6,
+            ..SamplerConfig::greedy()
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        // Token 1 twice: 3.0 − 2 × 0.6 = 1.8, above token 3's 2.0 − 0.6 = 1.4; three times:
+        // 3.0 − 1.8 = 1.2, below it.
+        let l = vec![0.1, 3.0, -1.0, 2.0];
+        assert_eq!(s.sample(&mut l.clone(), &[1, 1, 3]), 1);
+        assert_eq!(s.sample(&mut l.clone(), &[1, 1, 1, 3]), 3);
+        let hist = [1, 1, 1, 3];
+        let k = s.candidates_needed(&hist, 128).unwrap();
+        let cands = super::top_k(&l, k);
+        assert_eq!(s.sample_top(cands, &hist), 3);
     }
 
     #[test]

@@ -1,0 +1,285 @@
+// The OpenAI chat completions shapes: a request body → the engine's options, and a
+// generation → the response object or the stream's chunks. The same shapes as the Rust side
+// (src/openai.rs, which `kerze serve` speaks through); tests/openai.mjs and tests/openai.rs
+// check both against the same cases in tests/fixtures/openai/.
+
+import { KerzeError } from './protocol.js';
+
+const WHAT = 'chat.completions.create';
+
+const KNOWN = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens',
+  'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'seed', 'stop',
+  'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'logprobs',
+  'enable_thinking', 'chat_template_kwargs']);
+
+/** The most stop strings a request may give, and their longest length in bytes. */
+const MAX_STOP = 16;
+const MAX_STOP_BYTES = 1024;
+
+const bad = (message) => new KerzeError('InvalidArgumentError', message);
+const given = (v) => v !== undefined && v !== null;
+
+function number(body, k) {
+  const v = body[k];
+  if (!given(v)) return undefined;
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw bad(`${WHAT}: ${k} must be a number`);
+  return v;
+}
+
+function count(body, k) {
+  const v = body[k];
+  if (!given(v)) return undefined;
+  if (!Number.isSafeInteger(v) || v < 0) throw bad(`${WHAT}: ${k} must be a non-negative integer`);
+  return v;
+}
+
+function stopStrings(v) {
+  if (!given(v)) return undefined;
+  const list = typeof v === 'string' ? [v] : v;
+  if (!Array.isArray(list) || !list.every((s) => typeof s === 'string')) {
+    throw bad(`${WHAT}: stop must be a string or a list of strings`);
+  }
+  if (list.length > MAX_STOP) throw bad(`${WHAT}: stop takes at most ${MAX_STOP} strings`);
+  const bytes = (s) => new TextEncoder().encode(s).length;
+  if (list.some((s) => s.length === 0 || bytes(s) > MAX_STOP_BYTES)) {
+    throw bad(`${WHAT}: a stop string must have 1 to ${MAX_STOP_BYTES} bytes`);
+  }
+  return list;
+}
+
+/**
+ * OpenAI chat parameters → the engine's generate options ({ maxTokens, temperature, … }; a
+ * field the request leaves out stays undefined: the engine's default). Ranges (temperature
+ * ≥ 0, …) are the engine's to check.
+ */
+export function chatOptions(body) {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) {
+    throw bad(`${WHAT}: the body must be a JSON object`);
+  }
+  for (const k of Object.keys(body)) {
+    if (!KNOWN.has(k) && k !== 'signal') throw bad(`${WHAT}: '${k}' is not supported`);
+  }
+  if (!Array.isArray(body.messages) || body.messages.length === 0) {
+    throw bad(`${WHAT} needs a non-empty messages array`);
+  }
+  if (given(body.logprobs) && body.logprobs !== false) {
+    throw bad(`${WHAT}: logprobs is not supported (only false)`);
+  }
+  const n = count(body, 'n');
+  if (n !== undefined && n !== 1) throw bad(`${WHAT}: only n = 1 is supported`);
+  if (given(body.user) && typeof body.user !== 'string') throw bad(`${WHAT}: user must be a string`);
+  if (given(body.stream) && typeof body.stream !== 'boolean') throw bad(`${WHAT}: stream must be true or false`);
+  streamOptions(body);
+  const maxCompletion = count(body, 'max_completion_tokens');
+  return {
+    maxTokens: maxCompletion ?? count(body, 'max_tokens'),
+    temperature: number(body, 'temperature'),
+    topP: number(body, 'top_p'),
+    topK: count(body, 'top_k'),
+    minP: number(body, 'min_p'),
+    seed: count(body, 'seed'),
+    presencePenalty: number(body, 'presence_penalty'),
+    frequencyPenalty: number(body, 'frequency_penalty'),
+    repetitionPenalty: number(body, 'repetition_penalty'),
+    stop: stopStrings(body.stop),
+  };
+}
+
+/** `stream_options.include_usage` of a request (checked). */
+export function streamOptions(body) {
+  const o = body.stream_options;
+  if (!given(o)) return { includeUsage: false };
+  if (typeof o !== 'object' || Array.isArray(o)) throw bad(`${WHAT}: stream_options must be an object`);
+  for (const k of Object.keys(o)) {
+    if (k !== 'include_usage') throw bad(`${WHAT}: stream_options.${k} is not supported`);
+  }
+  if (given(o.include_usage) && typeof o.include_usage !== 'boolean') {
+    throw bad(`${WHAT}: stream_options.include_usage must be true or false`);
+  }
+  return { includeUsage: o.include_usage === true };
+}
+
+/** The template options of a chat request: `enable_thinking` (Qwen3) at the top level or in
+ * `chat_template_kwargs`, as llama-server and vLLM take it. */
+export function chatTemplateOptions(body) {
+  const kw = body.chat_template_kwargs ?? {};
+  if (typeof kw !== 'object' || Array.isArray(kw)) {
+    throw bad('chat_template_kwargs must be an object');
+  }
+  for (const k of Object.keys(kw)) {
+    if (k !== 'enable_thinking') {
+      throw bad(`chat_template_kwargs.${k} is not supported (enable_thinking is)`);
+    }
+  }
+  const thinking = body.enable_thinking ?? kw.enable_thinking;
+  if (thinking != null && typeof thinking !== 'boolean') {
+    throw bad('enable_thinking must be true or false');
+  }
+  return thinking == null ? {} : { enableThinking: thinking };
+}
+
+/**
+ * Splits a reply that opens with `<think>…</think>` (Qwen3 and other reasoning models) into
+ * reasoning and answer, as llama-server's `reasoning_content` does, also when the tags arrive
+ * in pieces of a stream. `push(text)` returns { reasoning, content } for what is certain so
+ * far; `end()` the rest.
+ */
+export class ThinkSplitter {
+  // start → (think-open → think → answer-open) | answer; "-open": leading newlines dropped.
+  #state = 'start';
+  #held = '';
+
+  push(text) {
+    let reasoning = '';
+    let content = '';
+    this.#held += text;
+    for (;;) {
+      const s = this.#state;
+      if (s === 'start') {
+        const t = this.#held.replace(/^\s+/, '');
+        if (t.startsWith('<think>')) {
+          this.#held = t.slice('<think>'.length);
+          this.#state = 'think-open';
+          continue;
+        }
+        if ('<think>'.startsWith(t)) break; // undecided
+        this.#state = 'answer';
+        continue;
+      }
+      if (s === 'think-open' || s === 'answer-open') {
+        this.#held = this.#held.replace(/^\n+/, '');
+        if (!this.#held) break;
+        this.#state = s === 'think-open' ? 'think' : 'answer';
+        continue;
+      }
+      if (s === 'think') {
+        const end = this.#held.indexOf('</think>');
+        if (end >= 0) {
+          reasoning += this.#held.slice(0, end).replace(/\n$/, '');
+          this.#held = this.#held.slice(end + '</think>'.length);
+          this.#state = 'answer-open';
+          continue;
+        }
+        // Keep back what could be the start of '</think>' (and one newline before it).
+        let keep = 0;
+        for (let k = Math.min('</think>'.length - 1, this.#held.length); k > 0; k--) {
+          if ('</think>'.startsWith(this.#held.slice(-k))) { keep = k; break; }
+        }
+        if (this.#held.slice(0, this.#held.length - keep).endsWith('\n')) keep += 1;
+        reasoning += this.#held.slice(0, this.#held.length - keep);
+        this.#held = this.#held.slice(this.#held.length - keep);
+        break;
+      }
+      content += this.#held;
+      this.#held = '';
+      break;
+    }
+    return { reasoning, content };
+  }
+
+  end() {
+    const rest = this.#held;
+    this.#held = '';
+    // What was held back in 'think' (a newline, a partial '</think>') is reasoning after all.
+    if (this.#state === 'think') return { reasoning: rest, content: '' };
+    if (this.#state === 'think-open') return { reasoning: rest.replace(/^\n+/, ''), content: '' };
+    if (this.#state === 'answer-open') return { reasoning: '', content: '' };
+    return { reasoning: '', content: rest };
+  }
+}
+
+const FINISH = { stop: 'stop', length: 'length', context_full: 'length' };
+
+/** `finish_reason` as OpenAI names it (a full context window ends with `length`). */
+export function finishReason(r) {
+  return FINISH[r] ?? 'stop';
+}
+
+/** The engine's usage ({ promptTokens, prefillTokens, completionTokens }) in OpenAI's shape. */
+export function usageOf(u) {
+  return {
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.promptTokens + u.completionTokens,
+    prompt_tokens_details: { cached_tokens: Math.max(0, u.promptTokens - (u.prefillTokens ?? u.promptTokens)) },
+  };
+}
+
+let completionCounter = 0;
+/** A fresh `chatcmpl-…` id. */
+export function completionId() {
+  const a = new Uint32Array(2);
+  crypto.getRandomValues(a);
+  completionCounter += 1;
+  return `chatcmpl-${a[0].toString(16)}${a[1].toString(16)}${completionCounter}`;
+}
+
+/** The whole reply ({ id, created, model } in `meta`) as a `chat.completion`. */
+export function chatCompletion(meta, text, finish, usage) {
+  const split = new ThinkSplitter();
+  const a = split.push(text);
+  const b = split.end();
+  const reasoning = a.reasoning + b.reasoning;
+  return {
+    id: meta.id, object: 'chat.completion', created: meta.created, model: meta.model,
+    choices: [{
+      index: 0,
+      message: {
+        role: 'assistant',
+        content: a.content + b.content,
+        ...(reasoning ? { reasoning_content: reasoning } : {}),
+      },
+      finish_reason: finishReason(finish),
+      logprobs: null,
+    }],
+    usage: usageOf(usage),
+  };
+}
+
+/**
+ * The chunks of a streamed chat completion: `start()` the role chunk, `push(text)` one per
+ * piece of reasoning or answer, `finish(reason, usage)` the finish chunk and, with
+ * `includeUsage`, a last one with `usage` and no choices.
+ */
+export class ChatStream {
+  #meta;
+  #includeUsage;
+  #split = new ThinkSplitter();
+
+  constructor(meta, includeUsage) {
+    this.#meta = meta;
+    this.#includeUsage = includeUsage;
+  }
+
+  #frame(delta, finish, usage) {
+    const m = this.#meta;
+    return {
+      id: m.id, object: 'chat.completion.chunk', created: m.created, model: m.model,
+      choices: delta ? [{ index: 0, delta, finish_reason: finish, logprobs: null }] : [],
+      ...(usage ? { usage } : {}),
+    };
+  }
+
+  #deltas({ reasoning, content }) {
+    return [
+      ...(reasoning ? [this.#frame({ reasoning_content: reasoning }, null)] : []),
+      ...(content ? [this.#frame({ content }, null)] : []),
+    ];
+  }
+
+  start() {
+    return this.#frame({ role: 'assistant', content: '' }, null);
+  }
+
+  push(text) {
+    return this.#deltas(this.#split.push(text));
+  }
+
+  finish(reason, usage) {
+    return [
+      ...this.#deltas(this.#split.end()),
+      this.#frame({}, finishReason(reason)),
+      ...(this.#includeUsage ? [this.#frame(null, null, usageOf(usage))] : []),
+    ];
+  }
+}

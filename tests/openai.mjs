@@ -1,0 +1,38 @@
+// pkg/openai.js against the cases in tests/fixtures/openai/, which src/openai.rs is checked
+// against too (tests/openai.rs): one request mapping and one response shape for the browser
+// and `kerze serve`. Run: node tests/openai.mjs
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { chatOptions, chatTemplateOptions, streamOptions, chatCompletion, ChatStream } from '../pkg/openai.js';
+
+const fixture = (name) => JSON.parse(readFileSync(new URL(`./fixtures/openai/${name}`, import.meta.url), 'utf8'));
+const plain = (v) => JSON.parse(JSON.stringify(v));
+let n = 0;
+
+for (const c of fixture('requests.json')) {
+  if (c.endpoint !== 'chat') continue; // the package has chat completions only
+  const run = () => plain({
+    options: chatOptions(c.body),
+    chat: chatTemplateOptions(c.body),
+    stream: c.body.stream === true,
+    includeUsage: streamOptions(c.body).includeUsage,
+  });
+  if (c.checkedBy === 'sampler') {
+    // The package passes these through; the engine's sampler refuses them (the same Rust check).
+    assert.deepEqual(run().options, c.expect.options, c.name);
+  } else if (c.error) {
+    assert.throws(run, (e) => e.name === 'InvalidArgumentError' && e.message.includes(c.error), c.name);
+  } else {
+    assert.deepEqual(run(), c.expect, c.name);
+  }
+  n += 1;
+}
+
+for (const c of fixture('responses.json')) {
+  assert.deepEqual(plain(chatCompletion(c.meta, c.pieces.join(''), c.finishReason, c.usage)), c.completion, c.name);
+  const s = new ChatStream(c.meta, c.includeUsage);
+  const chunks = [s.start(), ...c.pieces.flatMap((p) => s.push(p)), ...s.finish(c.finishReason, c.usage)];
+  assert.deepEqual(plain(chunks), c.chunks, c.name);
+  n += 1;
+}
+console.log(`openai.mjs: ${n} cases agree with tests/fixtures/openai/`);
