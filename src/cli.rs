@@ -45,6 +45,9 @@ enum Cmd {
     Inspect(InspectArgs),
     /// Write a tiny synthetic model (random weights) for tests and demos
     Synth(SynthArgs),
+    /// An OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models,
+    /// /health
+    Serve(ServeArgs),
 }
 
 /// Where and how a model runs.
@@ -218,6 +221,36 @@ struct SynthArgs {
     vocab: Option<std::path::PathBuf>,
 }
 
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on (0.0.0.0: every interface)
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port (0: any free one; the line `listening on http://…` names it)
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on /v1/* (also from $KERZE_API_KEY)
+    #[arg(long, env = "KERZE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// An origin browser pages may call from (repeat for more; `*`: any)
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origin: Vec<String>,
+    /// Requests that generate at the same time (one KV cache each; default: 2 to 4 by cores)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    slots: Option<u16>,
+    /// Requests that wait for a slot; the next one gets 429
+    #[arg(long, default_value_t = 16)]
+    queue: usize,
+    /// Seconds a request may take from its arrival to its last token (504 after)
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    timeout: u64,
+    /// The largest request body in bytes (413 past it)
+    #[arg(long, default_value_t = 2 << 20)]
+    max_body: usize,
+}
+
 fn log(s: &str) {
     eprintln!("{s}");
 }
@@ -225,11 +258,7 @@ fn log(s: &str) {
 fn load(m: &ModelArgs) -> Result<(Engine, crate::EngineInfo)> {
     let path = catalog::resolve(&m.model, &mut |s| log(s))?;
     let src = FileSource::open(&path)?;
-    let device = match m.device {
-        DeviceArg::Auto => crate::engine::Device::Auto,
-        DeviceArg::Cpu => crate::engine::Device::Cpu,
-        DeviceArg::Webgpu => crate::engine::Device::Webgpu,
-    };
+    let device = device(m.device);
     pollster::block_on(Engine::load_async(
         Box::new(src),
         &LoadOptions {
@@ -253,6 +282,44 @@ fn sampler(a: &SamplingArgs) -> SamplerConfig {
         penalty_last_n: a.penalty_last_n.unwrap_or(d.penalty_last_n),
         seed: a.seed.unwrap_or(d.seed),
     }
+}
+
+fn device(d: DeviceArg) -> crate::engine::Device {
+    match d {
+        DeviceArg::Auto => crate::engine::Device::Auto,
+        DeviceArg::Cpu => crate::engine::Device::Cpu,
+        DeviceArg::Webgpu => crate::engine::Device::Webgpu,
+    }
+}
+
+fn cmd_serve(a: &ServeArgs) -> Result<()> {
+    let path = catalog::resolve(&a.model.model, &mut |s| log(s))?;
+    // The catalog id when the model was named by one, else the file's name.
+    let model_id = if catalog::find(&a.model.model)?.is_some() {
+        a.model.model.clone()
+    } else {
+        path.file_name()
+            .map(|f| f.to_string_lossy().trim_end_matches(".gguf").to_string())
+            .unwrap_or_else(|| a.model.model.clone())
+    };
+    crate::server::run(crate::server::ServeOptions {
+        path,
+        model_id,
+        load: LoadOptions {
+            device: device(a.model.device),
+            n_ctx: a.model.n_ctx,
+        },
+        host: a.host.clone(),
+        port: a.port,
+        api_key: a.api_key.clone().filter(|k| !k.is_empty()),
+        cors_origins: a.cors_origin.clone(),
+        slots: a
+            .slots
+            .map_or_else(crate::server::default_slots, usize::from),
+        queue: a.queue,
+        timeout: std::time::Duration::from_secs(a.timeout),
+        max_body: a.max_body,
+    })
 }
 
 fn never() -> bool {
@@ -567,6 +634,7 @@ pub fn main() {
         Cmd::Bench(a) => cmd_bench(a),
         Cmd::Inspect(a) => cmd_inspect(a),
         Cmd::Synth(a) => cmd_synth(a),
+        Cmd::Serve(a) => cmd_serve(a),
     };
     if let Err(e) = result {
         eprintln!("kerze: {} ({})", e, e.kind());

@@ -479,15 +479,14 @@ impl Engine {
         on_session!(&mut self.run, s => s.reset())
     }
 
-    /// A second engine on the same weights with its own KV cache (a server slot). On the CPU
-    /// only: a GPU engine's weights live on its device (load another engine there instead).
-    pub fn fork(&self) -> Result<Engine> {
+    /// A second engine on the same weights with its own KV cache (a server slot), as a
+    /// [`Fork`] that can move to another thread. On the CPU only: a GPU engine's weights live
+    /// on its device (load another engine there instead).
+    pub fn fork(&self) -> Result<Fork> {
         match &self.run {
-            Run::Cpu(s) => Ok(Engine {
-                run: Run::Cpu(s.fork()?),
+            Run::Cpu(s) => Ok(Fork {
+                session: s.fork()?,
                 info: self.info.clone(),
-                source: None,
-                switched: None,
             }),
             #[cfg(feature = "gpu")]
             Run::Gpu(_) => Err(Error::InvalidArgument(
@@ -496,6 +495,30 @@ impl Engine {
         }
     }
 }
+
+/// A CPU engine's second session on the same weights ([`Engine::fork`]): it may move to
+/// another thread (an engine on the GPU may not), where [`Fork::into_engine`] makes it one.
+pub struct Fork {
+    session: Session<CpuBackend>,
+    info: EngineInfo,
+}
+
+impl Fork {
+    pub fn into_engine(self) -> Engine {
+        Engine {
+            run: Run::Cpu(self.session),
+            info: self.info,
+            source: None,
+            switched: None,
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Fork>()
+};
 
 fn cpu_backend_name() -> &'static str {
     if cfg!(all(target_arch = "wasm32", feature = "threads")) {

@@ -36,6 +36,8 @@ pub mod tokenizer;
 pub mod catalog;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod server;
 
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;

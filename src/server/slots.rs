@@ -1,0 +1,329 @@
+//! Slots: one thread per slot, each with its own engine (on the CPU, forks of the first one:
+//! the weights once, a KV cache each), taking jobs from one queue. A job's events go back to
+//! its HTTP handler over a channel; when the handler is gone (the client disconnected) the
+//! slot stops the generation at the next step and takes the next job. Admission is counted
+//! so that at most `slots + queue` requests are in the house; the next gets a 429.
+
+use crate::chat::{ChatOptions, Message};
+use crate::engine::{Engine, EngineInfo, LoadOptions};
+use crate::error::{Error, Result};
+use crate::generate::{FinishReason, GenerateOptions, Usage};
+use crate::gguf::FileSource;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// What a job runs on.
+pub enum Input {
+    /// A conversation, through the model's chat template.
+    Chat {
+        messages: Vec<Message>,
+        chat: ChatOptions,
+    },
+    /// A raw prompt, tokenized as `kerze generate` does (`<bos>` when the model wants it).
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// One request for a slot.
+pub struct Job {
+    pub input: Input,
+    pub opts: GenerateOptions,
+    pub events: UnboundedSender<Event>,
+    /// The request's deadline (from its arrival; queueing counts).
+    pub deadline: Instant,
+    /// Its place in the house: given back when the slot is done with it.
+    pub ticket: Ticket,
+}
+
+/// What a slot reports about a job, in this order: `Started` or `Failed`/`TimedOut`, then
+/// `Chunk`s, then `Done` (or `Failed`/`TimedOut`).
+pub enum Event {
+    Started,
+    Chunk(String),
+    Done { finish: FinishReason, usage: Usage },
+    Failed(Error),
+    TimedOut,
+}
+
+/// Counts the requests admitted (running or queued) against a limit.
+pub struct Admission {
+    limit: usize,
+    n: AtomicUsize,
+}
+
+/// One admitted request; dropping it gives the place back.
+pub struct Ticket(Arc<Admission>);
+
+impl Admission {
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            n: AtomicUsize::new(0),
+        })
+    }
+
+    /// A place, or `None` when `limit` requests are in already.
+    pub fn admit(self: &Arc<Self>) -> Option<Ticket> {
+        self.n
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Ticket(Arc::clone(self)))
+    }
+
+    pub fn in_house(&self) -> usize {
+        self.n.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.n.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The running slots.
+pub struct Pool {
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// How a slot gets its engine: slot 0 loads one, the others fork it (CPU) or load their own
+/// (GPU: weights live on the device).
+enum Init {
+    Fork(Box<crate::engine::Fork>),
+    Load,
+    /// Slot 0 failed to load: nothing to run.
+    Quit,
+}
+
+impl Pool {
+    /// Start `n` slot threads; slot 0 loads the model from `path` and reports the engine's
+    /// info (or the load error) on the returned channel once every slot has its engine.
+    pub fn start(
+        path: PathBuf,
+        load: LoadOptions,
+        n: usize,
+    ) -> (Arc<Pool>, mpsc::Receiver<Result<EngineInfo>>) {
+        let (job_tx, job_rx) = mpsc::channel::<Job>();
+        let job_rx = Arc::new(Mutex::new(job_rx));
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let mut init_txs = Vec::new();
+        let mut threads = Vec::new();
+        let (slot_ready_tx, slot_ready_rx) = mpsc::channel::<Result<()>>();
+        for i in 1..n {
+            let (tx, rx) = mpsc::channel::<Init>();
+            init_txs.push(tx);
+            let (path, load, jobs, ready) = (
+                path.clone(),
+                load.clone(),
+                Arc::clone(&job_rx),
+                slot_ready_tx.clone(),
+            );
+            threads.push(spawn(i, move || {
+                let engine = match rx.recv() {
+                    Ok(Init::Fork(f)) => Ok(f.into_engine()),
+                    Ok(Init::Load) => {
+                        let device = crate::engine::Device::Webgpu;
+                        open(&path, &LoadOptions { device, ..load }).map(|(e, _)| e)
+                    }
+                    Ok(Init::Quit) | Err(_) => return,
+                };
+                match engine {
+                    Ok(mut e) => {
+                        let _ = ready.send(Ok(()));
+                        serve_jobs(&mut e, &jobs);
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e));
+                    }
+                }
+            }));
+        }
+        drop(slot_ready_tx);
+        let jobs = Arc::clone(&job_rx);
+        threads.insert(
+            0,
+            spawn(0, move || {
+                let (mut engine, info) = match open(&path, &load) {
+                    Ok(e) => e,
+                    Err(e) => {
+                        for tx in &init_txs {
+                            let _ = tx.send(Init::Quit);
+                        }
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let on_gpu = info.backend == "webgpu";
+                for tx in &init_txs {
+                    let init = if on_gpu {
+                        Ok(Init::Load)
+                    } else {
+                        engine.fork().map(|f| Init::Fork(Box::new(f)))
+                    };
+                    match init {
+                        Ok(i) => {
+                            let _ = tx.send(i);
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    }
+                }
+                drop(init_txs);
+                // Every other slot has its engine before the server says it is ready.
+                for _ in 1..n {
+                    let r = slot_ready_rx.recv().unwrap_or_else(|_| {
+                        Err(Error::Backend("a slot stopped while loading".into()))
+                    });
+                    if let Err(e) = r {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                }
+                let _ = ready_tx.send(Ok(info));
+                serve_jobs(&mut engine, &jobs);
+            }),
+        );
+        let pool = Arc::new(Pool {
+            jobs: Mutex::new(Some(job_tx)),
+            threads: Mutex::new(threads),
+        });
+        (pool, ready_rx)
+    }
+
+    /// Queue a job (admitted already); `false` when the pool has stopped.
+    pub fn submit(&self, job: Job) -> bool {
+        let guard = self.jobs.lock();
+        match guard.as_ref().ok().and_then(|g| g.as_ref()) {
+            Some(tx) => tx.send(job).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Stop taking jobs; the slots finish what they run and exit. Waits for them.
+    pub fn stop(&self) {
+        if let Ok(mut g) = self.jobs.lock() {
+            g.take();
+        }
+        let threads = self
+            .threads
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default();
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn spawn(i: usize, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(format!("kerze-slot-{i}"))
+        .spawn(f)
+        .unwrap_or_else(|e| panic!("cannot start slot thread {i}: {e}"))
+}
+
+fn open(path: &std::path::Path, load: &LoadOptions) -> Result<(Engine, EngineInfo)> {
+    let src = FileSource::open(path)?;
+    pollster::block_on(Engine::load_async(Box::new(src), load, &mut |_, _| {}))
+}
+
+/// Take jobs until the queue closes.
+fn serve_jobs(engine: &mut Engine, jobs: &Mutex<mpsc::Receiver<Job>>) {
+    loop {
+        let job = {
+            let Ok(rx) = jobs.lock() else { return };
+            match rx.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            }
+        };
+        // A panic is a bug; it must not take the slot (and every later request) with it.
+        let events = job.events.clone();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(engine, job)));
+        if r.is_err() {
+            engine.reset();
+            let _ = events.send(Event::Failed(Error::Backend(
+                "the generation failed (a bug: the slot was reset)".into(),
+            )));
+        }
+    }
+}
+
+/// Run one job to its end, reporting as it goes; stop early when the client is gone or the
+/// deadline passes.
+fn run(engine: &mut Engine, job: Job) {
+    let Job {
+        input,
+        opts,
+        events,
+        deadline,
+        ticket,
+    } = job;
+    let send = |e: Event| events.send(e).is_ok();
+    if events.is_closed() {
+        return; // it left while queued
+    }
+    if Instant::now() >= deadline {
+        send(Event::TimedOut);
+        return;
+    }
+    let ids = match input {
+        Input::Chat { messages, chat } => {
+            crate::chat::prompt_ids_with(engine.tokenizer(), &messages, &chat)
+        }
+        Input::Text(t) => engine.tokenizer().encode_user(&t, true),
+        Input::Ids(ids) => Ok(ids),
+    };
+    let mut g = match ids.and_then(|ids| engine.begin(ids, &opts)) {
+        Ok(g) => g,
+        Err(e) => {
+            send(Event::Failed(e));
+            return;
+        }
+    };
+    if !send(Event::Started) {
+        return;
+    }
+    let abort = || events.is_closed() || Instant::now() >= deadline;
+    let outcome = pollster::block_on(async {
+        loop {
+            if abort() {
+                return Err(Error::Aborted);
+            }
+            if engine.prefill_step(&mut g).await? {
+                break;
+            }
+        }
+        while let Some(c) = engine.step(&mut g, &abort).await? {
+            if !c.text.is_empty() && !send(Event::Chunk(c.text)) {
+                return Err(Error::Aborted);
+            }
+        }
+        Ok(())
+    });
+    match outcome {
+        Ok(()) => {
+            send(Event::Done {
+                finish: g.finish.unwrap_or(FinishReason::Stop),
+                usage: g.usage.clone(),
+            });
+        }
+        Err(Error::Aborted) if events.is_closed() => {}
+        Err(Error::Aborted) => {
+            send(Event::TimedOut);
+        }
+        Err(e) => {
+            send(Event::Failed(e));
+        }
+    }
+    drop(ticket);
+}
