@@ -164,6 +164,35 @@ impl<B: Backend> Session<B> {
         self.cached_ids.clear();
     }
 
+    /// Keep the longest part of the cache that `prompt_ids` starts with (at least its last id
+    /// is computed again: its logits pick the next token), forget the rest. Going back is
+    /// possible while no sliding-window ring has wrapped (the positions before the cut are
+    /// all still there; the attention ignores slots at or after it); otherwise only a cache
+    /// the prompt extends is kept.
+    fn keep_common_prefix(&mut self, prompt_ids: &[u32]) {
+        let common = self
+            .cached_ids
+            .iter()
+            .zip(prompt_ids)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(prompt_ids.len().saturating_sub(1));
+        let cfg = self.model.cfg();
+        let ring = (0..cfg.n_layer)
+            .map(|il| cfg.kv_slots(il))
+            .min()
+            .unwrap_or(0);
+        if common == self.cached_ids.len() && common > 0 {
+            return;
+        }
+        if common > 0 && self.cached_ids.len() <= ring {
+            self.cache.n_past = common;
+            self.cached_ids.truncate(common);
+        } else {
+            self.reset();
+        }
+    }
+
     /// Run one chunk after what the cache holds: its hidden states `(chunk, n_embd)`.
     fn forward_chunk(&mut self, chunk: &[u32]) -> Result<B::Tensor> {
         match self.model.forward(&mut self.be, chunk, &mut self.cache) {
@@ -270,12 +299,7 @@ impl<B: Backend> Session<B> {
             Some(s) => s.clone(),
             None => self.default_stop_tokens(),
         };
-        // Reuse only a cache that the prompt extends: a sliding-window ring cannot rewind.
-        let reuse =
-            self.cached_ids.len() < prompt_ids.len() && prompt_ids.starts_with(&self.cached_ids);
-        if !reuse {
-            self.reset();
-        }
+        self.keep_common_prefix(&prompt_ids);
         let prefill_tokens = prompt_ids.len() - self.cached_ids.len();
         Ok(Generation {
             sampler,

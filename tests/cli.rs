@@ -196,6 +196,21 @@ fn bad_arguments_fail_with_a_clear_message() {
         ),
         (&["tokenize"], 2, "--model <MODEL>"),
         (&["synth", "--out", "x.gguf"], 2, "--family <FAMILY>"),
+        (
+            &["serve", "--model", "m", "--slots", "0"],
+            2,
+            "invalid value '0' for '--slots <SLOTS>'",
+        ),
+        (
+            &["serve", "--model", "m", "--port", "70000"],
+            2,
+            "invalid value '70000' for '--port <PORT>'",
+        ),
+        (
+            &["serve", "--model", "m", "--api_key", "k"],
+            2,
+            "unexpected argument '--api_key'",
+        ),
     ];
     for (args, code, msg) in cases {
         let out = kerze().args(*args).output().unwrap();
@@ -233,6 +248,7 @@ fn every_command_has_help() {
         ("bench", "--prompt-tokens"),
         ("inspect", "--json"),
         ("synth", "--family"),
+        ("serve", "--cors-origin"),
     ] {
         let out = kerze().args([cmd, "--help"]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -244,7 +260,7 @@ fn every_command_has_help() {
     let out = kerze().arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for cmd in [
-        "fetch", "generate", "tokenize", "logits", "bench", "inspect", "synth",
+        "fetch", "generate", "chat", "tokenize", "logits", "bench", "inspect", "synth", "serve",
     ] {
         assert!(text.contains(cmd), "kerze --help lacks {cmd}");
     }

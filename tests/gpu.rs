@@ -847,3 +847,30 @@ fn a_type_the_gpu_does_not_run_is_a_typed_error_on_webgpu() {
         "{e}"
     );
 }
+
+/// A prompt that shares only a beginning with what the GPU cache holds: the session goes back
+/// to that beginning (the slots after it are ignored, then overwritten) and generates what the
+/// CPU generates from scratch.
+#[test]
+fn going_back_to_a_shared_prefix_on_the_gpu_equals_the_cpu() {
+    use kerze::synth::{tiny_decoder, Quants};
+    let bytes = tiny_decoder(kerze::Family::Llama, Quants::all(GgmlType::Q8_0), 7).unwrap();
+    let mut s = gpu_session(&bytes);
+    let opts = kerze::GenerateOptions::greedy_tokens(6);
+    let never = || false;
+    let a = s
+        .tok
+        .encode_user("the sea and the river and the hills", true)
+        .unwrap();
+    let b = s
+        .tok
+        .encode_user("the sea and the river met a boat", true)
+        .unwrap();
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    pollster::block_on(s.generate(a, &opts, &never, &mut |_| {})).unwrap();
+    let g = pollster::block_on(s.generate(b.clone(), &opts, &never, &mut |_| {})).unwrap();
+    assert_eq!(g.usage.prefill_tokens, b.len() - common);
+    let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
+    let want = pollster::block_on(cpu.generate(b, &opts, &never, &mut |_| {})).unwrap();
+    assert_eq!(g.generated(), want.generated());
+}

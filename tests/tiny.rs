@@ -113,6 +113,67 @@ fn reusing_the_cache_for_an_extended_prompt_gives_the_same_tokens() {
     assert_eq!(a.generated(), b.generated());
 }
 
+/// A prompt that shares only a beginning with what the cache holds keeps that beginning (the
+/// rest is computed again) and generates what a fresh engine generates: on a model without a
+/// sliding window at any length, on a sliding-window model while its ring has not wrapped
+/// (after that, everything is computed again).
+#[test]
+fn a_prompt_sharing_a_prefix_reuses_it_and_equals_a_fresh_run() {
+    use kerze::config::Family;
+    use kerze::gguf::GgmlType;
+    let llama =
+        kerze::synth::tiny_decoder(Family::Llama, kerze::synth::Quants::all(GgmlType::Q8_0), 7)
+            .unwrap();
+    let gemma = kerze::synth::tiny_gemma3().unwrap();
+    for (name, bytes, wraps_after) in [("llama", &llama, usize::MAX), ("gemma3", &gemma, 0)] {
+        let mut e = engine(bytes);
+        let window = e.config().sliding_window.unwrap_or(usize::MAX);
+        let wraps_after = if wraps_after == 0 {
+            window
+        } else {
+            wraps_after
+        };
+        let opts = GenerateOptions::greedy_tokens(6);
+        let tok = e.tokenizer();
+        let a = tok
+            .encode_user("the sea and the river and the hills", true)
+            .unwrap();
+        let b = tok
+            .encode_user("the sea and the river met a boat", true)
+            .unwrap();
+        let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        assert!(
+            common > 2 && common < b.len(),
+            "{name}: prompts share {common}"
+        );
+        let first = pollster::block_on(e.generate(a.clone(), &opts, &never, &mut |_| {})).unwrap();
+        let held = first.ids.len() - 1; // the last sampled token is never fed
+        let g = pollster::block_on(e.generate(b.clone(), &opts, &never, &mut |_| {})).unwrap();
+        let expect = if held <= wraps_after {
+            b.len() - common
+        } else {
+            b.len()
+        };
+        assert_eq!(
+            g.usage.prefill_tokens, expect,
+            "{name}: computed prompt tokens"
+        );
+        // The same prompt again: all but its last token from the cache.
+        let again = pollster::block_on(e.generate(b.clone(), &opts, &never, &mut |_| {})).unwrap();
+        assert_eq!(again.generated(), g.generated(), "{name}");
+        let fresh =
+            pollster::block_on(engine(bytes).generate(b.clone(), &opts, &never, &mut |_| {}))
+                .unwrap();
+        assert_eq!(g.generated(), fresh.generated(), "{name}: after going back");
+        let held = g.ids.len() - 1;
+        let expect = if held <= wraps_after { 1 } else { b.len() };
+        assert_eq!(
+            again.usage.prefill_tokens, expect,
+            "{name}: the same prompt again"
+        );
+    }
+}
+
 fn golden_now(bytes: &[u8]) -> TinyGolden {
     let e = engine(bytes);
     let prompt = PROMPT.to_string();
