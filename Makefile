@@ -26,11 +26,12 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node setup-gpu fetch build build-wasm test test-native test-wasm test-browser test-bundlers lint demo bench bench-native bench-wasm bench-browser fuzz clean
+.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve fuzz clean
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
 	@echo "make test   — every test: lint, native, wasm and the package in headless Chromium, bundlers"
+	@echo "make serve  — kerze serve (OpenAI-compatible) on 127.0.0.1:$(PORT) with the default model"
 	@echo "make fetch  — fetch the default model into models/"
 	@echo "make bench  — prefill/decode tokens/s natively and in headless Chromium"
 	@echo "make fuzz   — 100 000 mutated GGUF headers"
@@ -50,6 +51,19 @@ setup-node: node_modules/.installed
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# The official PyPI `openai` client for the server tests, in its own venv (not in the clone).
+SERVE_VENV := $(KERZE_CACHE)/serve-venv
+OPENAI_PY_VERSION := 3.57.0
+setup-python: $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION)
+
+$(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION):
+	@python3 -m venv $(SERVE_VENV) 2>/dev/null || { \
+	  echo "installing Debian's python3-venv"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && \
+	  python3 -m venv $(SERVE_VENV); }
+	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check openai==$(OPENAI_PY_VERSION)
 	@touch $@
 
 setup-rust:
@@ -136,12 +150,23 @@ test-browser: setup fetch build
 test-bundlers: setup fetch build
 	node tests/bundlers/run.mjs
 
-test: setup lint test-native test-wasm test-browser test-bundlers
+# kerze serve against the official npm and PyPI `openai` clients, raw HTTP and Chromium.
+test-serve: setup setup-python fetch $(KERZE)
+	node tests/serve/run.mjs
+	$(SERVE_VENV)/bin/python tests/serve/test_openai.py
+
+test: setup lint test-native test-serve test-wasm test-browser test-bundlers
 	@echo "make test: all passed"
 
 demo: setup fetch build
 	@echo "kerze demo: http://127.0.0.1:$(PORT)/www/  (benchmark: /www/bench.html; Ctrl-C stops)"
 	python3 tests/serve.py . $(PORT) --only www,pkg,dist,models --index /www/ --coop-coep
+
+# The default model behind the OpenAI-compatible API (SERVE_MODEL=smollm2-135m-instruct, or
+# a .gguf path; SERVE_FLAGS="--api-key K --cors-origin https://example.org --slots 4").
+SERVE_MODEL ?= gemma-3-270m
+serve: fetch
+	$(KERZE) serve --model $(SERVE_MODEL) --port $(PORT) $(SERVE_FLAGS)
 
 bench: bench-native bench-wasm bench-browser
 

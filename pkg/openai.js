@@ -12,6 +12,9 @@ const KNOWN = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tok
   'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'logprobs',
   'enable_thinking', 'chat_template_kwargs']);
 
+/** The roles a message may have (OpenAI's; the model's template decides what each becomes). */
+const ROLES = ['system', 'developer', 'user', 'assistant', 'tool'];
+
 /** The most stop strings a request may give, and their longest length in bytes. */
 const MAX_STOP = 16;
 const MAX_STOP_BYTES = 1024;
@@ -62,6 +65,11 @@ export function chatOptions(body) {
   if (!Array.isArray(body.messages) || body.messages.length === 0) {
     throw bad(`${WHAT} needs a non-empty messages array`);
   }
+  body.messages.forEach((m, i) => {
+    if (!m || typeof m !== 'object' || !ROLES.includes(m.role)) {
+      throw bad(`${WHAT}: messages[${i}].role '${m?.role}' is not one of ${ROLES.join(', ')}`);
+    }
+  });
   if (given(body.logprobs) && body.logprobs !== false) {
     throw bad(`${WHAT}: logprobs is not supported (only false)`);
   }

@@ -130,6 +130,9 @@ const CHAT: &[&str] = &[
 ];
 const COMPLETION: &[&str] = &["prompt", "echo", "logprobs", "suffix", "best_of"];
 
+/// The roles a message may have (OpenAI's; the model's template decides what each becomes).
+const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
+
 /// The most stop strings a request may give, and their longest length in bytes.
 const MAX_STOP: usize = 16;
 const MAX_STOP_BYTES: usize = 1024;
@@ -334,7 +337,16 @@ pub fn parse_chat(body: &Value) -> Result<ChatRequest> {
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                Message::deserialize(m).map_err(|e| bad(format!("{WHAT}: messages[{i}]: {e}")))
+                let m = Message::deserialize(m)
+                    .map_err(|e| bad(format!("{WHAT}: messages[{i}]: {e}")))?;
+                if !ROLES.contains(&m.role.as_str()) {
+                    return Err(bad(format!(
+                        "{WHAT}: messages[{i}].role '{}' is not one of {}",
+                        m.role,
+                        ROLES.join(", ")
+                    )));
+                }
+                Ok(m)
             })
             .collect::<Result<Vec<_>>>()?,
         _ => return Err(bad(format!("{WHAT} needs a non-empty messages array"))),

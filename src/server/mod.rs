@@ -469,37 +469,38 @@ impl AppState {
     }
 }
 
-/// The body as JSON: 413 past the size limit, 400 when it does not parse.
+/// The body as JSON: 413 past the size limit, 400 when it does not parse. A body past the
+/// limit is read on (and dropped) up to [`DRAIN_FACTOR`] × the limit, so that the client,
+/// still sending, gets the 413 rather than a reset connection.
 async fn read_json(st: &AppState, body: Body) -> ApiResult<serde_json::Value> {
-    let bytes = axum::body::to_bytes(body, st.opts.max_body)
-        .await
-        .map_err(|e| {
-            // `to_bytes` wraps http-body's "length limit exceeded" error.
-            let mut cause: Option<&dyn std::error::Error> = Some(&e);
-            let mut too_large = false;
-            while let Some(c) = cause {
-                too_large |= c.to_string().contains("length limit exceeded");
-                cause = c.source();
-            }
-            if too_large {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("the request body is larger than {} bytes", st.opts.max_body),
-                )
-            } else {
-                ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!("the request body could not be read: {e}"),
-                )
-            }
+    use futures_util::StreamExt;
+    let limit = st.opts.max_body;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("the request body could not be read: {e}"))
         })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("the body is not valid JSON: {e}"),
-        )
-    })
+        seen = seen.saturating_add(chunk.len());
+        if seen <= limit {
+            bytes.extend_from_slice(&chunk);
+        } else if seen > limit.saturating_mul(DRAIN_FACTOR) {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {limit} bytes"),
+        ));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the body is not valid JSON: {e}")))
 }
+
+/// How far past the limit a body is read (and dropped) before the 413.
+const DRAIN_FACTOR: usize = 16;
 
 async fn chat_completions(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {
     let arrived = Instant::now();

@@ -1,0 +1,202 @@
+"""`kerze serve` against the official PyPI `openai` client (`make test-serve` runs it in its
+own venv). On 127.0.0.1 only; every server started here is stopped by its PID.
+
+Checked: models.list / retrieve, completions' greedy text equals `kerze generate`'s, chat
+whole equals the concatenated stream and the usage chunk (no choices) comes last, and every
+error status surfaces as the client's error class: 400 BadRequestError, 401
+AuthenticationError, 404 NotFoundError, 413 APIStatusError, 429 RateLimitError (after which
+the client's own retries succeed), 503 InternalServerError while the model loads.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import openai
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+KERZE = os.path.join(ROOT, "target", "release", "kerze")
+MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+GEMMA = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
+MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
+KEY = "py-key"
+
+procs = []
+
+
+def start(args, model=MODEL, wait=True):
+    p = subprocess.Popen(
+        [KERZE, "serve", "--model", model, "--port", "0", "--device", "cpu", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    procs.append(p)
+    deadline = time.time() + 30
+    line = ""
+    while time.time() < deadline:
+        line = p.stderr.readline()
+        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if m:
+            base = m.group(1)
+            # Keep draining stderr so the server never blocks on a full pipe.
+            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            if wait:
+                ready(base)
+            return p, base
+        if p.poll() is not None:
+            break
+    raise RuntimeError(f"kerze serve did not start: {line}")
+
+
+def health(base):
+    try:
+        with urllib.request.urlopen(f"{base}/health") as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
+
+
+def ready(base):
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if health(base)[0] == 200:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{base} not ready")
+
+
+def generate(prompt, n):
+    out = subprocess.run(
+        [KERZE, "generate", "--model", MODEL, "--device", "cpu", "--prompt", prompt,
+         "--max-tokens", str(n), "--temperature", "0", "--json"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+failures = 0
+
+
+def test(name):
+    def wrap(fn):
+        global failures
+        t0 = time.time()
+        try:
+            fn()
+            print(f"ok   {name} ({time.time() - t0:.1f} s)")
+        except Exception as e:  # noqa: BLE001 — report and go on
+            failures += 1
+            import traceback
+            print(f"FAIL {name}: {e!r}")
+            traceback.print_exc()
+        return fn
+    return wrap
+
+
+def expect(cls, status, fn):
+    try:
+        fn()
+    except cls as e:
+        assert e.status_code == status, f"{cls.__name__}: status {e.status_code} != {status}"
+        return e
+    raise AssertionError(f"no {cls.__name__}")
+
+
+try:
+    proc, base = start(["--api-key", KEY, "--slots", "2"])
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0)
+
+    @test("openai PyPI: models.list and retrieve")
+    def _():
+        ids = [m.id for m in client.models.list().data]
+        assert ids == [MODEL_ID], ids
+        assert client.models.retrieve(MODEL_ID).owned_by == "kerze"
+
+    @test("openai PyPI: completions greedy text equals kerze generate")
+    def _():
+        for prompt in ["Once upon a time", "The three most important things to know about baking bread are"]:
+            want = generate(prompt, 20)
+            r = client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=20, temperature=0)
+            assert r.choices[0].text == want["text"], (r.choices[0].text, want["text"])
+            assert r.usage.prompt_tokens == len(want["prompt_ids"])
+            assert r.usage.completion_tokens == len(want["ids"])
+            streamed = "".join(
+                c.choices[0].text for c in client.completions.create(
+                    model=MODEL_ID, prompt=prompt, max_tokens=20, temperature=0, stream=True)
+                if c.choices)
+            assert streamed == want["text"], streamed
+
+    @test("openai PyPI: chat whole equals the concatenated stream; usage chunk last")
+    def _():
+        messages = [{"role": "user", "content": "Name three colours."}]
+        whole = client.chat.completions.create(model=MODEL_ID, messages=messages, temperature=0, max_tokens=32)
+        chunks = list(client.chat.completions.create(
+            model=MODEL_ID, messages=messages, temperature=0, max_tokens=32, stream=True,
+            stream_options={"include_usage": True}))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == whole.choices[0].message.content, (text, whole.choices[0].message.content)
+        assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+        assert chunks[-2].choices[0].finish_reason == whole.choices[0].finish_reason
+        assert whole.usage.prompt_tokens_details.cached_tokens >= 0
+
+    @test("openai PyPI: error statuses are the client's error classes")
+    def _():
+        msgs = [{"role": "user", "content": "Hi"}]
+        bad = openai.OpenAI(base_url=f"{base}/v1", api_key="wrong", max_retries=0)
+        expect(openai.AuthenticationError, 401, lambda: bad.models.list())
+        expect(openai.NotFoundError, 404, lambda: client.chat.completions.create(model="gpt-9", messages=msgs))
+        expect(openai.BadRequestError, 400,
+               lambda: client.chat.completions.create(model=MODEL_ID, messages=msgs, top_p=0))
+        expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+            model=MODEL_ID, messages=msgs, extra_body={"temprature": 0}))
+        expect(openai.BadRequestError, 400,
+               lambda: client.completions.create(model=MODEL_ID, prompt="x", max_tokens=10**9))
+        e = expect(openai.APIStatusError, 413, lambda: client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "x" * (10 << 20)}]))
+        assert e.body["type"] == "invalid_request_error", e.body
+
+        tight, tbase = start(["--slots", "1", "--queue", "0"])
+        tc = openai.OpenAI(base_url=f"{tbase}/v1", api_key="none", max_retries=0)
+        long = threading.Thread(target=lambda: tc.completions.create(
+            model=MODEL_ID, prompt="Once upon a time", max_tokens=300, temperature=0))
+        long.start()
+        deadline = time.time() + 10
+        while health(tbase)[1].get("requests") != 1:
+            assert time.time() < deadline, "the long request did not start"
+            time.sleep(0.01)
+        e = expect(openai.RateLimitError, 429, lambda: tc.completions.create(model=MODEL_ID, prompt="x", max_tokens=2))
+        assert e.response.headers["retry-after"] == "1"
+        patient = openai.OpenAI(base_url=f"{tbase}/v1", api_key="none", max_retries=8)
+        assert patient.completions.create(model=MODEL_ID, prompt="x", max_tokens=2, temperature=0).choices
+        long.join()
+        tight.terminate()
+        assert tight.wait(30) == 0
+
+        loading, lbase = start([], model=GEMMA, wait=False)
+        status, body = health(lbase)
+        assert status == 503 and body == {"error": {"code": 503, "message": "Loading model",
+                                                     "type": "unavailable_error", "param": None}}, (status, body)
+        lc = openai.OpenAI(base_url=f"{lbase}/v1", api_key="none", max_retries=0)
+        expect(openai.InternalServerError, 503, lambda: lc.chat.completions.create(model="gemma-3-270m-q4_k_m", messages=msgs))
+        loading.terminate()
+        assert loading.wait(30) == 0
+
+    proc.terminate()
+    code = proc.wait(30)
+    if code != 0:
+        failures += 1
+        print(f"FAIL the server exited with {code} on SIGTERM")
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+print(f"\ntest_openai.py: {'all passed' if failures == 0 else f'{failures} failed'}")
+sys.exit(1 if failures else 0)
