@@ -170,6 +170,10 @@ serve: fetch
 
 bench: bench-native bench-wasm bench-browser
 
+# kerze serve beside llama.cpp's server (llama-cpp-python[server] in KERZE_REFPY's python).
+bench-serve: fetch
+	node tests/serve/bench.mjs
+
 bench-native: fetch
 	CANDLE_NUM_THREADS=1 $(KERZE) bench --model gemma-3-270m --prompt-tokens 128 --gen-tokens 64 --json
 	$(KERZE) bench --model gemma-3-270m --prompt-tokens 128 --gen-tokens 64 --json
