@@ -480,7 +480,10 @@ async fn read_json(st: &AppState, body: Body) -> ApiResult<serde_json::Value> {
     let mut seen = 0usize;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| {
-            ApiError::new(StatusCode::BAD_REQUEST, format!("the request body could not be read: {e}"))
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the request body could not be read: {e}"),
+            )
         })?;
         seen = seen.saturating_add(chunk.len());
         if seen <= limit {
@@ -495,8 +498,12 @@ async fn read_json(st: &AppState, body: Body) -> ApiResult<serde_json::Value> {
             format!("the request body is larger than {limit} bytes"),
         ));
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("the body is not valid JSON: {e}")))
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not valid JSON: {e}"),
+        )
+    })
 }
 
 /// How far past the limit a body is read (and dropped) before the 413.

@@ -22,7 +22,8 @@ const procs = [];
 
 /** Start `kerze serve` on a free port; resolves when it listens: { base, proc, log, exited }. */
 async function startKerze(args, { wait = true, model = MODEL } = {}) {
-  const proc = spawn(KERZE, ['serve', '--model', model, '--port', '0', '--device', 'cpu', ...args], {
+  const device = args.includes('--device') ? [] : ['--device', 'cpu'];
+  const proc = spawn(KERZE, ['serve', '--model', model, '--port', '0', ...device, ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   procs.push(proc);
@@ -361,6 +362,52 @@ await test('SIGTERM mid-stream: the streams finish, new requests are refused, th
   assertEq(code, 0, 'exit status');
   const after = await fetch(`${s.base}/health`).then((r) => r.status, (e) => e.cause?.code ?? 'refused');
   assert(after !== 200, `after exit, the port answers nothing (${after})`);
+});
+
+await test('--timeout: a request past it gets 504 (whole) or an error event (streamed), and its slot is freed', async () => {
+  const t = await startKerze(['--timeout', '1', '--slots', '1']);
+  try {
+    const tc = new OpenAI({ baseURL: `${t.base}/v1`, apiKey: 'none', maxRetries: 0 });
+    const t0 = Date.now();
+    try {
+      await tc.completions.create({ prompt: 'Once upon a time', max_tokens: 3000, temperature: 0.8, seed: 2 });
+      throw new Error('no error');
+    } catch (e) {
+      assert(e instanceof OpenAI.InternalServerError, `${e}`);
+      assertEq(e.status, 504, 'status');
+      assertEq(e.error?.type, 'timeout_error', 'type');
+    }
+    const took = Date.now() - t0;
+    assert(took >= 900 && took < 5000, `ended after the timeout (${took} ms)`);
+    const stream = await tc.chat.completions.create({ messages: [{ role: 'user', content: 'Tell a long story.' }], max_tokens: 3000, temperature: 0.8, seed: 2, stream: true });
+    let pieces = 0;
+    try {
+      for await (const c of stream) pieces += c.choices.length;
+      throw new Error('the stream ended without an error');
+    } catch (e) {
+      assert(e instanceof OpenAI.APIError, `the client throws on the error event: ${e}`);
+      assert(/timeout/.test(e.message), e.message);
+    }
+    assert(pieces > 1, 'tokens arrived before the timeout');
+    assertEq((await ready(t.base)).requests, 0, 'the slot is free');
+  } finally {
+    t.proc.kill('SIGTERM');
+    await t.exited;
+  }
+});
+
+await test('on the GPU (lavapipe, --device webgpu): two slots, each its own device, the CPU\'s greedy text', async () => {
+  const g = await startKerze(['--device', 'webgpu', '--slots', '2']);
+  try {
+    const h = await ready(g.base);
+    assertEq([h.backend, h.slots], ['webgpu', 2], 'health');
+    const prompts = ['Once upon a time', 'The capital of France is'];
+    const rs = await Promise.all(prompts.map((prompt) => post(g.base, '/v1/completions', { prompt, max_tokens: 8, temperature: 0 }, { key: null })));
+    rs.forEach((r, i) => assertEq(r.json.choices[0].text, generate(prompts[i], 8).text, `GPU slot answer ${i}`));
+  } finally {
+    g.proc.kill('SIGTERM');
+    await g.exited;
+  }
 });
 
 await test('CORS: a page on a listed origin calls it with the client\'s headers; another origin cannot', async () => {
