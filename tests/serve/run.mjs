@@ -230,16 +230,23 @@ await test('openai npm: every error status is the client\'s error class', async 
   // 429: one slot, no queue, a long request in it.
   const tight = await startKerze(['--slots', '1', '--queue', '0']);
   const tc = new OpenAI({ baseURL: `${tight.base}/v1`, apiKey: 'none', maxRetries: 0 });
-  const long = rawStream(tight.base, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 400, temperature: 0 });
-  await new Promise((r) => setTimeout(r, 300));
+  // A stream holds the one slot until its client aborts it.
+  const hold = new AbortController();
+  let started;
+  const running = new Promise((r) => { started = r; });
+  const long = rawStream(tight.base, '/v1/completions', { prompt: 'Once upon a time', max_tokens: 3000, temperature: 0.8, seed: 1 },
+    { signal: hold.signal, onChunk: () => started() });
+  await running;
   const e = await expectError('a full queue', OpenAI.RateLimitError, 429,
     () => tc.completions.create({ prompt: 'x', max_tokens: 2 }));
   assertEq(e.headers?.get?.('retry-after') ?? e.headers?.['retry-after'], '1', 'retry-after');
-  // The client retries a 429 on its own (after retry-after) and then succeeds.
+  // The client retries a 429 on its own (after retry-after) and gets through once the slot
+  // frees (the stream's client goes away).
   const patient = new OpenAI({ baseURL: `${tight.base}/v1`, apiKey: 'none', maxRetries: 6 });
+  setTimeout(() => hold.abort(), 500);
   const after = await patient.completions.create({ prompt: 'x', max_tokens: 2, temperature: 0 });
   assertEq(after.choices.length, 1, 'a retried request succeeds once the slot is free');
-  assertEq((await long).done, true, 'the long request finished');
+  assertEq((await long).aborted, true, 'the long request was given up by its client');
   // 503: a server that is shutting down.
   tight.proc.kill('SIGTERM');
   await tight.exited;

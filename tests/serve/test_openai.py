@@ -163,18 +163,18 @@ try:
 
         tight, tbase = start(["--slots", "1", "--queue", "0"])
         tc = openai.OpenAI(base_url=f"{tbase}/v1", api_key="none", max_retries=0)
-        long = threading.Thread(target=lambda: tc.completions.create(
-            model=MODEL_ID, prompt="Once upon a time", max_tokens=300, temperature=0))
-        long.start()
-        deadline = time.time() + 10
-        while health(tbase)[1].get("requests") != 1:
-            assert time.time() < deadline, "the long request did not start"
-            time.sleep(0.01)
+        # A stream holds the one slot until we close it.
+        long = tc.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=3000,
+                                     temperature=0.8, seed=1, stream=True)
+        chunks = iter(long)
+        next(chunks)
         e = expect(openai.RateLimitError, 429, lambda: tc.completions.create(model=MODEL_ID, prompt="x", max_tokens=2))
         assert e.response.headers["retry-after"] == "1"
+        # The client retries a 429 on its own (after retry-after); the slot frees when the
+        # stream's client goes away.
         patient = openai.OpenAI(base_url=f"{tbase}/v1", api_key="none", max_retries=8)
+        threading.Timer(0.5, long.close).start()
         assert patient.completions.create(model=MODEL_ID, prompt="x", max_tokens=2, temperature=0).choices
-        long.join()
         tight.terminate()
         assert tight.wait(30) == 0
 

