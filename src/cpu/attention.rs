@@ -135,3 +135,63 @@ pub fn attend(
         width: n_head * hd,
     })
 }
+
+/// Bidirectional attention within each of the consecutive sequences of `lens` rows (an
+/// encoder's packed batch: no padding, no cache): every query sees every key of its own
+/// sequence.
+pub fn attend_packed(q: &Act, k: &Act, v: &Act, lens: &[usize], p: AttnParams) -> Result<Act> {
+    let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let kv_w = n_kv * hd;
+    let n_tok: usize = lens.iter().sum();
+    if q.width != n_head * hd
+        || k.width != kv_w
+        || v.width != kv_w
+        || n_kv == 0
+        || n_head % n_kv != 0
+    {
+        return Err(Error::Backend(
+            "attention: widths disagree with the head layout".into(),
+        ));
+    }
+    if q.n_tok() != n_tok || k.n_tok() != n_tok || v.n_tok() != n_tok {
+        return Err(Error::Backend(
+            "attention: the sequences' lengths disagree with the rows".into(),
+        ));
+    }
+    let group = n_head / n_kv;
+    let mut out = vec![0f32; n_tok * n_head * hd];
+    let mut scores: Vec<f32> = Vec::new();
+    let mut start = 0;
+    for &len in lens {
+        for t in start..start + len {
+            for h in 0..n_head {
+                let kh = h / group;
+                let qv = &q.data[t * q.width + h * hd..t * q.width + (h + 1) * hd];
+                scores.clear();
+                scores.extend((start..start + len).map(|j| {
+                    dot(qv, &k.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd]) * p.scale
+                }));
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0f32;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let inv = 1.0 / sum;
+                let o = &mut out[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
+                for (i, j) in (start..start + len).enumerate() {
+                    axpy(
+                        o,
+                        scores[i] * inv,
+                        &v.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd],
+                    );
+                }
+            }
+        }
+        start += len;
+    }
+    Ok(Act {
+        data: out,
+        width: n_head * hd,
+    })
+}

@@ -261,6 +261,48 @@ impl Backend for CpuBackend {
         attention::attend(q, k, v, kv, pos, p)
     }
 
+    fn attention_packed(
+        &mut self,
+        q: &Act,
+        k: &Act,
+        v: &Act,
+        lens: &[usize],
+        p: AttnParams,
+    ) -> Result<Act> {
+        attention::attend_packed(q, k, v, lens, p)
+    }
+
+    fn layer_norm(&mut self, x: &Act, w: &CpuWeight, b: &CpuWeight, eps: f32) -> Result<Act> {
+        let (CpuWeight::Vector(w), CpuWeight::Vector(b)) = (w, b) else {
+            return Err(Error::Backend(
+                "layer_norm: weight and bias must be vectors".into(),
+            ));
+        };
+        if w.len() != x.width || b.len() != x.width {
+            return Err(Error::Backend(format!(
+                "layer_norm: weight {} and bias {} on rows of {}",
+                w.len(),
+                b.len(),
+                x.width
+            )));
+        }
+        let mut data = x.data.clone();
+        for row in data.chunks_exact_mut(x.width) {
+            ops::layer_norm(row, w, b, eps);
+        }
+        Ok(Act {
+            data,
+            width: x.width,
+        })
+    }
+
+    fn gelu(&mut self, x: &Act) -> Result<Act> {
+        Ok(Act {
+            data: x.data.iter().map(|&v| ops::gelu_erf(v)).collect(),
+            width: x.width,
+        })
+    }
+
     fn glu(&mut self, gate: &Act, up: &Act, act: Glu) -> Result<Act> {
         if gate.data.len() != up.data.len() {
             return Err(Error::Backend("glu: shape mismatch".into()));

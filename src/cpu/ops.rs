@@ -53,6 +53,39 @@ pub fn gelu_tanh(x: f32) -> f32 {
 
 /// SiLU, `x·σ(x)`.
 #[inline]
+/// LayerNorm of one row: `(x − mean) / sqrt(var + eps) · w + b`, the sums in f64.
+pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let n = x.len() as f64;
+    let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+    let var = x
+        .iter()
+        .map(|&v| (f64::from(v) - mean).powi(2))
+        .sum::<f64>()
+        / n;
+    let inv = 1.0 / (var + f64::from(eps)).sqrt();
+    for ((v, &wi), &bi) in x.iter_mut().zip(w).zip(b) {
+        *v = ((f64::from(*v) - mean) * inv) as f32 * wi + bi;
+    }
+}
+
+/// GELU in its exact form, `x · Φ(x) = x/2 · (1 + erf(x/√2))` (BERT).
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// erf to about 1e-7 absolute (Abramowitz & Stegun 7.1.26, in f64): below f32's resolution
+/// of the `1 + erf` it feeds.
+pub fn erf(x: f32) -> f32 {
+    let x = f64::from(x);
+    let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
+    let poly = t
+        * (0.254_829_592
+            + t * (-0.284_496_736
+                + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));
+    let y = 1.0 - poly * (-x * x).exp();
+    (if x < 0.0 { -y } else { y }) as f32
+}
+
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }

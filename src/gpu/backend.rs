@@ -436,6 +436,99 @@ impl Backend for GpuBackend {
         Ok(out)
     }
 
+    fn attention_packed(
+        &mut self,
+        q: &GpuTensor,
+        k: &GpuTensor,
+        v: &GpuTensor,
+        lens: &[usize],
+        p: AttnParams,
+    ) -> Result<GpuTensor> {
+        let n_tok: usize = lens.iter().sum();
+        let kv_w = p.n_head_kv * p.head_dim;
+        if q.width != p.n_head * p.head_dim
+            || k.width != kv_w
+            || v.width != kv_w
+            || q.n_tok != n_tok
+            || k.n_tok != n_tok
+            || v.n_tok != n_tok
+            || p.n_head_kv == 0
+            || !p.n_head.is_multiple_of(p.n_head_kv)
+            || p.head_dim > crate::gpu::kernels::attention::PACKED_HEAD_DIM_MAX
+            || n_tok == 0
+        {
+            return Err(Error::Backend("attention_packed: shapes disagree".into()));
+        }
+        self.gpu.check()?;
+        let mut bounds = Vec::with_capacity(2 * n_tok);
+        let mut start = 0u32;
+        for &len in lens {
+            let end = start + len as u32;
+            for _ in 0..len {
+                bounds.extend([start, end]);
+            }
+            start = end;
+        }
+        let out = self.tensor(n_tok, p.n_head * p.head_dim);
+        let range = self.put(&bytes_of(&bounds, u32::to_le_bytes), 64);
+        let d = AttnDispatch {
+            n_tok: n_tok as u32,
+            n_head: p.n_head as u32,
+            n_head_kv: p.n_head_kv as u32,
+            head_dim: p.head_dim as u32,
+            n_cached: 0,
+            first: 0,
+            window: u32::MAX,
+            scale: p.scale,
+        };
+        let arena = self.rec.arena();
+        self.k.attention_packed.encode(
+            &self.gpu,
+            &mut self.rec,
+            &q.buf,
+            &k.buf,
+            &v.buf,
+            arena.range(range),
+            &out.buf,
+            d,
+        );
+        Ok(out)
+    }
+
+    fn layer_norm(
+        &mut self,
+        x: &GpuTensor,
+        w: &GpuWeight,
+        b: &GpuWeight,
+        eps: f32,
+    ) -> Result<GpuTensor> {
+        let vector = |t: &GpuWeight| t.ty == GgmlType::F32 && t.rows == 1 && t.cols == x.width;
+        if !vector(w) || !vector(b) || x.width == 0 {
+            return Err(Error::Backend(format!(
+                "layer_norm: weight {}×{} and bias {}×{} on rows of {}",
+                w.rows, w.cols, b.rows, b.cols, x.width
+            )));
+        }
+        self.gpu.check()?;
+        let out = self.tensor(x.n_tok, x.width);
+        self.k.layer_norm.encode(
+            &self.gpu,
+            &mut self.rec,
+            &x.buf,
+            &w.parts[0].buf,
+            &b.parts[0].buf,
+            &out.buf,
+            x.width as u32,
+            x.n_tok as u32,
+            eps,
+        );
+        Ok(out)
+    }
+
+    fn gelu(&mut self, x: &GpuTensor) -> Result<GpuTensor> {
+        self.elementwise(x, x, Op::GeluErf)
+    }
+
     fn glu(&mut self, gate: &GpuTensor, up: &GpuTensor, act: Glu) -> Result<GpuTensor> {
         self.elementwise(gate, up, Op::Glu(act))
     }

@@ -56,6 +56,14 @@ pub const KERNELS: &[Shader] = &[
         name: "fill",
         text: include_str!("shaders/fill.wgsl"),
     },
+    Shader {
+        name: "layer_norm",
+        text: include_str!("shaders/layer_norm.wgsl"),
+    },
+    Shader {
+        name: "attention_packed",
+        text: include_str!("shaders/attention_packed.wgsl"),
+    },
 ];
 
 /// Kernels built once per weight type (they call the type's `subdot` or `deq`).

@@ -2,6 +2,7 @@
 //! [`Model`] is the one place that matches on the family; everything above it (generate.rs,
 //! engine.rs) holds a `Model<B>` and never names a family.
 
+pub mod bert;
 pub mod gemma3;
 pub mod llama;
 
@@ -24,6 +25,8 @@ pub enum Model<B: Backend> {
     Gemma3(gemma3::Gemma3<B>),
     /// Llama, SmolLM, Qwen2 and Qwen3: one forward pass, the differences in the config.
     Llama(llama::Llama<B>),
+    /// BERT-family encoders: token states for embeddings, no next token.
+    Bert(bert::Bert<B>),
 }
 
 impl<B: Backend> Model<B> {
@@ -40,6 +43,7 @@ impl<B: Backend> Model<B> {
             Family::Llama | Family::Qwen2 | Family::Qwen3 => {
                 llama::Llama::load(be, g, src, cfg, progress).map(Self::Llama)
             }
+            Family::Bert => bert::Bert::load(be, g, src, cfg, progress).map(Self::Bert),
         }
     }
 
@@ -47,6 +51,7 @@ impl<B: Backend> Model<B> {
         match self {
             Self::Gemma3(m) => &m.cfg,
             Self::Llama(m) => &m.cfg,
+            Self::Bert(m) => &m.cfg,
         }
     }
 
@@ -54,6 +59,12 @@ impl<B: Backend> Model<B> {
     /// `n_ctx` for global ones.
     pub fn new_cache(&self, be: &mut B) -> Result<Cache<B>> {
         let c = self.cfg();
+        if c.family.is_encoder() {
+            return Ok(Cache {
+                layers: Vec::new(),
+                n_past: 0,
+            });
+        }
         let layers = (0..c.n_layer)
             .map(|il| be.new_kv(c.kv_slots(il), c.n_head_kv, c.head_dim))
             .collect::<Result<_>>()?;
@@ -65,6 +76,7 @@ impl<B: Backend> Model<B> {
         match self {
             Self::Gemma3(m) => m.forward(be, ids, cache),
             Self::Llama(m) => m.forward(be, ids, cache),
+            Self::Bert(_) => Err(not_a_decoder()),
         }
     }
 
@@ -73,8 +85,26 @@ impl<B: Backend> Model<B> {
         match self {
             Self::Gemma3(m) => m.lm_head(be, hidden),
             Self::Llama(m) => m.lm_head(be, hidden),
+            Self::Bert(_) => Err(not_a_decoder()),
         }
     }
+
+    /// Every token's state for a batch of texts, packed `(Σ len, n_embd)`: encoders only.
+    pub fn encode(&self, be: &mut B, texts: &[Vec<u32>]) -> Result<B::Tensor> {
+        match self {
+            Self::Bert(m) => m.forward(be, texts),
+            _ => Err(Error::InvalidArgument(format!(
+                "{} is a decoder: embeddings come from an encoder model (bert)",
+                self.cfg().arch
+            ))),
+        }
+    }
+}
+
+fn not_a_decoder() -> Error {
+    Error::InvalidArgument(
+        "this model is an encoder (embeddings): it does not generate text; use embed".into(),
+    )
 }
 
 /// The positions of `n` tokens after what `cache` holds, or the typed error when they pass

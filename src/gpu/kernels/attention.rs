@@ -1,8 +1,9 @@
 //! Attention of a chunk of queries over the KV cache and the chunk's own keys
 //! (shaders/attention.wgsl: `scores`, then `mix`), then the chunk's keys and values into the
-//! cache (shaders/kv_write.wgsl), and the empty cache (shaders/fill.wgsl).
+//! cache (shaders/kv_write.wgsl), and the empty cache (shaders/fill.wgsl); an encoder's
+//! bidirectional attention within packed sequences (shaders/attention_packed.wgsl).
 
-use super::{grid, Recorder};
+use super::{grid, Bind, Recorder};
 use crate::error::Result;
 use crate::gpu::Gpu;
 
@@ -138,6 +139,57 @@ impl Attention {
             &self.fill,
             &[slot_pos.into()],
             &[n_slots, (-1i32) as u32, gx, 0],
+            (gx, gy),
+        );
+    }
+}
+
+/// Bidirectional attention within packed sequences (encoders).
+pub struct AttentionPacked {
+    pipeline: wgpu::ComputePipeline,
+}
+
+/// Values per head [`AttentionPacked`] takes (HEAD_DIM_MAX in attention_packed.wgsl).
+pub const PACKED_HEAD_DIM_MAX: usize = 256;
+
+impl AttentionPacked {
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        let layout = super::layout(gpu, 5, 4, Some(3));
+        Ok(Self {
+            pipeline: super::pipeline(gpu, "attention_packed", None, "main", &layout)?,
+        })
+    }
+
+    /// `out` (n_tok × n_head·head_dim) from q, k, v; `bounds` (in the arena): each row's
+    /// sequence as (first row, end row).
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode(
+        &self,
+        gpu: &Gpu,
+        rec: &mut Recorder,
+        q: &wgpu::Buffer,
+        k: &wgpu::Buffer,
+        v: &wgpu::Buffer,
+        bounds: Bind,
+        out: &wgpu::Buffer,
+        p: AttnDispatch,
+    ) {
+        let (gx, gy) = grid((p.n_tok * p.n_head).div_ceil(64));
+        let words = [
+            p.n_tok,
+            p.n_head,
+            p.n_head_kv,
+            p.head_dim,
+            p.scale.to_bits(),
+            gx,
+            0,
+            0,
+        ];
+        rec.dispatch(
+            gpu,
+            &self.pipeline,
+            &[q.into(), k.into(), v.into(), bounds, out.into()],
+            &words,
             (gx, gy),
         );
     }

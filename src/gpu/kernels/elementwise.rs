@@ -14,6 +14,8 @@ pub enum Op {
     Glu(Glu),
     /// `a + b[i % width]`: `b` is one row (a bias).
     AddRow { width: u32 },
+    /// The exact (erf) GELU of `a` (`b` unread).
+    GeluErf,
 }
 
 /// The shader's `Params`.
@@ -36,6 +38,7 @@ pub struct Elementwise {
     gelu_mul: wgpu::ComputePipeline,
     silu_mul: wgpu::ComputePipeline,
     add_row: wgpu::ComputePipeline,
+    gelu_erf: wgpu::ComputePipeline,
 }
 
 impl Elementwise {
@@ -47,6 +50,7 @@ impl Elementwise {
             gelu_mul: p("gelu_mul")?,
             silu_mul: p("silu_mul")?,
             add_row: p("add_row")?,
+            gelu_erf: p("gelu_erf")?,
         })
     }
 
@@ -68,6 +72,7 @@ impl Elementwise {
             Op::Glu(Glu::GeluTanh) => (&self.gelu_mul, 0),
             Op::Glu(Glu::Silu) => (&self.silu_mul, 0),
             Op::AddRow { width } => (&self.add_row, width),
+            Op::GeluErf => (&self.gelu_erf, 0),
         };
         let p = Params {
             n,

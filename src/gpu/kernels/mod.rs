@@ -379,9 +379,11 @@ pub struct Kernels {
     pub matvec: matvec::Matvec,
     pub embed: embed::Embed,
     pub rms_norm: norm::RmsNorm,
+    pub layer_norm: norm::LayerNorm,
     pub rope: rope::RopeKernel,
     pub elementwise: elementwise::Elementwise,
     pub attention: attention::Attention,
+    pub attention_packed: attention::AttentionPacked,
     pub topk: topk::TopK,
 }
 
@@ -391,9 +393,11 @@ impl Kernels {
             matvec: matvec::Matvec::new(gpu)?,
             embed: embed::Embed::new(gpu)?,
             rms_norm: norm::RmsNorm::new(gpu)?,
+            layer_norm: norm::LayerNorm::new(gpu)?,
             rope: rope::RopeKernel::new(gpu)?,
             elementwise: elementwise::Elementwise::new(gpu)?,
             attention: attention::Attention::new(gpu)?,
+            attention_packed: attention::AttentionPacked::new(gpu)?,
             topk: topk::TopK::new(gpu)?,
         })
     }

@@ -1,5 +1,6 @@
 //! RMS norm of each group of `len` values times a weight vector, optionally plus a residual
-//! (shaders/rms_norm.wgsl): one workgroup per group.
+//! (shaders/rms_norm.wgsl), and LayerNorm with a bias (shaders/layer_norm.wgsl): one
+//! workgroup per group.
 
 use super::{grid, Recorder};
 use crate::error::Result;
@@ -56,6 +57,44 @@ impl RmsNorm {
             &self.pipeline,
             &[x.into(), w.into(), res.into(), out.into()],
             &words,
+            (gx, gy),
+        );
+    }
+}
+
+/// LayerNorm of each row, `(x − mean) / sqrt(var + eps) · w + b`.
+pub struct LayerNorm {
+    pipeline: wgpu::ComputePipeline,
+}
+
+impl LayerNorm {
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        let layout = super::layout(gpu, 4, 3, None);
+        Ok(Self {
+            pipeline: super::pipeline(gpu, "layer_norm", None, "main", &layout)?,
+        })
+    }
+
+    /// `out = layer_norm(x) · w + b` over `n_rows` rows of `len`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode(
+        &self,
+        gpu: &Gpu,
+        rec: &mut Recorder,
+        x: &wgpu::Buffer,
+        w: &wgpu::Buffer,
+        b: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        len: u32,
+        n_rows: u32,
+        eps: f32,
+    ) {
+        let (gx, gy) = grid(n_rows);
+        rec.dispatch(
+            gpu,
+            &self.pipeline,
+            &[x.into(), w.into(), b.into(), out.into()],
+            &[len, n_rows, eps.to_bits(), gx],
             (gx, gy),
         );
     }

