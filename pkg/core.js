@@ -439,6 +439,14 @@ export class Core {
     return JSON.parse(await this.#switched(engine.logitsTopK(Uint32Array.from(ids), k, first)));
   }
 
+  /** Embeddings of `texts` (an encoder model): { dims, data: Float32Array (n × dims), usage }. */
+  async embed(texts, options) {
+    const engine = this.#need();
+    if (this.busy) throw new KerzeError('EngineBusyError', 'a generation is running on this engine');
+    const r = await this.#switched(engine.embed(JSON.stringify(texts), JSON.stringify(options ?? {})));
+    return { dims: r.dims, data: r.data, usage: JSON.parse(r.usage) };
+  }
+
   reset() {
     this.#need().reset();
   }

@@ -89,7 +89,7 @@ export interface EngineInfo {
   tokenizerMs: number;
   loadMs: number;
   /** The model family the forward pass runs. */
-  family: 'gemma3' | 'llama' | 'qwen2' | 'qwen3';
+  family: 'gemma3' | 'llama' | 'qwen2' | 'qwen3' | 'bert';
   /** Tensors per type in the file, e.g. { Q4_1: 210, Q8_0: 1, F32: 61 }. */
   quants: Record<string, number>;
   /** Where chat prompts get their format: the file's template, Gemma's built-in one, none. */
@@ -250,11 +250,44 @@ export interface ChatCompletions {
 }
 
 /** A loaded model. */
+export interface EmbedOptions {
+  /** Default true. */
+  normalize?: boolean;
+  /** Default 'truncate' (as sentence-transformers). */
+  overflow?: 'truncate' | 'error' | 'chunk';
+}
+
+export interface EmbeddingsCreateParams {
+  /** A text or texts (an empty string embeds as [CLS] [SEP]); at most 2048. */
+  input: string | string[];
+  model?: string;
+  /** 'float' (default) or 'base64' (little-endian f32 bytes). */
+  encoding_format?: 'float' | 'base64';
+  /** Only the model's own size. */
+  dimensions?: number;
+  user?: string;
+}
+
+export interface EmbeddingsResponse {
+  object: 'list';
+  data: Array<{ object: 'embedding'; index: number; embedding: number[] | string }>;
+  model: string;
+  usage: { prompt_tokens: number; total_tokens: number };
+}
+
 export declare class Engine {
   private constructor();
   /** Replaced (and a warning given) when the engine moves from the GPU to the CPU. */
   readonly info: Readonly<EngineInfo>;
   readonly chat: { readonly completions: ChatCompletions };
+  /** OpenAI's embeddings API (an encoder model). */
+  readonly embeddings: { create(body: EmbeddingsCreateParams): Promise<EmbeddingsResponse> };
+  /**
+   * One vector per text from an encoder model (all-MiniLM-L6-v2, BERT…): unit length unless
+   * `normalize: false`; a text past the model's sequence length is truncated there
+   * (`overflow: 'error'` refuses it, `'chunk'` averages windows).
+   */
+  embed(texts: string | string[], options?: EmbedOptions): Promise<Float32Array[]>;
   /** Stream the continuation of `prompt` (user text; control tokens stay text). */
   generate(prompt: Prompt, options?: GenerateOptions): AsyncGenerator<Chunk, GenerateResult, undefined>;
   /** Generate to the end. */

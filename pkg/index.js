@@ -13,6 +13,7 @@ import { openModelCache } from './cache.js';
 import { HERE } from './here.js';
 import {
   chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter,
+  embeddingsOptions, embeddingsResponse,
 } from './openai.js';
 
 export { KerzeError, ERROR_NAMES, catalog, ThinkSplitter };
@@ -141,6 +142,7 @@ class InThreadTransport {
       case 'tokenize': return c.tokenize(args.text, args.options);
       case 'detokenize': return c.detokenize(args.ids, args.options);
       case 'logitsTopK': return c.logitsTopK(args.ids, args.k, args.first);
+      case 'embed': return c.embed(args.texts, args.options);
       case 'reset': return c.reset();
       case 'dispose': return c.dispose();
       default: throw new KerzeError('InvalidArgumentError', `unknown op ${op}`);
@@ -369,6 +371,41 @@ export class Engine {
     this.chat = Object.freeze({
       completions: Object.freeze({ create: (body, req) => this.#chatCreate(body, req) }),
     });
+    /** OpenAI's embeddings API on an encoder model: `create({ input, encoding_format })`. */
+    this.embeddings = Object.freeze({ create: (body) => this.#embeddingsCreate(body) });
+  }
+
+  /**
+   * One vector per text from an encoder model (all-MiniLM-L6-v2, BERT…): `Float32Array[]`,
+   * unit length unless `normalize: false`. A text longer than the model's sequence length is
+   * truncated there (`overflow: 'error'` refuses it, `'chunk'` averages windows).
+   */
+  async embed(texts, { normalize = true, overflow = 'truncate' } = {}) {
+    this.#check();
+    const list = typeof texts === 'string' ? [texts] : texts;
+    if (!Array.isArray(list) || list.length === 0 || !list.every((t) => typeof t === 'string')) {
+      throw new KerzeError('InvalidArgumentError', 'embed: texts must be a string or a non-empty array of strings');
+    }
+    const r = await this.#embedRaw(list, { normalize, overflow });
+    return r.vectors;
+  }
+
+  async #embedRaw(texts, options) {
+    const r = await this.#t.request('embed', { texts, options });
+    const vectors = [];
+    for (let i = 0; i < texts.length; i++) vectors.push(r.data.slice(i * r.dims, (i + 1) * r.dims));
+    return { vectors, usage: r.usage };
+  }
+
+  async #embeddingsCreate(body) {
+    this.#check();
+    const req = embeddingsOptions(body);
+    if (req.dimensions !== undefined && req.dimensions !== this.info.nEmbd) {
+      throw new KerzeError('InvalidArgumentError',
+        `embeddings.create: dimensions ${req.dimensions}: this model gives ${this.info.nEmbd} (no other size)`);
+    }
+    const r = await this.#embedRaw(req.input, { normalize: true });
+    return embeddingsResponse(this.info.model, r.vectors, r.usage.promptTokens, req.encodingFormat);
   }
 
   #check() {

@@ -12,6 +12,67 @@ const KNOWN = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tok
   'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'logprobs',
   'enable_thinking', 'chat_template_kwargs']);
 
+const EMBED = 'embeddings.create';
+const EMBED_KNOWN = new Set(['input', 'model', 'encoding_format', 'dimensions', 'user']);
+/** The most texts one embeddings request may give (OpenAI's limit). */
+const MAX_EMBEDDING_INPUTS = 2048;
+
+/**
+ * An OpenAI embeddings body → { input: string[], encodingFormat: 'float' | 'base64',
+ * dimensions?, model? } (an empty string embeds as [CLS] [SEP]; token ids are refused).
+ */
+export function embeddingsOptions(body) {
+  if (!body || typeof body !== 'object' || Array.isArray(body)) {
+    throw bad(`${EMBED}: the body must be a JSON object`);
+  }
+  for (const k of Object.keys(body)) {
+    if (!EMBED_KNOWN.has(k)) throw bad(`${EMBED}: '${k}' is not supported`);
+  }
+  const ids = `${EMBED}: input must be a string or a list of strings (token ids are not supported)`;
+  let input;
+  if (typeof body.input === 'string') input = [body.input];
+  else if (Array.isArray(body.input)) {
+    if (body.input.length === 0) throw bad(`${EMBED}: input is an empty list`);
+    if (!body.input.every((t) => typeof t === 'string')) throw bad(ids);
+    input = body.input;
+  } else if (!given(body.input)) throw bad(`${EMBED} needs an input`);
+  else throw bad(ids);
+  if (input.length > MAX_EMBEDDING_INPUTS) {
+    throw bad(`${EMBED}: at most ${MAX_EMBEDDING_INPUTS} inputs per request (${input.length} given)`);
+  }
+  const f = body.encoding_format ?? 'float';
+  if (typeof f !== 'string') throw bad(`${EMBED}: encoding_format must be a string`);
+  if (f !== 'float' && f !== 'base64') throw bad(`${EMBED}: encoding_format '${f}' is not one of float, base64`);
+  if (given(body.user) && typeof body.user !== 'string') throw bad(`${EMBED}: user must be a string`);
+  if (given(body.model) && typeof body.model !== 'string') throw bad(`${EMBED}: model must be a string`);
+  if (given(body.dimensions) && (!Number.isSafeInteger(body.dimensions) || body.dimensions < 0)) {
+    throw bad(`${EMBED}: dimensions must be a non-negative integer`);
+  }
+  return { input, encodingFormat: f, dimensions: body.dimensions ?? undefined, model: body.model ?? undefined };
+}
+
+/** Little-endian f32 bytes of `v` in base64. */
+function base64f32(v) {
+  const bytes = new Uint8Array(Float32Array.from(v).buffer);
+  let s = '';
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+
+/** The OpenAI embeddings response for `vectors` (Float32Array or number[] each). */
+export function embeddingsResponse(model, vectors, promptTokens, encodingFormat = 'float') {
+  return {
+    object: 'list',
+    data: vectors.map((v, index) => ({
+      object: 'embedding',
+      index,
+      embedding: encodingFormat === 'base64' ? base64f32(v) : Array.from(v),
+    })),
+    model,
+    usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
+  };
+}
+
 /** The roles a message may have (OpenAI's; the model's template decides what each becomes). */
 const ROLES = ['system', 'developer', 'user', 'assistant', 'tool'];
 

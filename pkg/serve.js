@@ -39,6 +39,8 @@ export function serve(scope, { wasm } = {}) {
         return core.detokenize(args.ids, args.options);
       case 'logitsTopK':
         return core.logitsTopK(args.ids, args.k, args.first);
+      case 'embed':
+        return core.embed(args.texts, args.options);
       case 'reset':
         return core.reset();
       case 'dispose':

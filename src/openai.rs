@@ -129,6 +129,10 @@ const CHAT: &[&str] = &[
     "logprobs",
 ];
 const COMPLETION: &[&str] = &["prompt", "echo", "logprobs", "suffix", "best_of"];
+const EMBEDDINGS: &[&str] = &["input", "model", "encoding_format", "dimensions", "user"];
+
+/// The most texts one embeddings request may give (OpenAI's limit).
+pub const MAX_EMBEDDING_INPUTS: usize = 2048;
 
 /// The roles a message may have (OpenAI's; the model's template decides what each becomes).
 const ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool"];
@@ -423,6 +427,143 @@ pub fn parse_completion(body: &Value) -> Result<CompletionRequest> {
         stream,
         include_usage,
     })
+}
+
+/// How an embedding is written in the response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodingFormat {
+    /// A list of numbers.
+    Float,
+    /// The little-endian f32 bytes in base64 (what the official clients ask for by default).
+    Base64,
+}
+
+/// `POST /v1/embeddings`, parsed.
+#[derive(Clone, Debug)]
+pub struct EmbeddingsRequest {
+    pub model: Option<String>,
+    pub input: Vec<String>,
+    pub encoding_format: EncodingFormat,
+    /// Only the model's own size is accepted (checked where the model is known).
+    pub dimensions: Option<u64>,
+}
+
+/// Parse an embeddings body: `input` a string or a list of strings (an empty string embeds
+/// as `[CLS] [SEP]`; token ids are refused).
+pub fn parse_embeddings(body: &Value) -> Result<EmbeddingsRequest> {
+    const WHAT: &str = "embeddings.create";
+    let f = Fields::new(body, WHAT, &[EMBEDDINGS])?;
+    let input = match f.get("input") {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad(format!("{WHAT}: input must be a string or a list of strings (token ids are not supported)")))?,
+        Some(Value::Array(_)) => return Err(bad(format!("{WHAT}: input is an empty list"))),
+        None => return Err(bad(format!("{WHAT} needs an input"))),
+        Some(_) => return Err(bad(format!("{WHAT}: input must be a string or a list of strings (token ids are not supported)"))),
+    };
+    if input.len() > MAX_EMBEDDING_INPUTS {
+        return Err(bad(format!(
+            "{WHAT}: at most {MAX_EMBEDDING_INPUTS} inputs per request ({} given)",
+            input.len()
+        )));
+    }
+    let encoding_format = match f.string("encoding_format")? {
+        None | Some("float") => EncodingFormat::Float,
+        Some("base64") => EncodingFormat::Base64,
+        Some(other) => {
+            return Err(bad(format!(
+                "{WHAT}: encoding_format '{other}' is not one of float, base64"
+            )))
+        }
+    };
+    f.string("user")?;
+    Ok(EmbeddingsRequest {
+        model: f.string("model")?.map(str::to_string),
+        input,
+        encoding_format,
+        dimensions: f.count("dimensions")?,
+    })
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EmbeddingsResponse {
+    pub object: &'static str,
+    pub data: Vec<EmbeddingObject>,
+    pub model: String,
+    pub usage: EmbeddingsUsage,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct EmbeddingObject {
+    pub object: &'static str,
+    pub index: usize,
+    pub embedding: EmbeddingValue,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(untagged)]
+pub enum EmbeddingValue {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EmbeddingsUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}
+
+/// The response of an embeddings request.
+pub fn embeddings_response(
+    model: &str,
+    vectors: &[Vec<f32>],
+    prompt_tokens: usize,
+    format: EncodingFormat,
+) -> EmbeddingsResponse {
+    EmbeddingsResponse {
+        object: "list",
+        data: vectors
+            .iter()
+            .enumerate()
+            .map(|(index, v)| EmbeddingObject {
+                object: "embedding",
+                index,
+                embedding: match format {
+                    EncodingFormat::Float => EmbeddingValue::Float(v.clone()),
+                    EncodingFormat::Base64 => EmbeddingValue::Base64(base64(
+                        &v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+                    )),
+                },
+            })
+            .collect(),
+        model: model.to_string(),
+        usage: EmbeddingsUsage {
+            prompt_tokens,
+            total_tokens: prompt_tokens,
+        },
+    }
+}
+
+/// Standard base64 with padding.
+pub fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
+            if i <= c.len() {
+                out.push(A[(n >> shift) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 /// `finish_reason` as OpenAI names it (a full context window ends with `length`).

@@ -414,6 +414,43 @@ impl WasmEngine {
         })
     }
 
+    /// Embeddings of `texts` (JSON of an array of strings) from an encoder model, `options`
+    /// JSON of `{ normalize?, overflow? }`: resolves to `{ dims, data, usage }` — `data` one
+    /// Float32Array of `texts.length × dims` values, row-major; `usage` JSON.
+    pub fn embed(&self, texts: &str, options: &str) -> Promise {
+        let texts: std::result::Result<Vec<String>, JsValue> = parse("texts", texts);
+        let opts: std::result::Result<crate::embed::EmbedOptions, JsValue> =
+            parse("embed options", options);
+        self.run(move |mut st| async move {
+            let r = async {
+                let texts = texts.map_err(|_| {
+                    Error::InvalidArgument("embed: texts must be an array of strings".into())
+                })?;
+                let opts = opts.map_err(|_| {
+                    Error::InvalidArgument(
+                        "embed: options are { normalize?: boolean, overflow?: 'truncate' | 'error' | 'chunk' }"
+                            .into(),
+                    )
+                })?;
+                st.generation = None;
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let e = st.engine.embed(&refs, &opts).await?;
+                let dims = e.data.first().map_or(0, Vec::len);
+                let flat: Vec<f32> = e.data.concat();
+                let o = js_sys::Object::new();
+                let set = |k: &str, v: &JsValue| js_sys::Reflect::set(&o, &JsValue::from_str(k), v);
+                let usage = serde_json::to_string(&e.usage).map_err(|e| Error::Backend(e.to_string()))?;
+                set("dims", &JsValue::from(dims as u32))
+                    .and_then(|_| set("data", &js_sys::Float32Array::from(&flat[..]).into()))
+                    .and_then(|_| set("usage", &JsValue::from_str(&usage)))
+                    .map_err(|_| Error::Backend("embed: cannot build the result".into()))?;
+                Ok(JsValue::from(o))
+            }
+            .await;
+            (st, r)
+        })
+    }
+
     /// Forget the KV cache.
     pub fn reset(&self) -> std::result::Result<(), JsValue> {
         self.with(|st| {

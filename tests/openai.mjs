@@ -3,14 +3,26 @@
 // and `kerze serve`. Run: node tests/openai.mjs
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
-import { chatOptions, chatTemplateOptions, streamOptions, chatCompletion, ChatStream } from '../pkg/openai.js';
+import {
+  chatOptions, chatTemplateOptions, streamOptions, chatCompletion, ChatStream, embeddingsOptions, embeddingsResponse,
+} from '../pkg/openai.js';
 
 const fixture = (name) => JSON.parse(readFileSync(new URL(`./fixtures/openai/${name}`, import.meta.url), 'utf8'));
 const plain = (v) => JSON.parse(JSON.stringify(v));
 let n = 0;
 
 for (const c of fixture('requests.json')) {
-  if (c.endpoint !== 'chat') continue; // the package has chat completions only
+  if (c.endpoint === 'embeddings') {
+    const run = () => plain(embeddingsOptions(c.body));
+    if (c.error) {
+      assert.throws(run, (e) => e.name === 'InvalidArgumentError' && e.message.includes(c.error), c.name);
+    } else {
+      assert.deepEqual(run(), c.expect, c.name);
+    }
+    n += 1;
+    continue;
+  }
+  if (c.endpoint !== 'chat') continue; // the package has chat completions and embeddings
   const run = () => plain({
     options: chatOptions(c.body),
     chat: chatTemplateOptions(c.body),
@@ -33,6 +45,11 @@ for (const c of fixture('responses.json')) {
   const s = new ChatStream(c.meta, c.includeUsage);
   const chunks = [s.start(), ...c.pieces.flatMap((p) => s.push(p)), ...s.finish(c.finishReason, c.usage)];
   assert.deepEqual(plain(chunks), c.chunks, c.name);
+  n += 1;
+}
+for (const c of fixture('embeddings.json')) {
+  const vectors = c.vectors.map((v) => Float32Array.from(v));
+  assert.deepEqual(plain(embeddingsResponse(c.model, vectors, c.promptTokens, c.encodingFormat)), c.response, c.name);
   n += 1;
 }
 console.log(`openai.mjs: ${n} cases agree with tests/fixtures/openai/`);

@@ -57,6 +57,22 @@ fn requests_map_as_the_fixtures_say() {
                     "includeUsage": r.include_usage,
                 })
             }),
+            "embeddings" => openai::parse_embeddings(body).map(|r| {
+                let mut v = json!({
+                    "input": r.input,
+                    "encodingFormat": match r.encoding_format {
+                        openai::EncodingFormat::Float => "float",
+                        openai::EncodingFormat::Base64 => "base64",
+                    },
+                });
+                if let Some(d) = r.dimensions {
+                    v["dimensions"] = json!(d);
+                }
+                if let Some(m) = r.model {
+                    v["model"] = json!(m);
+                }
+                v
+            }),
             e => panic!("{name}: endpoint {e}"),
         };
         match (c.get("error").and_then(Value::as_str), got) {
@@ -72,7 +88,7 @@ fn requests_map_as_the_fixtures_say() {
             (None, Err(e)) => panic!("{name}: {e}"),
         }
         // What parses, maps onto the library's options without a second check failing.
-        if c.get("error").is_none() {
+        if c.get("error").is_none() && c["endpoint"] != "embeddings" {
             let r = if c["endpoint"] == "chat" {
                 openai::parse_chat(body).unwrap().generate
             } else {
@@ -189,4 +205,29 @@ fn error_bodies_have_the_openai_shape() {
         openai::ErrorBody::new(401, "key").error.kind,
         "authentication_error"
     );
+}
+
+#[test]
+fn embeddings_responses_are_the_fixtures() {
+    let cases = fixture("embeddings.json");
+    assert_eq!(openai::base64(b"kerze!!"), "a2VyemUhIQ==");
+    for c in cases {
+        let vectors: Vec<Vec<f32>> = serde_json::from_value(c["vectors"].clone()).unwrap();
+        let format = match c["encodingFormat"].as_str().unwrap() {
+            "float" => openai::EncodingFormat::Float,
+            _ => openai::EncodingFormat::Base64,
+        };
+        let r = openai::embeddings_response(
+            c["model"].as_str().unwrap(),
+            &vectors,
+            c["promptTokens"].as_u64().unwrap() as usize,
+            format,
+        );
+        assert_eq!(
+            norm(&serde_json::to_value(&r).unwrap()),
+            norm(&c["response"]),
+            "{}",
+            c["name"]
+        );
+    }
 }

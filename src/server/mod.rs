@@ -1,7 +1,8 @@
 //! `kerze serve`: the engine behind an OpenAI-compatible HTTP API (axum on tokio).
 //!
 //! Routes: `POST /v1/chat/completions` (the model's chat template), `POST /v1/completions`
-//! (a raw prompt), both whole or as server-sent events; `GET /v1/models[/{id}]`; `GET /health`
+//! (a raw prompt), both whole or as server-sent events; `POST /v1/embeddings` (an encoder
+//! model); `GET /v1/models[/{id}]`; `GET /health`
 //! (503 while the model loads, no key needed). Requests run on [`slots`]: at most
 //! `slots + queue` are admitted, the next gets 429 with `retry-after`. Every error is an
 //! OpenAI error body ([`crate::openai::ErrorBody`]). The server keeps no state between
@@ -259,6 +260,7 @@ fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -411,7 +413,8 @@ impl AppState {
         }
     }
 
-    /// Admit and queue a job; wait until its slot has checked it (the status is known then).
+    /// Admit and queue a generation; wait until its slot has checked it (the status is known
+    /// then).
     async fn submit(
         &self,
         input: Input,
@@ -430,6 +433,23 @@ impl AppState {
                 ),
             ));
         }
+        let (first, rx) = self.queue(input, opts, arrived).await?;
+        match first {
+            Event::Started => Ok(rx),
+            _ => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the slot stopped before the request started",
+            )),
+        }
+    }
+
+    /// Admit and queue a job; its first event (a failure is the error).
+    async fn queue(
+        &self,
+        input: Input,
+        opts: crate::generate::GenerateOptions,
+        arrived: Instant,
+    ) -> ApiResult<(Event, UnboundedReceiver<Event>)> {
         let Some(ticket) = self.admission.admit() else {
             return Err(ApiError {
                 retry_after: Some(1),
@@ -458,10 +478,10 @@ impl AppState {
             ));
         }
         match rx.recv().await {
-            Some(Event::Started) => Ok(rx),
             Some(Event::Failed(e)) => Err(ApiError::from_engine(&e)),
             Some(Event::TimedOut) => Err(ApiError::timed_out(self.opts.timeout)),
-            Some(_) | None => Err(ApiError::new(
+            Some(first) => Ok((first, rx)),
+            None => Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the slot stopped before the request started",
             )),
@@ -584,6 +604,52 @@ async fn completions(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<R
     ))
 }
 
+async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {
+    let arrived = Instant::now();
+    let loaded = st.ready()?;
+    let v = read_json(&st, body).await?;
+    let req = openai::parse_embeddings(&v).map_err(|e| ApiError::from_engine(&e))?;
+    st.check_model(req.model.as_deref())?;
+    if !loaded.info.family.is_encoder() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "this server runs {}, a decoder: embeddings come from an encoder model (bert)",
+                st.opts.model_id
+            ),
+        ));
+    }
+    if let Some(d) = req.dimensions.filter(|&d| d != loaded.info.n_embd as u64) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "dimensions {d}: this model gives {} (no other size)",
+                loaded.info.n_embd
+            ),
+        ));
+    }
+    let input = Input::Embed {
+        texts: req.input,
+        opts: crate::embed::EmbedOptions::default(),
+    };
+    let (first, _rx) = st
+        .queue(input, crate::generate::GenerateOptions::default(), arrived)
+        .await?;
+    match first {
+        Event::Embedded(e) => Ok(Json(openai::embeddings_response(
+            &st.opts.model_id,
+            &e.data,
+            e.usage.prompt_tokens,
+            req.encoding_format,
+        ))
+        .into_response()),
+        _ => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the slot answered an embedding request with something else",
+        )),
+    }
+}
+
 /// The whole generation of a non-streamed request.
 async fn collect(
     mut rx: UnboundedReceiver<Event>,
@@ -596,7 +662,7 @@ async fn collect(
             Some(Event::Done { finish, usage }) => return Ok((text, finish, usage)),
             Some(Event::Failed(e)) => return Err(ApiError::from_engine(&e)),
             Some(Event::TimedOut) => return Err(ApiError::timed_out(timeout)),
-            Some(Event::Started) => {}
+            Some(Event::Started | Event::Embedded(_)) => {}
             None => {
                 return Err(ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -670,7 +736,7 @@ fn sse<F: Send + 'static>(
                     s.pending.push_back(error(ApiError::timed_out(s.timeout)));
                     s.done = true;
                 }
-                Some(Event::Started) => {}
+                Some(Event::Started | Event::Embedded(_)) => {}
                 None => {
                     let e = ApiError::new(
                         StatusCode::INTERNAL_SERVER_ERROR,

@@ -26,6 +26,11 @@ pub enum Input {
     /// A raw prompt, tokenized as `kerze generate` does (`<bos>` when the model wants it).
     Text(String),
     Ids(Vec<u32>),
+    /// Texts to embed (an encoder model).
+    Embed {
+        texts: Vec<String>,
+        opts: crate::embed::EmbedOptions,
+    },
 }
 
 /// One request for a slot.
@@ -40,11 +45,16 @@ pub struct Job {
 }
 
 /// What a slot reports about a job, in this order: `Started` or `Failed`/`TimedOut`, then
-/// `Chunk`s, then `Done` (or `Failed`/`TimedOut`).
+/// `Chunk`s, then `Done` (or `Failed`/`TimedOut`); an embedding job: `Embedded` or `Failed`.
 pub enum Event {
     Started,
+    /// An embedding job's result (its only event).
+    Embedded(crate::embed::Embeddings),
     Chunk(String),
-    Done { finish: FinishReason, usage: Usage },
+    Done {
+        finish: FinishReason,
+        usage: Usage,
+    },
     Failed(Error),
     TimedOut,
 }
@@ -277,6 +287,14 @@ fn run(engine: &mut Engine, job: Job) {
         return;
     }
     let ids = match input {
+        Input::Embed { texts, opts } => {
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            send(match pollster::block_on(engine.embed(&refs, &opts)) {
+                Ok(e) => Event::Embedded(e),
+                Err(e) => Event::Failed(e),
+            });
+            return;
+        }
         Input::Chat { messages, chat } => {
             crate::chat::prompt_ids_with(engine.tokenizer(), &messages, &chat)
         }

@@ -328,6 +328,46 @@ try {
     assertEq(r.bad, 'InvalidArgumentError', 'roles must alternate');
   });
 
+  await test('embeddings in the page: all-MiniLM-L6-v2 gives the native CLI\'s vectors and the sentence-transformers similarities; embeddings.create in the OpenAI shape', async () => {
+    const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
+    const texts = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.',
+      'Crème brûlée — 東京は日本の首都です。 😀', 'word '.repeat(400)];
+    const out = execFileSync(path.join(ROOT, 'target/release/kerze'), ['embed', '--model', path.join(ROOT, 'models', minilm.file),
+      '--device', 'cpu', '--json', ...texts.flatMap((t) => ['--text', t])], { encoding: 'utf8' });
+    const native = JSON.parse(out.trim().split('\n').pop());
+    const model = { id: minilm.id, url: `${A}/models/${minilm.file}`, sha256: minilm.sha256 };
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model: arg.model, threads: 1 });
+      const v = await e.embed(arg.texts);
+      const one = await e.embed(arg.texts[0]);
+      const created = await e.embeddings.create({ input: arg.texts.slice(0, 2), encoding_format: 'base64' });
+      const plain = await e.embeddings.create({ input: 'x', dimensions: 384 });
+      const names = [];
+      for (const f of [() => e.complete('hi'), () => e.embed([]), () => e.embed([3]), () => e.embeddings.create({ input: 'x', dimensions: 3 })]) {
+        try { await f(); names.push(null); } catch (x) { names.push(x.name); }
+      }
+      const info = e.info;
+      await e.dispose();
+      return { v: v.map((a) => Array.from(a)), f32: v[0] instanceof Float32Array, one: Array.from(one[0]), created, plain, names, family: info.family, nEmbd: info.nEmbd };`,
+    { model, texts }));
+    const cos = (a, b) => {
+      let d = 0; let na = 0; let nb = 0;
+      for (let i = 0; i < a.length; i++) { d += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i]; }
+      return d / Math.sqrt(na * nb);
+    };
+    assertEq([r.family, r.nEmbd, r.f32, r.v.length, r.v[0].length], ['bert', 384, true, texts.length, 384], 'shape');
+    r.v.forEach((v, i) => assert(cos(v, native.data[i].embedding) > 0.99999, `text ${i}: cosine ${cos(v, native.data[i].embedding)} to the native CLI`));
+    assert(cos(r.one, r.v[0]) > 0.9999999, 'one text = the same text in a batch');
+    const sims = [cos(r.v[0], r.v[1]), cos(r.v[0], r.v[2]), cos(r.v[1], r.v[2])];
+    [0.6660, 0.1046, 0.1411].forEach((w, i) => assert(Math.abs(sims[i] - w) < 2e-3, `similarities ${sims} vs sentence-transformers`));
+    assertEq([r.created.object, r.created.data.length, r.created.usage.prompt_tokens > 0], ['list', 2, true], 'embeddings.create');
+    const b = Buffer.from(r.created.data[1].embedding, 'base64');
+    const decoded = new Float32Array(b.buffer, b.byteOffset, b.length / 4);
+    assert(cos(Array.from(decoded), r.v[1]) > 0.9999999, 'base64 decodes to the vector');
+    assertEq([r.plain.data[0].object, r.plain.data[0].index, r.plain.data[0].embedding.length], ['embedding', 0, 384], 'float format');
+    assertEq(r.names, ['InvalidArgumentError', 'InvalidArgumentError', 'InvalidArgumentError', 'InvalidArgumentError'], 'errors');
+  });
+
   await test('a synthetic Qwen-style GGUF (qwen2, byte-level BPE, Q4_1, ChatML template) loads, generates as natively, and its chat prompt is the template\'s', async () => {
     const file = 'tiny-qwen2-chatml.gguf';
     const kerze = path.join(ROOT, 'target/release/kerze');

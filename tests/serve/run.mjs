@@ -292,7 +292,8 @@ await test('bad input: 4xx OpenAI errors, and the server keeps serving', async (
     ['unknown role', '/v1/chat/completions', { messages: [{ role: 'wizard', content: 'x' }] }, 400],
     ['a prompt past the context', '/v1/completions', { prompt: 'word '.repeat(6000), max_tokens: 1 }, 400],
     ['a 10 MB body', '/v1/completions', JSON.stringify({ prompt: 'x'.repeat(10 << 20) }), 413],
-    ['unknown route', '/v1/embeddings', { input: 'x' }, 404],
+    ['unknown route', '/v1/moderations', { input: 'x' }, 404],
+    ['embeddings on a decoder', '/v1/embeddings', { input: 'x' }, 400],
   ];
   for (const [what, route, body, status] of cases) {
     const r = await post(main.base, route, body);
@@ -400,6 +401,40 @@ await test('--timeout: a request past it gets 504 (whole) or an error event (str
   } finally {
     t.proc.kill('SIGTERM');
     await t.exited;
+  }
+});
+
+await test('embeddings: an encoder server answers the npm client as kerze embed does; a decoder refuses', async () => {
+  const minilm = path.join(ROOT, 'models/all-minilm-l6-v2-q8_0.gguf');
+  const s = await startKerze([], { model: minilm });
+  try {
+    const ec = new OpenAI({ baseURL: `${s.base}/v1`, apiKey: 'none', maxRetries: 0 });
+    const texts = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.'];
+    const out = execFileSync(KERZE, ['embed', '--model', minilm, '--device', 'cpu', '--json', ...texts.flatMap((t) => ['--text', t])], { encoding: 'utf8' });
+    const want = JSON.parse(out.trim().split('\n').pop());
+    // The client asks for base64 unless told otherwise, and decodes it.
+    for (const encoding_format of [undefined, 'float']) {
+      const r = await ec.embeddings.create({ model: 'all-minilm-l6-v2-q8_0', input: texts, ...(encoding_format ? { encoding_format } : {}) });
+      assertEq([r.object, r.data.length, r.model, r.usage.prompt_tokens], ['list', 3, 'all-minilm-l6-v2-q8_0', want.usage.prompt_tokens], 'response');
+      r.data.forEach((d, i) => {
+        const a = Array.from(d.embedding);
+        const b = want.data[i].embedding;
+        const dot = a.reduce((x, v, j) => x + v * b[j], 0);
+        assert(dot > 0.99999, `text ${i} (${encoding_format ?? 'base64'}): cosine ${dot} to kerze embed`);
+      });
+    }
+    const bad = async (what, fn) => {
+      try { await fn(); } catch (e) { assert(e instanceof OpenAI.BadRequestError, `${what}: ${e}`); return; }
+      throw new Error(`${what}: no error`);
+    };
+    await bad('dimensions', () => ec.embeddings.create({ input: 'x', dimensions: 3 }));
+    await bad('token ids', () => ec.embeddings.create({ input: [[101, 102]] }));
+    await bad('chat on an encoder', () => ec.chat.completions.create({ messages: [{ role: 'user', content: 'hi' }] }));
+    await bad('completion on an encoder', () => ec.completions.create({ prompt: 'hi' }));
+    await bad('embeddings on a decoder', () => client.embeddings.create({ input: 'x' }));
+  } finally {
+    s.proc.kill('SIGTERM');
+    await s.exited;
   }
 });
 

@@ -187,6 +187,30 @@ try:
         loading.terminate()
         assert loading.wait(30) == 0
 
+    @test("openai PyPI: embeddings from an encoder server equal kerze embed")
+    def _():
+        minilm = os.path.join(ROOT, "models", "all-minilm-l6-v2-q8_0.gguf")
+        enc, ebase = start([], model=minilm)
+        ec = openai.OpenAI(base_url=f"{ebase}/v1", api_key="none", max_retries=0)
+        texts = ["The weather is lovely today.", "It's so sunny outside!", "He drove to the stadium."]
+        out = subprocess.run([KERZE, "embed", "--model", minilm, "--device", "cpu", "--json",
+                              *sum([["--text", t] for t in texts], [])],
+                             check=True, capture_output=True, text=True).stdout
+        want = json.loads(out.strip().splitlines()[-1])
+        for fmt in (None, "float"):
+            kw = {"encoding_format": fmt} if fmt else {}
+            r = ec.embeddings.create(model="all-minilm-l6-v2-q8_0", input=texts, **kw)
+            assert len(r.data) == 3 and r.usage.prompt_tokens == want["usage"]["prompt_tokens"]
+            for d, w in zip(r.data, want["data"]):
+                dot = sum(a * b for a, b in zip(d.embedding, w["embedding"]))
+                assert dot > 0.99999, (fmt, dot)
+        sims = [sum(a * b for a, b in zip(r.data[i].embedding, r.data[j].embedding)) for i, j in ((0, 1), (0, 2), (1, 2))]
+        assert all(abs(s - w) < 2e-3 for s, w in zip(sims, (0.6660, 0.1046, 0.1411))), sims
+        expect(openai.BadRequestError, 400, lambda: ec.embeddings.create(model="all-minilm-l6-v2-q8_0", input="x", dimensions=3))
+        expect(openai.BadRequestError, 400, lambda: client.embeddings.create(model=MODEL_ID, input="x"))
+        enc.terminate()
+        assert enc.wait(30) == 0
+
     proc.terminate()
     code = proc.wait(30)
     if code != 0:
