@@ -219,3 +219,141 @@ fn bad_input_is_a_typed_error() {
         Err(kerze::Error::InvalidArgument(_))
     ));
 }
+
+/// A tiny synthetic BERT (random weights, 2 layers, 64 wide, MiniLM's vocabulary) written as a
+/// Hugging Face folder — `bert.`-prefixed names, sentence-transformers' pooling and length —
+/// in `dir`.
+fn synthetic_bert(dir: &std::path::Path, pooling: &str, max_seq: usize) {
+    let (d, ff, layers, heads, pos, vocab) =
+        (64usize, 128usize, 2usize, 4usize, 96usize, 30522usize);
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    let config = serde_json::json!({
+        "_name_or_path": "kerze/synthetic-bert", "architectures": ["BertModel"], "model_type": "bert",
+        "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": layers,
+        "num_attention_heads": heads, "max_position_embeddings": pos, "type_vocab_size": 2,
+        "layer_norm_eps": 1e-12, "hidden_act": "gelu", "vocab_size": vocab,
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    let pool = serde_json::json!({
+        "word_embedding_dimension": d,
+        "pooling_mode_cls_token": pooling == "cls",
+        "pooling_mode_mean_tokens": pooling == "mean",
+        "pooling_mode_lasttoken": pooling == "last",
+    });
+    std::fs::write(dir.join("1_Pooling/config.json"), pool.to_string()).unwrap();
+    std::fs::write(
+        dir.join("sentence_bert_config.json"),
+        format!("{{\"max_seq_length\": {max_seq}}}"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        include_bytes!("fixtures/all-minilm-l6-v2.tokenizer.json"),
+    )
+    .unwrap();
+    let mut rng = kerze::sampler::Rng::new(0xbe27);
+    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32| {
+        let n: usize = shape.iter().product();
+        let v = (0..n).map(|_| offset + scale * rng.normal()).collect();
+        tensors.push((name, shape, v));
+    };
+    add(
+        "bert.embeddings.word_embeddings.weight".into(),
+        vec![vocab, d],
+        0.5,
+        0.0,
+    );
+    add(
+        "bert.embeddings.position_embeddings.weight".into(),
+        vec![pos, d],
+        0.5,
+        0.0,
+    );
+    add(
+        "bert.embeddings.token_type_embeddings.weight".into(),
+        vec![2, d],
+        0.5,
+        0.0,
+    );
+    add("bert.embeddings.LayerNorm.weight".into(), vec![d], 0.1, 1.0);
+    add("bert.embeddings.LayerNorm.bias".into(), vec![d], 0.1, 0.0);
+    for l in 0..layers {
+        let p = |s: &str| format!("bert.encoder.layer.{l}.{s}");
+        for (name, rows, cols) in [
+            ("attention.self.query", d, d),
+            ("attention.self.key", d, d),
+            ("attention.self.value", d, d),
+            ("attention.output.dense", d, d),
+            ("intermediate.dense", ff, d),
+            ("output.dense", d, ff),
+        ] {
+            add(
+                p(&format!("{name}.weight")),
+                vec![rows, cols],
+                1.0 / (cols as f32).sqrt(),
+                0.0,
+            );
+            add(p(&format!("{name}.bias")), vec![rows], 0.1, 0.0);
+        }
+        for name in ["attention.output.LayerNorm", "output.LayerNorm"] {
+            add(p(&format!("{name}.weight")), vec![d], 0.1, 1.0);
+            add(p(&format!("{name}.bias")), vec![d], 0.1, 0.0);
+        }
+    }
+    let mut header = serde_json::Map::new();
+    let mut data: Vec<u8> = Vec::new();
+    for (name, shape, v) in &tensors {
+        let start = data.len();
+        data.extend(v.iter().flat_map(|x| x.to_le_bytes()));
+        header.insert(name.clone(), serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [start, data.len()]}));
+    }
+    let h = serde_json::Value::Object(header).to_string().into_bytes();
+    let mut st = (h.len() as u64).to_le_bytes().to_vec();
+    st.extend(h);
+    st.extend(data);
+    std::fs::write(dir.join("model.safetensors"), st).unwrap();
+}
+
+/// The path is general: synthetic encoders with CLS and last-token pooling and their own
+/// length limit, converted by `kerze convert` and run by the engine, against the f64
+/// reference over their safetensors (cosine ≥ 0.99999 in F32; a text past the limit is
+/// truncated there).
+#[test]
+fn synthetic_encoders_with_cls_and_last_pooling_meet_the_f64_reference() {
+    let texts = common::minilm_sentences();
+    let tok = kerze::Tokenizer::from_tokenizer_json(include_bytes!(
+        "fixtures/all-minilm-l6-v2.tokenizer.json"
+    ))
+    .unwrap();
+    for (pooling, max_seq) in [("cls", 48), ("last", 64)] {
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("synthetic-bert-{pooling}"));
+        synthetic_bert(&dir, pooling, max_seq);
+        let gguf = dir.join("model-f32.gguf");
+        kerze::convert::convert(&dir, &gguf, kerze::convert::OutType::F32).unwrap();
+        let mut e = engine(&gguf);
+        assert_eq!(e.config().max_seq, max_seq);
+        let reference = bert_ref::BertRef::load(&dir);
+        let long = "the sea and the river ".repeat(30);
+        let mut all: Vec<&str> = texts.iter().take(40).map(String::as_str).collect();
+        all.push(&long);
+        let got = pollster::block_on(e.embed(&all, &EmbedOptions::default())).unwrap();
+        assert_eq!(got.usage.truncated, 1, "{pooling}: the long text is cut");
+        for (t, g) in all.iter().zip(&got.data) {
+            let mut ids = tok.encode_user(t, true).unwrap();
+            if ids.len() > max_seq {
+                let last = ids[ids.len() - 1];
+                ids.truncate(max_seq - 1);
+                ids.push(last);
+            }
+            let w: Vec<f32> = reference
+                .embed(&ids, pooling)
+                .iter()
+                .map(|&x| x as f32)
+                .collect();
+            let c = cosine(g, &w);
+            assert!(c >= 0.99999, "{pooling} {t:?}: cosine {c}");
+        }
+    }
+}

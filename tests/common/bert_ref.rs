@@ -195,14 +195,26 @@ impl BertRef {
 
     /// The mean-pooled, unit-length sentence embedding (all-MiniLM-L6-v2's pooling).
     pub fn embed_mean(&self, ids: &[u32]) -> Vec<f64> {
+        self.embed(ids, "mean")
+    }
+
+    /// The unit-length embedding pooled by `pooling`: `mean`, `cls` (first token) or `last`.
+    pub fn embed(&self, ids: &[u32], pooling: &str) -> Vec<f64> {
         let d = self.n_embd;
         let s = self.states(ids);
-        let mut v = vec![0.0; d];
-        for row in s.chunks_exact(d) {
-            for (a, x) in v.iter_mut().zip(row) {
-                *a += x / ids.len() as f64;
+        let v: Vec<f64> = match pooling {
+            "cls" => s[..d].to_vec(),
+            "last" => s[s.len() - d..].to_vec(),
+            _ => {
+                let mut v = vec![0.0; d];
+                for row in s.chunks_exact(d) {
+                    for (a, x) in v.iter_mut().zip(row) {
+                        *a += x / ids.len() as f64;
+                    }
+                }
+                v
             }
-        }
+        };
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         v.iter().map(|x| x / norm).collect()
     }
