@@ -580,6 +580,9 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
     let t0 = std::time::Instant::now();
     let (mut engine, info) = load(&a.model)?;
     let load_s = t0.elapsed().as_secs_f64();
+    if engine.config().family.is_encoder() {
+        return bench_embed(&mut engine, &info, load_s, a.json);
+    }
     let ids = engine.tokenizer().bench_prompt(n_prompt)?;
     let opts = GenerateOptions::greedy_tokens(n_gen);
     // The decode steps' share of the GPU counters: after the prompt, to the end.
@@ -612,6 +615,70 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
         "peak_rss_mb": rss,
     });
     if a.json {
+        println!("{v}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// An encoder's speed: sentences/s and ms per sentence for texts of 16, 64, 128 and 256
+/// tokens (`[CLS]` and `[SEP]` included), one at a time and 32 per call.
+fn bench_embed(
+    engine: &mut Engine,
+    info: &crate::EngineInfo,
+    load_s: f64,
+    json: bool,
+) -> Result<()> {
+    use crate::embed::EmbedOptions;
+    let tok = engine.tokenizer();
+    let long = "The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. ".repeat(32);
+    let all = tok.encode_user(&long, false)?;
+    let mut rows = Vec::new();
+    for len in [16usize, 64, 128, 256] {
+        let len = len.min(engine.config().max_seq);
+        // A text of exactly `len` tokens with [CLS] and [SEP] (cut on a word piece).
+        let mut n = len - 2;
+        let text = loop {
+            let t = engine.tokenizer().decode(&all[..n], true)?;
+            if engine.tokenizer().encode_user(&t, true)?.len() <= len || n == 1 {
+                break t;
+            }
+            n -= 1;
+        };
+        for batch in [1usize, 32] {
+            let texts: Vec<&str> = vec![text.as_str(); batch];
+            let opts = EmbedOptions::default();
+            pollster::block_on(engine.embed(&texts, &opts))?; // warm-up
+            let t0 = std::time::Instant::now();
+            let mut runs = 0;
+            let mut tokens = 0;
+            while runs < 3 || (t0.elapsed().as_secs_f64() < 1.0 && runs < 200) {
+                tokens = pollster::block_on(engine.embed(&texts, &opts))?
+                    .usage
+                    .prompt_tokens
+                    / batch;
+                runs += 1;
+            }
+            let s = t0.elapsed().as_secs_f64();
+            let per_s = (runs * batch) as f64 / s;
+            rows.push(serde_json::json!({
+                "tokens": tokens,
+                "batch": batch,
+                "sentences_per_s": per_s,
+                "ms_per_sentence": 1000.0 / per_s,
+            }));
+        }
+    }
+    let v = serde_json::json!({
+        "backend": info.backend,
+        "threads": std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()),
+        "model": info.model,
+        "load_s": load_s,
+        "peak_rss_mb": peak_rss_mb(),
+        "embed": rows,
+    });
+    if json {
         println!("{v}");
     } else {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());

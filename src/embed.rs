@@ -58,7 +58,7 @@ pub struct Embeddings {
 }
 
 /// The most rows one forward pass runs (its activations are rows × n_ff floats).
-pub const BATCH_TOKENS: usize = 2048;
+pub const BATCH_TOKENS: usize = 256;
 
 /// How a tokenized text enters the encoder: the pieces it runs as and their weights.
 pub struct Planned {

@@ -26,6 +26,19 @@ async function run() {
   const t0 = performance.now();
   const engine = await createEngine({ model, device, threads, worker });
   const createMs = performance.now() - t0;
+  if (engine.info.family === 'bert') {
+    // An encoder: sentences/s as `kerze bench` measures them natively.
+    const result = {
+      backend: engine.info.backend,
+      threads: engine.info.threads,
+      model: engine.info.model,
+      create_engine_ms: createMs,
+      cached_bytes_to_ready_ms: engine.info.readyMs,
+      embed: await benchEmbed(engine),
+    };
+    window.benchEngine = engine;
+    return result;
+  }
   const ids = (await engine.tokenize(BENCH_TEXT.repeat(64), { bos: true })).slice(0, 128);
   const r = await engine.complete(ids, { maxTokens: 64, temperature: 0, stopTokens: [] });
   const result = {
@@ -46,6 +59,34 @@ async function run() {
   // Kept loaded, so the renderer's memory can be read after load (tests/browser/bench.mjs).
   window.benchEngine = engine;
   return result;
+}
+
+/** Sentences/s and ms per sentence at 16, 64, 128 and 256 tokens, one and 32 per call. */
+async function benchEmbed(engine) {
+  const all = await engine.tokenize(BENCH_TEXT.repeat(32), { bos: true });
+  const rows = [];
+  for (const len of [16, 64, 128, 256]) {
+    let n = len - 2;
+    let text;
+    for (;;) {
+      text = await engine.detokenize(all.slice(1, 1 + n), { skipSpecial: true });
+      if ((await engine.tokenize(text, { bos: true })).length <= len || n === 1) break;
+      n -= 1;
+    }
+    for (const batch of [1, 32]) {
+      const texts = Array(batch).fill(text);
+      await engine.embed(texts);
+      const t0 = performance.now();
+      let runs = 0;
+      while (runs < 3 || (performance.now() - t0 < 1000 && runs < 200)) {
+        await engine.embed(texts);
+        runs += 1;
+      }
+      const perS = (runs * batch * 1000) / (performance.now() - t0);
+      rows.push({ tokens: (await engine.tokenize(text, { bos: true })).length, batch, sentences_per_s: perS, ms_per_sentence: 1000 / perS });
+    }
+  }
+  return rows;
 }
 
 run().then((result) => {

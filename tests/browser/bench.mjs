@@ -60,7 +60,8 @@ try {
     result.all_renderers_rss_mb = Math.round(rss.all);
     console.log(`KERZE_BENCH ${JSON.stringify({ ...result, prompt_text: undefined })}`);
     await context.close();
-    if (process.env.KERZE_BENCH_PEER === '0') continue;
+    // Encoders have no wasm peer here yet (transformers.js: the ONNX issue's bench page).
+    if (process.env.KERZE_BENCH_PEER === '0' || result.embed) continue;
     const peerContext = await browser.newContext();
     const peer = await peerContext.newPage();
     await peer.goto(`${origin}/www/bench-wllama.html?threads=${threads}${m}`);

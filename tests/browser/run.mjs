@@ -556,6 +556,34 @@ try {
     }
   });
 
+  await test('WebGPU in Chromium (SwiftShader): all-MiniLM-L6-v2 embeds as on the CPU (LayerNorm, GELU, packed attention in WGSL)', async () => {
+    const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
+    const gpuBrowser = await launch({ webgpu: true });
+    const rec = await openPage(gpuBrowser);
+    try {
+      await rec.page.goto(`${A}/www/`);
+      const r = await inPage(rec.page, `
+        const out = {};
+        const texts = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.', 'Crème brûlée — 東京 😀'];
+        for (const device of ['cpu', 'webgpu']) {
+          const e = await k.createEngine({ model: { url: '/models/${minilm.file}', sha256: '${minilm.sha256}' }, device, threads: 1 });
+          out[device] = { backend: e.info.backend, v: (await e.embed(texts)).map((a) => Array.from(a)) };
+          await e.dispose();
+        }
+        return out;`);
+      assertEq(r.webgpu.backend, 'webgpu', 'backend');
+      r.cpu.v.forEach((c, i) => {
+        const g = r.webgpu.v[i];
+        const dot = c.reduce((x, v, j) => x + v * g[j], 0);
+        assert(dot > 0.99999, `text ${i}: cosine ${dot} GPU vs CPU`);
+      });
+      assertEq(rec.errors, [], 'console errors');
+    } finally {
+      await rec.context.close();
+      await gpuBrowser.close();
+    }
+  });
+
   await test('WebGPU device lost mid-generation (SwiftShader): the tokens so far are kept, the generation finishes on the CPU, the switch is reported', async () => {
     const gpuBrowser = await launch({ webgpu: true });
     const rec = await openPage(gpuBrowser);
