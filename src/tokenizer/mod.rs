@@ -280,7 +280,7 @@ impl Tokenizer {
             .and_then(Value::as_u64)
             .is_none_or(|v| v != 0);
         let special: Vec<u32> = (0..n as u32).filter(|&i| control[i as usize]).collect();
-        let json = wordpiece::tokenizer_json(&wordpiece::Spec {
+        let pipe = wordpiece::build(&wordpiece::Spec {
             pieces: &pieces,
             special: &special,
             unk,
@@ -288,8 +288,12 @@ impl Tokenizer {
             sep,
             lowercase,
         })?;
-        let tk: tokenizers::Tokenizer = serde_json::from_value(json).map_err(tk_err)?;
-        Self::from_hf(tk)
+        Ok(Self::assemble(
+            Box::new(pipe),
+            control,
+            Some(cls),
+            Some(sep),
+        ))
     }
 
     /// Build from a Hugging Face `tokenizer.json` (its padding and truncation turned off: the
@@ -315,8 +319,19 @@ impl Tokenizer {
         let id = |names: &[&str]| names.iter().find_map(|t| tk.token_to_id(t));
         let bos = id(&["[CLS]", "<s>"]);
         let eos = id(&["[SEP]", "</s>"]);
-        Ok(Self {
-            inner: Mutex::new(Box::new(tk.into_inner())),
+        Ok(Self::assemble(Box::new(tk.into_inner()), control, bos, eos))
+    }
+
+    /// A tokenizer around a pipeline with no byte tokens (WordPiece, a tokenizer.json's model).
+    fn assemble(
+        pipe: Box<dyn Pipe>,
+        control: Vec<bool>,
+        bos: Option<u32>,
+        eos: Option<u32>,
+    ) -> Self {
+        let n = control.len();
+        Self {
+            inner: Mutex::new(pipe),
             bos,
             eos,
             end_of_generation: eos.into_iter().collect(),
@@ -326,7 +341,7 @@ impl Tokenizer {
             add_bos: bos.is_some(),
             control,
             chat_template: None,
-        })
+        }
     }
 
     fn encode(&self, text: &str, add_bos: bool, split_special: bool) -> Result<Vec<u32>> {

@@ -2,12 +2,16 @@
 //! bert`, the vocabulary as llama.cpp's converter writes it) or from a Hugging Face
 //! `tokenizer.json`. Both become the same `tokenizers` pipeline — `BertNormalizer` (clean,
 //! CJK split, lower-case and accent stripping), `BertPreTokenizer`, the WordPiece model,
-//! `[CLS] $A [SEP]` — so the ids are Hugging Face's. The GGUF side is described as the
-//! `tokenizer.json` the model came with, then built by the same code as that file.
+//! `[CLS] $A [SEP]` — so the ids are Hugging Face's.
 
 use super::tk_err;
 use crate::error::Result;
-use serde_json::{json, Value};
+use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
+use tokenizers::models::wordpiece::WordPiece;
+use tokenizers::normalizers::bert::BertNormalizer;
+use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::AddedToken;
 
 /// Where a word continues in WordPiece spelling.
 pub const CONTINUE: &str = "##";
@@ -49,8 +53,9 @@ pub struct Spec<'a> {
     pub lowercase: bool,
 }
 
-/// The `tokenizer.json` that describes this vocabulary (no padding, no truncation).
-pub fn tokenizer_json(s: &Spec) -> Result<Value> {
+/// The pipeline Hugging Face builds for a BERT `tokenizer.json`, built directly (deserializing
+/// a described `tokenizer.json` would bring every tokenizer kind's reader into the wasm).
+pub fn build(s: &Spec) -> Result<super::Impl<WordPiece>> {
     let piece = |id: u32| {
         s.pieces
             .get(id as usize)
@@ -58,46 +63,37 @@ pub fn tokenizer_json(s: &Spec) -> Result<Value> {
             .ok_or_else(|| tk_err(format!("token id {id} is outside the vocabulary")))
     };
     let (unk, cls, sep) = (piece(s.unk)?, piece(s.cls)?, piece(s.sep)?);
-    let mut vocab = serde_json::Map::with_capacity(s.pieces.len());
+    let mut vocab = ahash::AHashMap::with_capacity(s.pieces.len());
     for (id, p) in s.pieces.iter().enumerate() {
         // The first id of a piece spelt twice wins, as Hugging Face's vocab.txt reader keeps it.
-        vocab.entry(p.clone()).or_insert_with(|| json!(id));
+        vocab.entry(p.clone()).or_insert(id as u32);
     }
-    let added: Vec<Value> = s
+    let model = WordPiece::builder()
+        .vocab(vocab)
+        .unk_token(unk)
+        .continuing_subword_prefix(CONTINUE.into())
+        .max_input_chars_per_word(100)
+        .build()
+        .map_err(tk_err)?;
+    let mut tk = super::Impl::new(model);
+    tk.with_normalizer(Some(BertNormalizer::new(true, true, None, s.lowercase)))
+        .map_err(tk_err)?;
+    tk.with_pre_tokenizer(Some(BertPreTokenizer));
+    let post = TemplateProcessing::builder()
+        .try_single(format!("{cls} $A {sep}"))
+        .map_err(tk_err)?
+        .try_pair(format!("{cls} $A {sep} $B:1 {sep}:1"))
+        .map_err(tk_err)?
+        .special_tokens(vec![(cls, s.cls), (sep, s.sep)])
+        .build()
+        .map_err(tk_err)?;
+    tk.with_post_processor(Some(post));
+    tk.with_decoder(Some(WordPieceDecoder::new(CONTINUE.into(), true)));
+    let special: Vec<AddedToken> = s
         .special
         .iter()
-        .map(|&id| {
-            Ok(json!({
-                "id": id, "content": piece(id)?, "single_word": false, "lstrip": false,
-                "rstrip": false, "normalized": false, "special": true,
-            }))
-        })
+        .map(|&id| piece(id).map(|p| AddedToken::from(p, true)))
         .collect::<Result<_>>()?;
-    let tok = |id: &str, type_id: u32| json!({ "SpecialToken": { "id": id, "type_id": type_id } });
-    let seq = |id: &str, type_id: u32| json!({ "Sequence": { "id": id, "type_id": type_id } });
-    Ok(json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": added,
-        "normalizer": {
-            "type": "BertNormalizer", "clean_text": true, "handle_chinese_chars": true,
-            "strip_accents": null, "lowercase": s.lowercase,
-        },
-        "pre_tokenizer": { "type": "BertPreTokenizer" },
-        "post_processor": {
-            "type": "TemplateProcessing",
-            "single": [tok(&cls, 0), seq("A", 0), tok(&sep, 0)],
-            "pair": [tok(&cls, 0), seq("A", 0), tok(&sep, 0), seq("B", 1), tok(&sep, 1)],
-            "special_tokens": {
-                cls.clone(): { "id": cls, "ids": [s.cls], "tokens": [cls] },
-                sep.clone(): { "id": sep, "ids": [s.sep], "tokens": [sep] },
-            },
-        },
-        "decoder": { "type": "WordPiece", "prefix": CONTINUE, "cleanup": true },
-        "model": {
-            "type": "WordPiece", "unk_token": unk, "continuing_subword_prefix": CONTINUE,
-            "max_input_chars_per_word": 100, "vocab": vocab,
-        },
-    }))
+    tk.add_special_tokens(special).map_err(tk_err)?;
+    Ok(tk)
 }
