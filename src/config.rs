@@ -131,7 +131,8 @@ pub struct ModelConfig {
     /// truncated to it (`kerze.max_seq_length`, as sentence-transformers' `max_seq_length`;
     /// absent: the trained context).
     pub max_seq: usize,
-    /// Encoders: rows of `token_types.weight` (BERT's segment embeddings).
+    /// Encoders: rows of `token_types.weight` (BERT's segment embeddings; 0: none, as in
+    /// DistilBERT).
     pub n_token_types: usize,
 }
 
@@ -293,7 +294,7 @@ impl ModelConfig {
             in_range("max_seq_length", max, 1 << 24)?;
             let types = g
                 .tensor("token_types.weight")
-                .map_or(1, |t| t.rows_cols().0);
+                .map_or(0, |t| t.rows_cols().0);
             (max.max(2), types)
         } else {
             (n_ctx, 0)

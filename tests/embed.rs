@@ -220,19 +220,29 @@ fn bad_input_is_a_typed_error() {
     ));
 }
 
-/// A tiny synthetic BERT (random weights, 2 layers, 64 wide, MiniLM's vocabulary) written as a
-/// Hugging Face folder — `bert.`-prefixed names, sentence-transformers' pooling and length —
-/// in `dir`.
-fn synthetic_bert(dir: &std::path::Path, pooling: &str, max_seq: usize) {
+/// A tiny synthetic encoder (random weights, 2 layers, 64 wide, MiniLM's vocabulary) written
+/// as a Hugging Face folder in `dir` — a BERT (`bert.`-prefixed names) or a DistilBERT (its
+/// names and config keys, no token types) — with sentence-transformers' pooling and length.
+fn synthetic_encoder(dir: &std::path::Path, pooling: &str, max_seq: usize, distil: bool) {
     let (d, ff, layers, heads, pos, vocab) =
         (64usize, 128usize, 2usize, 4usize, 96usize, 30522usize);
     std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
-    let config = serde_json::json!({
-        "_name_or_path": "kerze/synthetic-bert", "architectures": ["BertModel"], "model_type": "bert",
-        "hidden_size": d, "intermediate_size": ff, "num_hidden_layers": layers,
-        "num_attention_heads": heads, "max_position_embeddings": pos, "type_vocab_size": 2,
-        "layer_norm_eps": 1e-12, "hidden_act": "gelu", "vocab_size": vocab,
-    });
+    let config = if distil {
+        serde_json::json!({
+            "_name_or_path": "kerze/synthetic-distilbert", "architectures": ["DistilBertModel"],
+            "model_type": "distilbert", "dim": d, "hidden_dim": ff, "n_layers": layers,
+            "n_heads": heads, "max_position_embeddings": pos, "activation": "gelu",
+            "sinusoidal_pos_embds": false, "vocab_size": vocab,
+        })
+    } else {
+        serde_json::json!({
+            "_name_or_path": "kerze/synthetic-bert", "architectures": ["BertModel"],
+            "model_type": "bert", "hidden_size": d, "intermediate_size": ff,
+            "num_hidden_layers": layers, "num_attention_heads": heads,
+            "max_position_embeddings": pos, "type_vocab_size": 2, "layer_norm_eps": 1e-12,
+            "hidden_act": "gelu", "vocab_size": vocab,
+        })
+    };
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let pool = serde_json::json!({
         "word_embedding_dimension": d,
@@ -241,16 +251,10 @@ fn synthetic_bert(dir: &std::path::Path, pooling: &str, max_seq: usize) {
         "pooling_mode_lasttoken": pooling == "last",
     });
     std::fs::write(dir.join("1_Pooling/config.json"), pool.to_string()).unwrap();
-    std::fs::write(
-        dir.join("sentence_bert_config.json"),
-        format!("{{\"max_seq_length\": {max_seq}}}"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("tokenizer.json"),
-        include_bytes!("fixtures/all-minilm-l6-v2.tokenizer.json"),
-    )
-    .unwrap();
+    let st_cfg = format!("{{\"max_seq_length\": {max_seq}}}");
+    std::fs::write(dir.join("sentence_bert_config.json"), st_cfg).unwrap();
+    let tokenizer = include_bytes!("fixtures/all-minilm-l6-v2.tokenizer.json");
+    std::fs::write(dir.join("tokenizer.json"), tokenizer).unwrap();
     let mut rng = kerze::sampler::Rng::new(0xbe27);
     let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32| {
@@ -258,45 +262,78 @@ fn synthetic_bert(dir: &std::path::Path, pooling: &str, max_seq: usize) {
         let v = (0..n).map(|_| offset + scale * rng.normal()).collect();
         tensors.push((name, shape, v));
     };
+    let root = if distil { "distilbert" } else { "bert" };
     add(
-        "bert.embeddings.word_embeddings.weight".into(),
+        format!("{root}.embeddings.word_embeddings.weight"),
         vec![vocab, d],
         0.5,
         0.0,
     );
     add(
-        "bert.embeddings.position_embeddings.weight".into(),
+        format!("{root}.embeddings.position_embeddings.weight"),
         vec![pos, d],
         0.5,
         0.0,
     );
+    if !distil {
+        add(
+            "bert.embeddings.token_type_embeddings.weight".into(),
+            vec![2, d],
+            0.5,
+            0.0,
+        );
+    }
     add(
-        "bert.embeddings.token_type_embeddings.weight".into(),
-        vec![2, d],
-        0.5,
+        format!("{root}.embeddings.LayerNorm.weight"),
+        vec![d],
+        0.1,
+        1.0,
+    );
+    add(
+        format!("{root}.embeddings.LayerNorm.bias"),
+        vec![d],
+        0.1,
         0.0,
     );
-    add("bert.embeddings.LayerNorm.weight".into(), vec![d], 0.1, 1.0);
-    add("bert.embeddings.LayerNorm.bias".into(), vec![d], 0.1, 0.0);
+    let (linears, norms) = if distil {
+        (
+            [
+                ("attention.q_lin", d, d),
+                ("attention.k_lin", d, d),
+                ("attention.v_lin", d, d),
+                ("attention.out_lin", d, d),
+                ("ffn.lin1", ff, d),
+                ("ffn.lin2", d, ff),
+            ],
+            ["sa_layer_norm", "output_layer_norm"],
+        )
+    } else {
+        (
+            [
+                ("attention.self.query", d, d),
+                ("attention.self.key", d, d),
+                ("attention.self.value", d, d),
+                ("attention.output.dense", d, d),
+                ("intermediate.dense", ff, d),
+                ("output.dense", d, ff),
+            ],
+            ["attention.output.LayerNorm", "output.LayerNorm"],
+        )
+    };
     for l in 0..layers {
-        let p = |s: &str| format!("bert.encoder.layer.{l}.{s}");
-        for (name, rows, cols) in [
-            ("attention.self.query", d, d),
-            ("attention.self.key", d, d),
-            ("attention.self.value", d, d),
-            ("attention.output.dense", d, d),
-            ("intermediate.dense", ff, d),
-            ("output.dense", d, ff),
-        ] {
-            add(
-                p(&format!("{name}.weight")),
-                vec![rows, cols],
-                1.0 / (cols as f32).sqrt(),
-                0.0,
-            );
+        let p = |s: &str| {
+            if distil {
+                format!("distilbert.transformer.layer.{l}.{s}")
+            } else {
+                format!("bert.encoder.layer.{l}.{s}")
+            }
+        };
+        for (name, rows, cols) in linears {
+            let scale = 1.0 / (cols as f32).sqrt();
+            add(p(&format!("{name}.weight")), vec![rows, cols], scale, 0.0);
             add(p(&format!("{name}.bias")), vec![rows], 0.1, 0.0);
         }
-        for name in ["attention.output.LayerNorm", "output.LayerNorm"] {
+        for name in norms {
             add(p(&format!("{name}.weight")), vec![d], 0.1, 1.0);
             add(p(&format!("{name}.bias")), vec![d], 0.1, 0.0);
         }
@@ -306,7 +343,8 @@ fn synthetic_bert(dir: &std::path::Path, pooling: &str, max_seq: usize) {
     for (name, shape, v) in &tensors {
         let start = data.len();
         data.extend(v.iter().flat_map(|x| x.to_le_bytes()));
-        header.insert(name.clone(), serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [start, data.len()]}));
+        let entry = serde_json::json!({"dtype": "F32", "shape": shape, "data_offsets": [start, data.len()]});
+        header.insert(name.clone(), entry);
     }
     let h = serde_json::Value::Object(header).to_string().into_bytes();
     let mut st = (h.len() as u64).to_le_bytes().to_vec();
@@ -316,20 +354,21 @@ fn synthetic_bert(dir: &std::path::Path, pooling: &str, max_seq: usize) {
 }
 
 /// The path is general: synthetic encoders with CLS and last-token pooling and their own
-/// length limit, converted by `kerze convert` and run by the engine, against the f64
-/// reference over their safetensors (cosine ≥ 0.99999 in F32; a text past the limit is
-/// truncated there).
+/// length limit, and a DistilBERT (other names, no token types), converted by `kerze
+/// convert` and run by the engine, against the f64 reference over their safetensors (cosine
+/// ≥ 0.99999 in F32; a text past the limit is truncated there).
 #[test]
-fn synthetic_encoders_with_cls_and_last_pooling_meet_the_f64_reference() {
+fn synthetic_encoders_and_a_distilbert_meet_the_f64_reference() {
     let texts = common::minilm_sentences();
     let tok = kerze::Tokenizer::from_tokenizer_json(include_bytes!(
         "fixtures/all-minilm-l6-v2.tokenizer.json"
     ))
     .unwrap();
-    for (pooling, max_seq) in [("cls", 48), ("last", 64)] {
+    for (pooling, max_seq, distil) in [("cls", 48, false), ("last", 64, false), ("mean", 40, true)]
+    {
         let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("synthetic-bert-{pooling}"));
-        synthetic_bert(&dir, pooling, max_seq);
+            .join(format!("synthetic-encoder-{pooling}-{distil}"));
+        synthetic_encoder(&dir, pooling, max_seq, distil);
         let gguf = dir.join("model-f32.gguf");
         kerze::convert::convert(&dir, &gguf, kerze::convert::OutType::F32).unwrap();
         let mut e = engine(&gguf);
@@ -340,6 +379,7 @@ fn synthetic_encoders_with_cls_and_last_pooling_meet_the_f64_reference() {
         all.push(&long);
         let got = pollster::block_on(e.embed(&all, &EmbedOptions::default())).unwrap();
         assert_eq!(got.usage.truncated, 1, "{pooling}: the long text is cut");
+        assert_eq!(e.config().n_token_types, if distil { 0 } else { 2 });
         for (t, g) in all.iter().zip(&got.data) {
             let mut ids = tok.encode_user(t, true).unwrap();
             if ids.len() > max_seq {

@@ -1,5 +1,5 @@
-//! BERT-family encoders (BERT, MiniLM, BGE/E5-style): token + position + token-type
-//! embeddings and a LayerNorm, then post-LN blocks — bidirectional attention with biases,
+//! BERT-family encoders (BERT, MiniLM, BGE/E5-style; DistilBERT, which has no token types):
+//! token + position (+ token-type) embeddings and a LayerNorm, then post-LN blocks — bidirectional attention with biases,
 //! residual, LayerNorm; a GELU (erf) feed-forward with biases, residual, LayerNorm. No KV
 //! cache: a batch of texts runs packed (rows of all texts one after another, each attending
 //! only within itself), so nothing is padded. Pooling and normalisation are the caller's
@@ -33,7 +33,7 @@ pub struct Bert<B: Backend> {
     pub cfg: ModelConfig,
     pub token_embd: B::Weight,             // (n_vocab, n_embd)
     pub position_embd: B::Weight,          // (n_ctx_train, n_embd)
-    pub token_types: B::Weight,            // (n_token_types, n_embd)
+    pub token_types: Option<B::Weight>,    // (n_token_types, n_embd); None: DistilBERT
     pub embd_norm: (B::Weight, B::Weight), // (n_embd), (n_embd)
     pub layers: Vec<Layer<B>>,
 }
@@ -52,7 +52,7 @@ impl<B: Backend> Bert<B> {
         let mut wanted = vec![
             Want::new("token_embd.weight", &[e, c.n_vocab]),
             Want::new("position_embd.weight", &[e, c.n_ctx_train]),
-            Want::new("token_types.weight", &[e, c.n_token_types]),
+            Want::optional("token_types.weight", &[e, c.n_token_types]),
             Want::new("token_embd_norm.weight", &[e]),
             Want::new("token_embd_norm.bias", &[e]),
         ];
@@ -79,10 +79,10 @@ impl<B: Backend> Bert<B> {
             ]);
         }
         let mut w = super::load_weights(be, g, src, &wanted, progress)?;
+        let token_embd = w.next_required()?;
+        let position_embd = w.next_required()?;
+        let token_types = w.next_optional()?;
         let mut next = || w.next_required();
-        let token_embd = next()?;
-        let position_embd = next()?;
-        let token_types = next()?;
         let embd_norm = (next()?, next()?);
         let mut layers = Vec::with_capacity(c.n_layer);
         for _ in 0..c.n_layer {
@@ -152,9 +152,11 @@ impl<B: Backend> Bert<B> {
         };
         let x = be.embed(&self.token_embd, &ids, 1.0)?; // (n_tok, n_embd)
         let p = be.embed(&self.position_embd, &pos, 1.0)?; // (n_tok, n_embd)
-        let t = be.embed(&self.token_types, &types, 1.0)?; // (n_tok, n_embd)
-        let x = be.add(&x, &p)?;
-        let x = be.add(&x, &t)?;
+        let mut x = be.add(&x, &p)?;
+        if let Some(tt) = &self.token_types {
+            let t = be.embed(tt, &types, 1.0)?; // (n_tok, n_embd)
+            x = be.add(&x, &t)?;
+        }
         let mut x = norm(be, &x, &self.embd_norm)?;
         let ap = AttnParams {
             n_head: c.n_head,

@@ -78,24 +78,59 @@ fn read_safetensors(bytes: &[u8]) -> HashMap<String, (Vec<f64>, usize, usize)> {
             [c] => (1, c),
             _ => continue,
         };
-        out.insert(
-            name.trim_start_matches("bert.").to_string(),
-            (v, rows, cols),
-        );
+        out.insert(name, (v, rows, cols));
     }
     out
 }
 
 impl BertRef {
+    /// A BERT folder, or a DistilBERT one (its tensors renamed to BERT's, no token types).
     pub fn load(dir: &Path) -> Self {
         let cfg: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();
-        let w = read_safetensors(&std::fs::read(dir.join("model.safetensors")).unwrap());
+        let raw = read_safetensors(&std::fs::read(dir.join("model.safetensors")).unwrap());
+        let distil = cfg["model_type"] == "distilbert";
+        let mut w = HashMap::new();
+        for (name, t) in raw {
+            let mut n = name
+                .trim_start_matches("bert.")
+                .trim_start_matches("distilbert.")
+                .to_string();
+            if distil {
+                for (from, to) in [
+                    ("transformer.layer.", "encoder.layer."),
+                    (".attention.q_lin.", ".attention.self.query."),
+                    (".attention.k_lin.", ".attention.self.key."),
+                    (".attention.v_lin.", ".attention.self.value."),
+                    (".attention.out_lin.", ".attention.output.dense."),
+                    (".sa_layer_norm.", ".attention.output.LayerNorm."),
+                    (".ffn.lin1.", ".intermediate.dense."),
+                    (".ffn.lin2.", ".output.dense."),
+                    (".output_layer_norm.", ".output.LayerNorm."),
+                ] {
+                    n = n.replace(from, to);
+                }
+            }
+            w.insert(n, t);
+        }
+        let k = |bert: &str, distilbert: &str| {
+            cfg[if distil { distilbert } else { bert }]
+                .as_u64()
+                .unwrap() as usize
+        };
+        let n_embd = k("hidden_size", "dim");
+        if distil {
+            // No segment embeddings: zeros add nothing.
+            w.insert(
+                "embeddings.token_type_embeddings.weight".into(),
+                (vec![0.0; n_embd], 1, n_embd),
+            );
+        }
         Self {
-            n_embd: cfg["hidden_size"].as_u64().unwrap() as usize,
-            n_head: cfg["num_attention_heads"].as_u64().unwrap() as usize,
-            n_layer: cfg["num_hidden_layers"].as_u64().unwrap() as usize,
-            eps: cfg["layer_norm_eps"].as_f64().unwrap(),
+            n_embd,
+            n_head: k("num_attention_heads", "n_heads"),
+            n_layer: k("num_hidden_layers", "n_layers"),
+            eps: cfg["layer_norm_eps"].as_f64().unwrap_or(1e-12),
             w,
         }
     }
