@@ -279,17 +279,24 @@ fn run(engine: &mut Engine, job: Job) {
         ticket,
     } = job;
     let send = |e: Event| events.send(e).is_ok();
+    // The last event gives the place back first: a client that has read it and asks again
+    // (or asks /health) finds the place free.
+    let mut ticket = Some(ticket);
+    let mut last = |e: Event| {
+        ticket.take();
+        events.send(e).is_ok()
+    };
     if events.is_closed() {
         return; // it left while queued
     }
     if Instant::now() >= deadline {
-        send(Event::TimedOut);
+        last(Event::TimedOut);
         return;
     }
     let ids = match input {
         Input::Embed { texts, opts } => {
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            send(match pollster::block_on(engine.embed(&refs, &opts)) {
+            last(match pollster::block_on(engine.embed(&refs, &opts)) {
                 Ok(e) => Event::Embedded(e),
                 Err(e) => Event::Failed(e),
             });
@@ -304,7 +311,7 @@ fn run(engine: &mut Engine, job: Job) {
     let mut g = match ids.and_then(|ids| engine.begin(ids, &opts)) {
         Ok(g) => g,
         Err(e) => {
-            send(Event::Failed(e));
+            last(Event::Failed(e));
             return;
         }
     };
@@ -330,18 +337,17 @@ fn run(engine: &mut Engine, job: Job) {
     });
     match outcome {
         Ok(()) => {
-            send(Event::Done {
+            last(Event::Done {
                 finish: g.finish.unwrap_or(FinishReason::Stop),
                 usage: g.usage.clone(),
             });
         }
         Err(Error::Aborted) if events.is_closed() => {}
         Err(Error::Aborted) => {
-            send(Event::TimedOut);
+            last(Event::TimedOut);
         }
         Err(e) => {
-            send(Event::Failed(e));
+            last(Event::Failed(e));
         }
     }
-    drop(ticket);
 }
