@@ -666,6 +666,31 @@ fn vector_weight(v: &[f32]) -> (Vec<u8>, TensorInfo) {
     (bytes, info)
 }
 
+/// A GPU backend under WebGPU's default limits, for the per-op tests.
+fn op_gpu() -> kerze::gpu::backend::GpuBackend {
+    pollster::block_on(kerze::gpu::backend::GpuBackend::new(&GpuOptions {
+        default_limits: true,
+        ..Default::default()
+    }))
+    .unwrap()
+    .expect("no Vulkan adapter")
+}
+
+/// Activations of `d` with rows of `w` values.
+fn act(d: &[f32], w: usize) -> kerze::cpu::Act {
+    kerze::cpu::Act {
+        data: d.to_vec(),
+        width: w,
+    }
+}
+
+/// `got` (the GPU's) equals `want` (the CPU's) to NMSE `tol`.
+fn close(what: &str, got: Vec<f32>, want: &[f32], tol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let e = common::nmse(&got, want);
+    assert!(e < tol, "{what}: NMSE {e:.2e}");
+}
+
 /// The ops other than matmul, one by one on random tensors at odd sizes, GPU against CPU:
 /// RMS norm (per row and per head, with and without the residual), RoPE in both modes with
 /// frequency factors at a far position, both gated products, the row bias, and attention
@@ -673,26 +698,11 @@ fn vector_weight(v: &[f32]) -> (Vec<u8>, TensorInfo) {
 #[test]
 fn each_op_on_the_gpu_matches_the_cpu_on_random_tensors() {
     use kerze::backend::{AttnParams, Backend, Glu, Rope};
-    use kerze::cpu::{Act, CpuBackend};
-    use kerze::gpu::backend::GpuBackend;
+    use kerze::cpu::CpuBackend;
 
     let mut rng = Rng(0x5eed_0123_4567);
     let mut cpu = CpuBackend::new();
-    let mut gpu = pollster::block_on(GpuBackend::new(&GpuOptions {
-        default_limits: true,
-        ..Default::default()
-    }))
-    .unwrap()
-    .expect("no Vulkan adapter");
-    let close = |what: &str, got: Vec<f32>, want: &[f32], tol: f64| {
-        assert_eq!(got.len(), want.len(), "{what}: length");
-        let e = common::nmse(&got, want);
-        assert!(e < tol, "{what}: NMSE {e:.2e}");
-    };
-    let act = |d: &[f32], w: usize| Act {
-        data: d.to_vec(),
-        width: w,
-    };
+    let mut gpu = op_gpu();
     // RMS norms: one weight per row (n_embd) and per head (head_dim), odd row counts and
     // widths (GPU weights are whole 32-value blocks).
     for (n, width, group) in [(1, 160, 160), (5, 3 * 96, 96), (13, 7 * 32, 32)] {
@@ -836,26 +846,11 @@ fn each_op_on_the_gpu_matches_the_cpu_on_random_tensors() {
 #[test]
 fn encoder_ops_on_the_gpu_match_the_cpu_on_random_tensors() {
     use kerze::backend::{AttnParams, Backend};
-    use kerze::cpu::{Act, CpuBackend};
-    use kerze::gpu::backend::GpuBackend;
+    use kerze::cpu::CpuBackend;
 
     let mut rng = Rng(0x5eed_0bee_f00d);
     let mut cpu = CpuBackend::new();
-    let mut gpu = pollster::block_on(GpuBackend::new(&GpuOptions {
-        default_limits: true,
-        ..Default::default()
-    }))
-    .unwrap()
-    .expect("no Vulkan adapter");
-    let act = |d: &[f32], w: usize| Act {
-        data: d.to_vec(),
-        width: w,
-    };
-    let close = |what: &str, got: Vec<f32>, want: &[f32], tol: f64| {
-        assert_eq!(got.len(), want.len(), "{what}: length");
-        let e = common::nmse(&got, want);
-        assert!(e < tol, "{what}: NMSE {e:.2e}");
-    };
+    let mut gpu = op_gpu();
     for (n, width) in [(1, 32), (7, 384), (19, 1024)] {
         // Rows with an offset and a spread, as residual sums have.
         let x: Vec<f32> = random_act(&mut rng, n, width)
