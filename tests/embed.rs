@@ -460,3 +460,114 @@ fn reference_fixture_is_current() {
         assert!(d < 1e-7, "{:?}: the fixture is stale by {d}", a.text);
     }
 }
+
+/// llama.cpp's own converter (`convert_hf_to_gguf.py`, run once into
+/// tests/fixtures/llamacpp_converted by make_llamacpp_converted.py) and `kerze convert` write
+/// the same bytes for all 101 tensors at F32, F16 and Q8_0; and llama.cpp's Q8_0 file, rebuilt
+/// byte for byte from its committed header and kerze's tensors, loads and embeds exactly as
+/// the catalog file does (its metadata differs: llama.cpp's names, no max_seq_length).
+#[test]
+fn llama_cpp_converted_files_have_kerzes_tensor_bytes_and_load() {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    #[derive(serde::Deserialize)]
+    struct Fixture {
+        files: std::collections::BTreeMap<String, File>,
+    }
+    #[derive(serde::Deserialize)]
+    struct File {
+        bytes: u64,
+        sha256: String,
+        data_offset: u64,
+        tensors: Vec<Tensor>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Tensor {
+        name: String,
+        #[serde(rename = "type")]
+        ty: String,
+        dims: Vec<u64>,
+        offset: u64,
+        bytes: u64,
+        sha256: String,
+    }
+    let hex = |b: &[u8]| format!("{:x}", Sha256::digest(b));
+    let fx: Fixture =
+        serde_json::from_str(include_str!("fixtures/llamacpp_converted/minilm.json")).unwrap();
+    let (_, f32, f16) = common::minilm_sources();
+    let q8 = q8_path();
+    for (ty, path) in [
+        ("f32", f32.as_path()),
+        ("f16", f16.as_path()),
+        ("q8_0", &q8),
+    ] {
+        let want = &fx.files[ty];
+        let raw = std::fs::read(path).unwrap();
+        let g = kerze::gguf::Gguf::read(&kerze::gguf::FileSource::open(path).unwrap()).unwrap();
+        let ours: std::collections::HashMap<&str, &kerze::gguf::TensorInfo> =
+            g.tensors.iter().map(|t| (t.name.as_str(), t)).collect();
+        assert_eq!(ours.len(), want.tensors.len(), "{ty}: tensor count");
+        for t in &want.tensors {
+            let o = ours
+                .get(t.name.as_str())
+                .unwrap_or_else(|| panic!("{ty}: kerze convert has no {}", t.name));
+            assert_eq!(
+                (o.ty.name(), &o.dims),
+                (t.ty.as_str(), &t.dims),
+                "{ty} {}",
+                t.name
+            );
+            let bytes = &raw[o.offset as usize..(o.offset + o.n_bytes) as usize];
+            assert_eq!(hex(bytes), t.sha256, "{ty} {}: the bytes differ", t.name);
+        }
+    }
+    // llama.cpp's Q8_0 file: its header, then each tensor at its offset (zeros between).
+    let want = &fx.files["q8_0"];
+    let mut header = Vec::new();
+    flate2::read::GzDecoder::new(
+        &include_bytes!("fixtures/llamacpp_converted/minilm-q8_0.header.gz")[..],
+    )
+    .read_to_end(&mut header)
+    .unwrap();
+    assert_eq!(header.len() as u64, want.data_offset);
+    let raw = std::fs::read(&q8).unwrap();
+    let g = kerze::gguf::Gguf::read(&kerze::gguf::FileSource::open(&q8).unwrap()).unwrap();
+    let mut file = header;
+    file.resize(want.bytes as usize, 0);
+    for t in &want.tensors {
+        let o = g.tensors.iter().find(|o| o.name == t.name).unwrap();
+        let at = (want.data_offset + t.offset) as usize;
+        file[at..at + t.bytes as usize]
+            .copy_from_slice(&raw[o.offset as usize..(o.offset + o.n_bytes) as usize]);
+    }
+    assert_eq!(
+        hex(&file),
+        want.sha256,
+        "the rebuilt file is not llama.cpp's"
+    );
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("minilm-llamacpp-q8_0.gguf");
+    std::fs::write(&path, &file).unwrap();
+    let texts = common::minilm_sentences();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let theirs = embed(&mut engine(&path), &texts);
+    let ours = embed(&mut engine(&q8), &texts);
+    assert_eq!(
+        theirs, ours,
+        "llama.cpp's file embeds differently from the catalog's"
+    );
+    let e = embed(
+        &mut engine(&path),
+        &[
+            "The weather is lovely today.",
+            "It's so sunny outside!",
+            "He drove to the stadium.",
+        ],
+    );
+    let c = |a: usize, b: usize| cosine(&e[a], &e[b]);
+    for (got, want) in [(c(0, 1), 0.6660), (c(0, 2), 0.1046), (c(1, 2), 0.1411)] {
+        assert!(
+            (got - want).abs() < 2e-3,
+            "{got} vs sentence-transformers' {want}"
+        );
+    }
+}

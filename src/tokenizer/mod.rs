@@ -244,7 +244,8 @@ impl Tokenizer {
     /// WordPiece from the GGUF (`tokenizer.ggml.model = bert`): the vocabulary in llama.cpp's
     /// spelling, `[CLS]`/`[SEP]` from `cls_token_id`/`seperator_token_id` (llama.cpp's key
     /// names; else bos/eos, else the pieces by name), lower-casing from
-    /// `kerze.tokenizer.lowercase` (absent: on, as llama.cpp assumes).
+    /// `tokenizer.ggml.normalizer.lowercase` (or kerze's older `kerze.tokenizer.lowercase`;
+    /// absent: on, as llama.cpp assumed before it wrote the key).
     fn from_gguf_wordpiece(g: &Gguf) -> Result<Self> {
         let tokens = gguf_tokens(g)?;
         let n = tokens.len();
@@ -275,8 +276,10 @@ impl Tokenizer {
         let unk = pick(&["unknown_token_id"], "[UNK]")?;
         let cls = pick(&["cls_token_id", "bos_token_id"], "[CLS]")?;
         let sep = pick(&["seperator_token_id", "eos_token_id"], "[SEP]")?;
+        // llama.cpp's key, or the one kerze wrote before llama.cpp had one.
         let lowercase = g
-            .get("kerze.tokenizer.lowercase")
+            .get("tokenizer.ggml.normalizer.lowercase")
+            .or_else(|| g.get("kerze.tokenizer.lowercase"))
             .and_then(Value::as_u64)
             .is_none_or(|v| v != 0);
         let special: Vec<u32> = (0..n as u32).filter(|&i| control[i as usize]).collect();
