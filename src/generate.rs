@@ -137,6 +137,8 @@ pub struct Session<B: Backend> {
     cache: Cache<B>,
     /// The ids whose keys and values the cache holds, in order.
     cached_ids: Vec<u32>,
+    /// Unit embeddings of label names and examples, by text (see [`crate::classify`]).
+    pub(crate) kept_embeddings: std::collections::HashMap<String, Vec<f32>>,
 }
 
 impl<B: Backend> Session<B> {
@@ -152,6 +154,7 @@ impl<B: Backend> Session<B> {
             tok,
             cache,
             cached_ids: Vec::new(),
+            kept_embeddings: Default::default(),
         })
     }
 
@@ -169,7 +172,7 @@ impl<B: Backend> Session<B> {
     /// possible while no sliding-window ring has wrapped (the positions before the cut are
     /// all still there; the attention ignores slots at or after it); otherwise only a cache
     /// the prompt extends is kept.
-    fn keep_common_prefix(&mut self, prompt_ids: &[u32]) {
+    pub(crate) fn keep_common_prefix(&mut self, prompt_ids: &[u32]) {
         let common = self
             .cached_ids
             .iter()
@@ -193,8 +196,13 @@ impl<B: Backend> Session<B> {
         }
     }
 
+    /// How many ids the cache holds.
+    pub(crate) fn cached_len(&self) -> usize {
+        self.cached_ids.len()
+    }
+
     /// Run one chunk after what the cache holds: its hidden states `(chunk, n_embd)`.
-    fn forward_chunk(&mut self, chunk: &[u32]) -> Result<B::Tensor> {
+    pub(crate) fn forward_chunk(&mut self, chunk: &[u32]) -> Result<B::Tensor> {
         match self.model.forward(&mut self.be, chunk, &mut self.cache) {
             Ok(h) => {
                 self.cached_ids.extend_from_slice(chunk);

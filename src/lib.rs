@@ -17,6 +17,7 @@ compile_error!(
 
 pub mod backend;
 pub mod chat;
+pub mod classify;
 pub mod clock;
 pub mod config;
 pub mod cpu;

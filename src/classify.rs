@@ -1,0 +1,617 @@
+//! Classification: a text → `[{ label, score }]`, sorted, the scores summing to 1.
+//!
+//! - **Zero-shot** (encoder): the text's embedding against each label's (its name or a
+//!   description), cosine similarities → softmax at `temperature`. One encoder pass per text
+//!   whatever the label count: label embeddings are computed once and kept by the session.
+//! - **Few-shot** (encoder): label → example texts; nearest centroid (the normalised mean of
+//!   the examples' embeddings, scored like zero-shot) or a multinomial logistic regression
+//!   trained on the examples at call time (full-batch gradient descent in f64, fixed steps:
+//!   deterministic, so a Python twin decides the same).
+//! - **Generative** (decoder): each label's log-likelihood as the continuation of a prompt
+//!   that shows the text and the labels; the prompt's KV is computed once and every label
+//!   continues from it. Calibrated by the same scores after a content-free text
+//!   ("contextual calibration"): a label the model likes whatever the text loses that bias.
+//!
+//! The math here is backend-free; [`crate::generate::Session`] runs the model.
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::generate::{Session, PREFILL_CHUNK};
+
+/// The most labels one call takes: each costs an embedding (or a continuation on a decoder),
+/// and a result list longer than this is not a classification any more.
+pub const MAX_LABELS: usize = 256;
+
+/// The labels of a call.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Labels {
+    /// Names or descriptions (zero-shot).
+    Names(Vec<String>),
+    /// Label → example texts (few-shot), in the caller's order.
+    Examples(Vec<(String, Vec<String>)>),
+}
+
+impl Labels {
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            Self::Names(n) => n.iter().map(String::as_str).collect(),
+            Self::Examples(e) => e.iter().map(|(l, _)| l.as_str()).collect(),
+        }
+    }
+
+    /// Empty, duplicate, blank or too many labels, or a label without examples: a typed
+    /// error that names it.
+    pub fn check(&self) -> Result<()> {
+        let names = self.names();
+        if names.is_empty() {
+            return Err(bad("labels: give at least one label".into()));
+        }
+        if names.len() > MAX_LABELS {
+            return Err(bad(format!(
+                "labels: {} labels, at most {MAX_LABELS}",
+                names.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for n in &names {
+            if n.trim().is_empty() {
+                return Err(bad("labels: a label is empty".into()));
+            }
+            if !seen.insert(*n) {
+                return Err(bad(format!("labels: \"{n}\" is given twice")));
+            }
+        }
+        if let Self::Examples(e) = self {
+            for (l, ex) in e {
+                if ex.is_empty() {
+                    return Err(bad(format!("labels: \"{l}\" has no example texts")));
+                }
+                if ex.iter().any(|t| t.trim().is_empty()) {
+                    return Err(bad(format!("labels: an example of \"{l}\" is empty")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How few-shot examples become a decision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FewShot {
+    /// Nearest centroid of the examples' embeddings.
+    #[default]
+    Centroid,
+    /// A logistic-regression head trained on the examples.
+    Logistic,
+}
+
+/// Options of a classification call (besides the labels).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(default, rename_all = "camelCase")]
+pub struct ClassifyOptions {
+    /// Few-shot method (ignored for label names).
+    pub method: FewShot,
+    /// Softmax temperature of cosine similarities (zero-shot and centroid).
+    pub temperature: f64,
+    /// Zero-shot on an encoder: the text embedded for a label, `{label}` replaced by it.
+    pub label_template: String,
+    /// Decoder: the prompt, `{labels}` (comma-separated) and `{text}` replaced.
+    pub prompt: String,
+    /// Decoder: subtract the labels' scores after a content-free text.
+    pub calibrate: bool,
+}
+
+impl Default for ClassifyOptions {
+    fn default() -> Self {
+        Self {
+            method: FewShot::Centroid,
+            temperature: DEFAULT_TEMPERATURE,
+            label_template: "{label}".into(),
+            prompt: DEFAULT_PROMPT.into(),
+            calibrate: true,
+        }
+    }
+}
+
+impl ClassifyOptions {
+    pub fn check(&self) -> Result<()> {
+        if !(self.temperature.is_finite() && self.temperature > 0.0) {
+            return Err(bad(format!(
+                "temperature must be a positive number, not {}",
+                self.temperature
+            )));
+        }
+        if !self.label_template.contains("{label}") {
+            return Err(bad("labelTemplate must contain {label}".into()));
+        }
+        if !self.prompt.contains("{text}") {
+            return Err(bad("prompt must contain {text}".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Cosine similarities of unit vectors lie in [-1, 1]; MiniLM's for a fitting label sit
+/// ~0.1–0.2 above the others, so 0.05 turns that into a clear but not certain winner.
+pub const DEFAULT_TEMPERATURE: f64 = 0.05;
+
+/// The decoder prompt: the label list, the text, and the answer's start; each label follows
+/// as `" " + label`.
+pub const DEFAULT_PROMPT: &str =
+    "Classify the text into one of these categories: {labels}.\n\nText: {text}\nCategory:";
+
+/// The content-free text of calibration.
+pub const CONTENT_FREE: &str = "N/A";
+
+/// One label's score.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Scored {
+    pub label: String,
+    pub score: f64,
+}
+
+/// Work a classification did, for the caller and the tests that count passes.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct ClassifyUsage {
+    /// Texts the encoder ran for the inputs (one per text).
+    pub texts_encoded: usize,
+    /// Labels or examples the encoder ran (those not already kept).
+    pub labels_encoded: usize,
+    /// Tokens the model ran.
+    pub prompt_tokens: usize,
+    pub ms: f64,
+}
+
+/// Per text, its labels best first.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Classified {
+    pub results: Vec<Vec<Scored>>,
+    pub usage: ClassifyUsage,
+}
+
+fn bad(msg: String) -> Error {
+    Error::InvalidArgument(format!("classify: {msg}"))
+}
+
+/// Softmax of `logits` (f64, max-shifted).
+pub fn softmax(logits: &[f64]) -> Vec<f64> {
+    let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = logits.iter().map(|x| (x - m).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
+}
+
+/// Labels with their scores, best first (ties keep the labels' order).
+pub fn ranked(names: &[&str], scores: &[f64]) -> Vec<Scored> {
+    let mut out: Vec<Scored> = names
+        .iter()
+        .zip(scores)
+        .map(|(l, &s)| Scored {
+            label: (*l).to_string(),
+            score: s,
+        })
+        .collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score));
+    out
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| f64::from(x) * f64::from(y))
+        .sum()
+}
+
+/// Scores of a unit text vector against unit label vectors: softmax(cos / temperature).
+pub fn by_similarity(text: &[f32], labels: &[Vec<f32>], temperature: f64) -> Vec<f64> {
+    let logits: Vec<f64> = labels.iter().map(|l| dot(text, l) / temperature).collect();
+    softmax(&logits)
+}
+
+/// The normalised mean of unit vectors.
+pub fn centroid(vectors: &[&[f32]]) -> Vec<f32> {
+    let d = vectors.first().map_or(0, |v| v.len());
+    let mut acc = vec![0f64; d];
+    for v in vectors {
+        for (a, &x) in acc.iter_mut().zip(v.iter()) {
+            *a += f64::from(x);
+        }
+    }
+    let n = acc.iter().map(|x| x * x).sum::<f64>().sqrt();
+    acc.iter()
+        .map(|x| if n > 0.0 { (x / n) as f32 } else { 0.0 })
+        .collect()
+}
+
+/// A multinomial logistic regression: `softmax(W x + b)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Logistic {
+    /// `(classes, dim)`, row-major.
+    pub w: Vec<f64>,
+    pub b: Vec<f64>,
+    pub dim: usize,
+}
+
+/// Training constants (the Python twin in `tests/classify/reference.py` uses the same).
+pub const LOGISTIC_STEPS: usize = 300;
+pub const LOGISTIC_RATE: f64 = 2.0;
+pub const LOGISTIC_L2: f64 = 1e-3;
+
+impl Logistic {
+    /// Train on `(vector, class)` pairs by full-batch gradient descent on the mean
+    /// cross-entropy plus `L2/2 · |W|²` from zero weights: deterministic, and on unit vectors
+    /// (curvature ≤ 1/2) a step of 2 is stable.
+    pub fn train(examples: &[(&[f32], usize)], classes: usize) -> Self {
+        let dim = examples.first().map_or(0, |(v, _)| v.len());
+        let mut w = vec![0f64; classes * dim];
+        let mut b = vec![0f64; classes];
+        let n = examples.len().max(1) as f64;
+        let mut gw = vec![0f64; classes * dim];
+        let mut gb = vec![0f64; classes];
+        for _ in 0..LOGISTIC_STEPS {
+            gw.iter_mut().for_each(|g| *g = 0.0);
+            gb.iter_mut().for_each(|g| *g = 0.0);
+            for &(x, y) in examples {
+                let p = softmax(&logits(&w, &b, dim, x));
+                for c in 0..classes {
+                    let d = p[c] - f64::from(u8::from(c == y));
+                    gb[c] += d;
+                    for (g, &xi) in gw[c * dim..(c + 1) * dim].iter_mut().zip(x) {
+                        *g += d * f64::from(xi);
+                    }
+                }
+            }
+            for (wi, gi) in w.iter_mut().zip(&gw) {
+                *wi -= LOGISTIC_RATE * (gi / n + LOGISTIC_L2 * *wi);
+            }
+            for (bi, gi) in b.iter_mut().zip(&gb) {
+                *bi -= LOGISTIC_RATE * gi / n;
+            }
+        }
+        Self { w, b, dim }
+    }
+
+    pub fn predict(&self, x: &[f32]) -> Vec<f64> {
+        softmax(&logits(&self.w, &self.b, self.dim, x))
+    }
+}
+
+fn logits(w: &[f64], b: &[f64], dim: usize, x: &[f32]) -> Vec<f64> {
+    b.iter()
+        .enumerate()
+        .map(|(c, bc)| {
+            bc + w[c * dim..(c + 1) * dim]
+                .iter()
+                .zip(x)
+                .map(|(wi, &xi)| wi * f64::from(xi))
+                .sum::<f64>()
+        })
+        .collect()
+}
+
+/// The decoder prompt for one text.
+pub fn prompt(template: &str, labels: &[&str], text: &str) -> String {
+    template
+        .replace("{labels}", &labels.join(", "))
+        .replace("{text}", text)
+}
+
+/// `log softmax(row)[id]` in f64.
+pub fn log_prob(row: &[f32], id: u32) -> f64 {
+    let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let s: f64 = row.iter().map(|&x| (f64::from(x) - m).exp()).sum();
+    f64::from(row[id as usize]) - m - s.ln()
+}
+
+/// How many label and example embeddings a session keeps (then it starts over).
+const KEPT_EMBEDDINGS: usize = 4096;
+
+impl<B: Backend> Session<B> {
+    /// Classify `texts` against `labels`: on an encoder by embeddings (zero- or few-shot), on a
+    /// decoder by the labels' calibrated log-likelihoods.
+    pub async fn classify(
+        &mut self,
+        texts: &[&str],
+        labels: &Labels,
+        opts: &ClassifyOptions,
+    ) -> Result<Classified> {
+        labels.check()?;
+        opts.check()?;
+        if texts.is_empty() {
+            return Err(bad("no texts".into()));
+        }
+        let t0 = crate::clock::now_ms();
+        let mut out = if self.model.cfg().family.is_encoder() {
+            self.classify_by_embeddings(texts, labels, opts).await?
+        } else {
+            self.classify_by_likelihood(texts, labels, opts).await?
+        };
+        out.usage.ms = crate::clock::now_ms() - t0;
+        Ok(out)
+    }
+
+    /// Unit embeddings of `texts` from the kept ones, the rest encoded in one call.
+    async fn kept(&mut self, texts: &[String], usage: &mut ClassifyUsage) -> Result<Vec<Vec<f32>>> {
+        let mut missing: Vec<&str> = Vec::new();
+        for t in texts {
+            if !self.kept_embeddings.contains_key(t) && !missing.contains(&t.as_str()) {
+                missing.push(t);
+            }
+        }
+        if !missing.is_empty() {
+            let e = self
+                .embed(&missing, &crate::embed::EmbedOptions::default())
+                .await?;
+            usage.labels_encoded += missing.len();
+            usage.prompt_tokens += e.usage.prompt_tokens;
+            if self.kept_embeddings.len() + missing.len() > KEPT_EMBEDDINGS {
+                self.kept_embeddings.clear();
+            }
+            for (t, v) in missing.iter().zip(e.data) {
+                self.kept_embeddings.insert((*t).to_string(), v);
+            }
+        }
+        // A call with more than KEPT_EMBEDDINGS distinct texts cleared some of its own.
+        let mut out = Vec::with_capacity(texts.len());
+        for t in texts {
+            match self.kept_embeddings.get(t) {
+                Some(v) => out.push(v.clone()),
+                None => {
+                    let e = self
+                        .embed(&[t.as_str()], &crate::embed::EmbedOptions::default())
+                        .await?;
+                    usage.labels_encoded += 1;
+                    out.extend(e.data);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn classify_by_embeddings(
+        &mut self,
+        texts: &[&str],
+        labels: &Labels,
+        opts: &ClassifyOptions,
+    ) -> Result<Classified> {
+        let mut usage = ClassifyUsage::default();
+        let e = self
+            .embed(texts, &crate::embed::EmbedOptions::default())
+            .await?;
+        usage.texts_encoded = texts.len();
+        usage.prompt_tokens = e.usage.prompt_tokens;
+        let names = labels.names();
+        let scores: Vec<Vec<f64>> = match labels {
+            Labels::Names(n) => {
+                let shown: Vec<String> = n
+                    .iter()
+                    .map(|l| opts.label_template.replace("{label}", l))
+                    .collect();
+                let lv = self.kept(&shown, &mut usage).await?;
+                e.data
+                    .iter()
+                    .map(|t| by_similarity(t, &lv, opts.temperature))
+                    .collect()
+            }
+            Labels::Examples(ex) => {
+                let all: Vec<String> = ex.iter().flat_map(|(_, t)| t.iter().cloned()).collect();
+                let vs = self.kept(&all, &mut usage).await?;
+                let mut per_label: Vec<Vec<&[f32]>> = Vec::with_capacity(ex.len());
+                let mut it = vs.iter();
+                for (_, t) in ex {
+                    per_label.push(it.by_ref().take(t.len()).map(Vec::as_slice).collect());
+                }
+                match opts.method {
+                    FewShot::Centroid => {
+                        let cs: Vec<Vec<f32>> = per_label.iter().map(|v| centroid(v)).collect();
+                        e.data
+                            .iter()
+                            .map(|t| by_similarity(t, &cs, opts.temperature))
+                            .collect()
+                    }
+                    FewShot::Logistic => {
+                        let train: Vec<(&[f32], usize)> = per_label
+                            .iter()
+                            .enumerate()
+                            .flat_map(|(c, v)| v.iter().map(move |x| (*x, c)))
+                            .collect();
+                        let m = Logistic::train(&train, ex.len());
+                        e.data.iter().map(|t| m.predict(t)).collect()
+                    }
+                }
+            }
+        };
+        Ok(Classified {
+            results: scores.iter().map(|s| ranked(&names, s)).collect(),
+            usage,
+        })
+    }
+
+    async fn classify_by_likelihood(
+        &mut self,
+        texts: &[&str],
+        labels: &Labels,
+        opts: &ClassifyOptions,
+    ) -> Result<Classified> {
+        let names = labels.names();
+        if matches!(labels, Labels::Examples(_)) {
+            return Err(bad(
+                "a decoder scores label names; few-shot examples need an encoder model".into(),
+            ));
+        }
+        let mut usage = ClassifyUsage::default();
+        let label_ids = names
+            .iter()
+            .map(|l| self.tok.encode_user(&format!(" {}", l.trim()), false))
+            .collect::<Result<Vec<_>>>()?;
+        let bias = if opts.calibrate {
+            let p = self.prompt_ids(&prompt(&opts.prompt, &names, CONTENT_FREE))?;
+            Some(
+                self.label_log_likelihoods(&p, &label_ids, &mut usage)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        let mut results = Vec::with_capacity(texts.len());
+        for t in texts {
+            let p = self.prompt_ids(&prompt(&opts.prompt, &names, t))?;
+            let mut ll = self
+                .label_log_likelihoods(&p, &label_ids, &mut usage)
+                .await?;
+            if let Some(b) = &bias {
+                ll.iter_mut().zip(b).for_each(|(x, b)| *x -= b);
+            }
+            results.push(ranked(&names, &softmax(&ll)));
+        }
+        Ok(Classified { results, usage })
+    }
+
+    fn prompt_ids(&self, text: &str) -> Result<Vec<u32>> {
+        self.tok.encode_user(text, true)
+    }
+
+    /// `log p(label | prompt)` for each label: the prompt's KV computed once, every label
+    /// run after it (the cache cut back to the prompt between labels).
+    async fn label_log_likelihoods(
+        &mut self,
+        prompt: &[u32],
+        labels: &[Vec<u32>],
+        usage: &mut ClassifyUsage,
+    ) -> Result<Vec<f64>> {
+        let n_vocab = self.model.cfg().n_vocab;
+        let p = prompt.len();
+        if p == 0 {
+            return Err(bad("the prompt is empty".into()));
+        }
+        let mut out = Vec::with_capacity(labels.len());
+        for l in labels {
+            // The prompt and the label but its last id: the logits of the prompt's last row
+            // on score the label's ids.
+            let mut ids = prompt.to_vec();
+            ids.extend_from_slice(&l[..l.len() - 1]);
+            // Keeps the prompt but its last id (its row is needed again).
+            self.keep_common_prefix(&ids[..p]);
+            let mut at = self.cached_len();
+            usage.prompt_tokens += ids.len() - at;
+            let mut rows: Vec<f32> = Vec::with_capacity(l.len() * n_vocab);
+            while at < ids.len() {
+                let end = (at + PREFILL_CHUNK).min(ids.len());
+                let h = self.forward_chunk(&ids[at..end])?;
+                // Rows from position p - 1 on predict the label's ids.
+                let first = (p - 1).max(at);
+                if first < end {
+                    let h = self.be.rows(&h, first - at, end - first)?;
+                    let logits = self.model.lm_head(&mut self.be, &h)?;
+                    rows.extend(self.be.read(&logits).await?);
+                }
+                at = end;
+            }
+            let ll = rows
+                .chunks_exact(n_vocab)
+                .zip(l)
+                .map(|(row, &id)| log_prob(row, id))
+                .sum();
+            out.push(ll);
+        }
+        Ok(out)
+    }
+}
+
+/// Labels from JSON: an array of names (zero-shot) or an object label → example texts
+/// (few-shot), with typed errors for anything else.
+pub fn labels_from_json(v: &serde_json::Value) -> Result<Labels> {
+    use serde_json::Value;
+    let text = |x: &Value, what: &str| -> Result<String> {
+        x.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| bad(format!("{what} must be a string, not {x}")))
+    };
+    match v {
+        Value::Array(a) => Ok(Labels::Names(
+            a.iter()
+                .map(|x| text(x, "a label"))
+                .collect::<Result<_>>()?,
+        )),
+        Value::Object(o) => Ok(Labels::Examples(
+            o.iter()
+                .map(|(l, ex)| {
+                    let ex = match ex {
+                        Value::Array(a) => a
+                            .iter()
+                            .map(|x| text(x, &format!("an example of \"{l}\"")))
+                            .collect::<Result<Vec<_>>>()?,
+                        Value::String(s) => vec![s.clone()],
+                        other => {
+                            return Err(bad(format!(
+                                "the examples of \"{l}\" must be an array of strings, not {other}"
+                            )))
+                        }
+                    };
+                    Ok((l.clone(), ex))
+                })
+                .collect::<Result<_>>()?,
+        )),
+        other => Err(bad(format!(
+            "labels are an array of names or an object label → example texts, not {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_sums_to_one_and_ranks() {
+        let p = softmax(&[1.0, 3.0, 2.0]);
+        assert!((p.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        let r = ranked(&["a", "b", "c"], &p);
+        assert_eq!(
+            r.iter().map(|s| s.label.as_str()).collect::<Vec<_>>(),
+            ["b", "c", "a"]
+        );
+    }
+
+    #[test]
+    fn labels_are_checked() {
+        let n = |v: &[&str]| Labels::Names(v.iter().map(|s| s.to_string()).collect());
+        assert!(n(&[])
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("at least one"));
+        assert!(n(&["a", "a"])
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("twice"));
+        assert!(n(&["a", " "])
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("empty"));
+        let many: Vec<String> = (0..1000).map(|i| format!("l{i}")).collect();
+        let e = Labels::Names(many).check().unwrap_err().to_string();
+        assert!(e.contains("1000 labels"), "{e}");
+        let ex = Labels::Examples(vec![("a".into(), vec![])]);
+        assert!(ex.check().unwrap_err().to_string().contains("no example"));
+        assert!(n(&["a", "b"]).check().is_ok());
+    }
+
+    #[test]
+    fn logistic_separates_two_clusters() {
+        let a = [1.0f32, 0.0];
+        let b = [0.0f32, 1.0];
+        let m = Logistic::train(&[(&a, 0), (&b, 1)], 2);
+        assert!(m.predict(&a)[0] > 0.9);
+        assert!(m.predict(&b)[1] > 0.9);
+    }
+
+    #[test]
+    fn log_prob_is_a_log_softmax() {
+        let row = [0.0f32, (2f32).ln()];
+        assert!((log_prob(&row, 1) - (2.0f64 / 3.0).ln()).abs() < 1e-6);
+    }
+}
