@@ -95,3 +95,76 @@ class ModelCache {
     return n;
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Embeddings of page content, across visits: IndexedDB `kerze-embeddings-v1`, one record per
+// (model sha256, text sha256) → Float32Array. A returning visitor's index costs no forward
+// pass for the texts it has seen. Without IndexedDB (some private modes) or crypto.subtle
+// (an insecure context) `openEmbeddingStore` returns null and the index embeds every time.
+
+const EMBED_DB = 'kerze-embeddings-v1';
+const EMBED_STORE = 'vectors';
+
+function idbRequest(req) {
+  return new Promise((resolve, reject) => {
+    req.onsuccess = () => resolve(req.result);
+    req.onerror = () => reject(req.error);
+  });
+}
+
+/** The store, or null with the reason. */
+export async function openEmbeddingStore() {
+  if (typeof indexedDB === 'undefined') return { store: null, reason: 'IndexedDB is not available here' };
+  if (!globalThis.crypto?.subtle) return { store: null, reason: 'crypto.subtle is not available (an insecure context)' };
+  try {
+    const open = indexedDB.open(EMBED_DB, 1);
+    open.onupgradeneeded = () => open.result.createObjectStore(EMBED_STORE);
+    return { store: new EmbeddingStore(await idbRequest(open)), reason: null };
+  } catch (e) {
+    return { store: null, reason: `IndexedDB refused to open: ${e?.message ?? e}` };
+  }
+}
+
+/** sha256 of a text's UTF-8, hex. */
+export async function textHash(text) {
+  const d = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text));
+  return Array.from(new Uint8Array(d), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+class EmbeddingStore {
+  constructor(db) {
+    this.db = db;
+  }
+
+  /** Stored vectors for `keys`: an array with a Float32Array or undefined per key. */
+  async getMany(keys) {
+    const tx = this.db.transaction(EMBED_STORE, 'readonly');
+    const st = tx.objectStore(EMBED_STORE);
+    return Promise.all(keys.map((k) => idbRequest(st.get(k))));
+  }
+
+  /** Store [key, Float32Array] pairs in one transaction. */
+  async putMany(entries) {
+    const tx = this.db.transaction(EMBED_STORE, 'readwrite');
+    const st = tx.objectStore(EMBED_STORE);
+    for (const [k, v] of entries) st.put(v, k);
+    await new Promise((resolve, reject) => {
+      tx.oncomplete = resolve;
+      tx.onerror = () => reject(tx.error);
+      tx.onabort = () => reject(tx.error ?? new Error('aborted'));
+    });
+  }
+
+  async count() {
+    return idbRequest(this.db.transaction(EMBED_STORE, 'readonly').objectStore(EMBED_STORE).count());
+  }
+
+  async clear() {
+    const tx = this.db.transaction(EMBED_STORE, 'readwrite');
+    tx.objectStore(EMBED_STORE).clear();
+    await new Promise((resolve, reject) => {
+      tx.oncomplete = resolve;
+      tx.onerror = () => reject(tx.error);
+    });
+  }
+}

@@ -447,6 +447,14 @@ export class Core {
     return { dims: r.dims, data: r.data, usage: JSON.parse(r.usage) };
   }
 
+  /** Labels and scores per text: { results: [[{ label, score }]], usage }. */
+  async classify(texts, labels, options) {
+    const engine = this.#need();
+    if (this.busy) throw new KerzeError('EngineBusyError', 'a generation is running on this engine');
+    return JSON.parse(await this.#switched(engine.classify(JSON.stringify(texts), JSON.stringify(labels),
+      JSON.stringify(options ?? {}))));
+  }
+
   reset() {
     this.#need().reset();
   }
@@ -457,5 +465,32 @@ export class Core {
       this.engine.free();
       this.engine = null;
     }
+  }
+}
+
+/**
+ * Run one request on `core`: the one dispatcher of both transports (the worker's side in
+ * serve.js, and the in-page transport of index.js).
+ */
+export async function dispatch(core, op, args, { onProgress, onChunk, signal } = {}) {
+  switch (op) {
+    case 'load':
+      return core.load(args, onProgress ?? (() => {}), signal);
+    case 'generate': {
+      const it = core.generate(args.input, args.options, signal);
+      for (;;) {
+        const r = await it.next();
+        if (r.done) return r.value;
+        onChunk?.(r.value);
+      }
+    }
+    case 'tokenize': return core.tokenize(args.text, args.options);
+    case 'detokenize': return core.detokenize(args.ids, args.options);
+    case 'logitsTopK': return core.logitsTopK(args.ids, args.k, args.first);
+    case 'embed': return core.embed(args.texts, args.options);
+    case 'classify': return core.classify(args.texts, args.labels, args.options);
+    case 'reset': return core.reset();
+    case 'dispose': return core.dispose();
+    default: throw new KerzeError('InvalidArgumentError', `unknown op ${op}`);
   }
 }

@@ -8,8 +8,9 @@
 
 import { KerzeError, deserializeError, abortError, ERROR_NAMES } from './protocol.js';
 import { catalog } from './catalog.js';
-import { Core, engineOptions, wasmUrl } from './core.js';
+import { Core, dispatch, engineOptions, wasmUrl } from './core.js';
 import { openModelCache } from './cache.js';
+import { SearchIndex } from './search.js';
 import { HERE } from './here.js';
 import {
   chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter,
@@ -126,27 +127,8 @@ class InThreadTransport {
     });
   }
 
-  async request(op, args, { onProgress, onChunk, signal } = {}) {
-    const c = this.core;
-    switch (op) {
-      case 'load':
-        return c.load(args, onProgress ?? (() => {}), signal);
-      case 'generate': {
-        const it = c.generate(args.input, args.options, signal);
-        for (;;) {
-          const r = await it.next();
-          if (r.done) return r.value;
-          onChunk?.(r.value);
-        }
-      }
-      case 'tokenize': return c.tokenize(args.text, args.options);
-      case 'detokenize': return c.detokenize(args.ids, args.options);
-      case 'logitsTopK': return c.logitsTopK(args.ids, args.k, args.first);
-      case 'embed': return c.embed(args.texts, args.options);
-      case 'reset': return c.reset();
-      case 'dispose': return c.dispose();
-      default: throw new KerzeError('InvalidArgumentError', `unknown op ${op}`);
-    }
+  request(op, args, hooks = {}) {
+    return dispatch(this.core, op, args, hooks);
   }
 
   terminate() {
@@ -354,12 +336,17 @@ function promptInput(prompt) {
 }
 
 /** A loaded model. Create with createEngine(). */
+/** Options of classify besides labels (src/classify.rs ClassifyOptions). */
+const CLASSIFY_OPTIONS = new Set(['method', 'temperature', 'labelTemplate', 'prompt', 'calibrate']);
+
 export class Engine {
   #t;
   #disposed = false;
+  #warn;
 
-  constructor(transport, info) {
+  constructor(transport, info, warn = (m) => console.warn(`kerze: ${m}`)) {
     this.#t = transport;
+    this.#warn = warn;
     /**
      * What runs and why: { backend, reason, model, nCtx, ... }. Replaced when the engine
      * moves from the GPU to the CPU (the device was lost; generation goes on there).
@@ -388,6 +375,56 @@ export class Engine {
     }
     const r = await this.#embedRaw(list, { normalize, overflow });
     return r.vectors;
+  }
+
+  /**
+   * Labels and scores per text: `classify(text, { labels })` → [{ label, score }] best
+   * first, summing to 1; an array of texts → one such list per text. `labels` an array of
+   * names or descriptions (zero-shot), or an object label → example texts (few-shot,
+   * `method: 'centroid' | 'logistic'`). On an encoder the label embeddings are computed once
+   * and kept; on a decoder each label is scored by its calibrated log-likelihood after a
+   * prompt (`prompt` with {labels} and {text}; `calibrate: false` for the raw scores). The
+   * result's `usage` (not enumerable): { textsEncoded, labelsEncoded, promptTokens, ms }.
+   */
+  async classify(texts, { labels, ...options } = {}) {
+    this.#check();
+    for (const k of Object.keys(options)) {
+      if (!CLASSIFY_OPTIONS.has(k)) {
+        throw new KerzeError('InvalidArgumentError',
+          `classify: unknown option '${k}': known are labels, ${[...CLASSIFY_OPTIONS].join(', ')}`);
+      }
+    }
+    const one = typeof texts === 'string';
+    const list = one ? [texts] : texts;
+    if (!Array.isArray(list) || list.length === 0 || !list.every((t) => typeof t === 'string')) {
+      throw new KerzeError('InvalidArgumentError', 'classify: texts must be a string or a non-empty array of strings');
+    }
+    const isNames = Array.isArray(labels);
+    const isExamples = labels && typeof labels === 'object' && !isNames
+      && Object.values(labels).every((v) => Array.isArray(v) || typeof v === 'string');
+    if (!isNames && !isExamples) {
+      throw new KerzeError('InvalidArgumentError',
+        'classify: labels must be an array of names or an object label → example texts');
+    }
+    const r = await this.#t.request('classify', { texts: list, labels, options });
+    const out = one ? r.results[0] : r.results;
+    Object.defineProperty(out, 'usage', { value: Object.freeze(r.usage) });
+    return out;
+  }
+
+  /**
+   * A semantic-search index over `docs` (strings or objects with a `text`): `search(query,
+   * { topK })` → [{ doc, score, index }]. Embeddings are cached across visits in IndexedDB,
+   * keyed by the model's sha256 and each text's (`cache: false` to not). `key` names a doc's
+   * identity for `remove` (a property name or a function; default its text).
+   */
+  async index(docs, { key, cache = true } = {}) {
+    this.#check();
+    return SearchIndex.create({
+      embed: async (texts) => (await this.#embedRaw(texts, { normalize: true })).vectors,
+      model: this.info.sha256 ?? null,
+      key,
+    }, docs, { cache, onWarning: this.#warn });
   }
 
   async #embedRaw(texts, options) {
@@ -598,7 +635,7 @@ export async function createEngine(options = {}) {
     throw e;
   }
   report({ phase: 'ready', loaded: 1, total: 1 });
-  return new Engine(transport, { ...info, worker: transport.kind });
+  return new Engine(transport, { ...info, worker: transport.kind }, warn);
 }
 
 /** `assetsUrl` as a folder URL (a trailing slash added), or InvalidArgumentError. */

@@ -4,7 +4,7 @@
 // and inline-worker.js (the self-contained copy for bundles that left the package's files
 // behind).
 
-import { Core } from './core.js';
+import { Core, dispatch } from './core.js';
 import { serializeError } from './protocol.js';
 
 /**
@@ -20,34 +20,13 @@ export function serve(scope, { wasm } = {}) {
   const running = new Map();
   let queue = Promise.resolve();
 
-  async function handle(id, op, args, signal) {
+  function handle(id, op, args, signal) {
     const post = (m) => scope.postMessage({ id, ...m });
-    switch (op) {
-      case 'load':
-        return core.load(args, (progress) => post({ type: 'progress', progress }), signal);
-      case 'generate': {
-        const it = core.generate(args.input, args.options, signal);
-        for (;;) {
-          const r = await it.next();
-          if (r.done) return r.value;
-          post({ type: 'chunk', chunk: r.value });
-        }
-      }
-      case 'tokenize':
-        return core.tokenize(args.text, args.options);
-      case 'detokenize':
-        return core.detokenize(args.ids, args.options);
-      case 'logitsTopK':
-        return core.logitsTopK(args.ids, args.k, args.first);
-      case 'embed':
-        return core.embed(args.texts, args.options);
-      case 'reset':
-        return core.reset();
-      case 'dispose':
-        return core.dispose();
-      default:
-        throw new Error(`unknown op ${op}`);
-    }
+    return dispatch(core, op, args, {
+      onProgress: (progress) => post({ type: 'progress', progress }),
+      onChunk: (chunk) => post({ type: 'chunk', chunk }),
+      signal,
+    });
   }
 
   scope.onmessage = (ev) => {

@@ -88,7 +88,7 @@ pub enum FewShot {
 
 /// Options of a classification call (besides the labels).
 #[derive(Clone, Debug, serde::Deserialize)]
-#[serde(default, rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClassifyOptions {
     /// Few-shot method (ignored for label names).
     pub method: FewShot,
@@ -153,6 +153,7 @@ pub struct Scored {
 
 /// Work a classification did, for the caller and the tests that count passes.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClassifyUsage {
     /// Texts the encoder ran for the inputs (one per text).
     pub texts_encoded: usize,

@@ -434,7 +434,16 @@ fn cmd_classify(a: &ClassifyArgs) -> Result<()> {
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let c = pollster::block_on(engine.classify(&refs, &labels, &opts))?;
     if a.json {
-        let v = serde_json::json!({ "results": c.results, "model": info.model, "usage": c.usage });
+        let u = &c.usage;
+        let v = serde_json::json!({
+            "results": c.results,
+            "model": info.model,
+            "usage": {
+                "prompt_tokens": u.prompt_tokens,
+                "texts_encoded": u.texts_encoded,
+                "labels_encoded": u.labels_encoded,
+            },
+        });
         println!("{v}");
     } else {
         for (t, r) in texts.iter().zip(&c.results) {

@@ -451,6 +451,41 @@ impl WasmEngine {
         })
     }
 
+    /// Labels and scores per text (see [`crate::classify`]): `texts` JSON of an array of
+    /// strings, `labels` JSON of an array of names or an object label → example texts,
+    /// `options` JSON of `{ method?, temperature?, labelTemplate?, prompt?, calibrate? }`.
+    /// Resolves to JSON `{ results: [[{ label, score }]], usage }`.
+    pub fn classify(&self, texts: &str, labels: &str, options: &str) -> Promise {
+        let texts: std::result::Result<Vec<String>, JsValue> = parse("texts", texts);
+        let labels: std::result::Result<serde_json::Value, JsValue> = parse("labels", labels);
+        let opts: std::result::Result<crate::classify::ClassifyOptions, JsValue> =
+            parse("classify options", options);
+        self.run(move |mut st| async move {
+            let r = async {
+                let texts = texts.map_err(|_| {
+                    Error::InvalidArgument("classify: texts must be an array of strings".into())
+                })?;
+                let labels = crate::classify::labels_from_json(&labels.map_err(|_| {
+                    Error::InvalidArgument("classify: labels must be JSON".into())
+                })?)?;
+                let opts = opts.map_err(|_| {
+                    Error::InvalidArgument(
+                        "classify: options are { method?: 'centroid' | 'logistic', temperature?: number, labelTemplate?: string, prompt?: string, calibrate?: boolean }"
+                            .into(),
+                    )
+                })?;
+                st.generation = None;
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let c = st.engine.classify(&refs, &labels, &opts).await?;
+                serde_json::to_string(&c)
+                    .map(|s| JsValue::from_str(&s))
+                    .map_err(|e| Error::Backend(e.to_string()))
+            }
+            .await;
+            (st, r)
+        })
+    }
+
     /// Forget the KV cache.
     pub fn reset(&self) -> std::result::Result<(), JsValue> {
         self.with(|st| {

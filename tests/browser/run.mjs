@@ -591,6 +591,174 @@ try {
     }
   });
 
+  await test('classify and index in the page (all-MiniLM-L6-v2): zero-/few-shot decide as natively, one pass per text whatever the label count, the index cached across a reload, typed errors', async () => {
+    const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
+    const model = { id: minilm.id, url: `${A}/models/${minilm.file}`, sha256: minilm.sha256 };
+    const ref = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/classify/reference.json'), 'utf8'));
+    const support = ref.groups.find((g) => g.task === 'support' && g.lang === 'en');
+    // The native CLI's decisions on the same file (zero-shot on the descriptions).
+    const native = JSON.parse(execFileSync(path.join(ROOT, 'target/release/kerze'), ['classify', '--model',
+      path.join(ROOT, 'models', minilm.file), '--device', 'cpu', '--json',
+      ...support.descriptions.flatMap((d) => ['--label', d]), ...support.texts.flatMap((t) => ['--text', t])],
+    { encoding: 'utf8' }).trim().split('\n').pop());
+    const sections = Array.from({ length: 200 }, (_, i) => `Section ${i}: ${support.texts[i % support.texts.length]} (part ${Math.floor(i / support.texts.length)})`);
+    const r = await withPage(`${A}/www/`, async (page) => {
+      const first = await inPage(page, `
+        const e = await k.createEngine({ model: arg.model, threads: 1 });
+        const t0 = performance.now();
+        const zs = await e.classify(arg.texts, { labels: arg.descriptions });
+        const zsMs = performance.now() - t0;
+        const four = await e.classify(arg.texts.slice(0, 8), { labels: ['billing', 'delivery', 'technical problem', 'account'] });
+        const forty = Array.from({ length: 40 }, (_, i) => 'topic ' + i);
+        const t1 = performance.now();
+        const fortyFirst = await e.classify(arg.texts.slice(0, 8), { labels: forty });
+        const fortyMs = performance.now() - t1;
+        const fortyAgain = await e.classify(arg.texts.slice(0, 8), { labels: forty });
+        const one = await e.classify(arg.texts[0], { labels: arg.examples, method: 'logistic' });
+        const names = [];
+        for (const f of [() => e.classify('x', { labels: [] }), () => e.classify('x', { labels: ['a', 'a'] }),
+          () => e.classify('x', { labels: Array.from({ length: 1000 }, (_, i) => 'l' + i) }), () => e.classify([], { labels: ['a'] }),
+          () => e.classify('x', { labels: 'a' }), () => e.classify('x', { labels: ['a'], colour: 1 }), () => e.index([]),
+          () => e.index(['ok', '']), () => e.index('x')]) {
+          try { await f(); names.push(null); } catch (x) { names.push(x.name + ': ' + x.message); }
+        }
+        const t2 = performance.now();
+        const ix = await e.index(arg.sections);
+        const indexMs = performance.now() - t2;
+        const t3 = performance.now();
+        const hits = await ix.search(arg.texts[5], { topK: 3 });
+        const searchMs = performance.now() - t3;
+        await e.dispose();
+        return { zs: zs.map((x) => x[0].label), zsUsage: zs.usage, zsMs, four: four.usage, fortyFirst: fortyFirst.usage, fortyMs,
+          fortyAgain: fortyAgain.usage, one: one.map((x) => x.label), oneSum: one.reduce((a, b) => a + b.score, 0), names,
+          indexMs, stats: { ...ix.stats }, hits: hits.map((h) => [h.index, h.score]), searchMs };`,
+      { model, texts: support.texts, descriptions: support.descriptions, examples: support.examples, sections });
+      await page.reload();
+      const again = await inPage(page, `
+        const e = await k.createEngine({ model: arg.model, threads: 1 });
+        const t0 = performance.now();
+        const ix = await e.index(arg.sections);
+        const ms = performance.now() - t0;
+        const hits = await ix.search(arg.query, { topK: 3 });
+        await e.dispose();
+        return { stats: { ...ix.stats }, ms, hits: hits.map((h) => [h.index, h.score]) };`, { model, sections, query: support.texts[5] });
+      return { first, again };
+    });
+    const { first, again } = r;
+    const want = native.results.map((x) => x[0].label);
+    const same = first.zs.filter((l, i) => l === want[i]).length;
+    assertEq(same, want.length, 'zero-shot decisions in the page = the native CLI\'s');
+    const py = support.methods.zero_shot.predicted.map((l) => support.descriptions[support.labels.indexOf(l)]);
+    const samePy = first.zs.filter((l, i) => l === py[i]).length;
+    assert(samePy >= 0.97 * py.length, `zero-shot: ${samePy}/${py.length} decisions as the Python twin`);
+    assertEq([first.zsUsage.textsEncoded, first.four.textsEncoded, first.four.labelsEncoded], [support.texts.length, 8, 4], 'passes with 4 labels');
+    assertEq([first.fortyFirst.textsEncoded, first.fortyFirst.labelsEncoded, first.fortyAgain.textsEncoded, first.fortyAgain.labelsEncoded],
+      [8, 40, 8, 0], 'passes with 40 labels: one per text; labels kept');
+    assert(Math.abs(first.oneSum - 1) < 1e-9 && support.labels.includes(first.one[0]), `few-shot on one text: ${first.one}`);
+    const expect = ['at least one label', 'given twice', '1000 labels, at most 256', 'non-empty array', 'array of names', 'unknown option',
+      'no docs', 'docs[1] is empty', 'must be an array'];
+    first.names.forEach((n, i) => assert(n && n.startsWith('InvalidArgumentError') && n.includes(expect[i]), `bad input ${i}: ${n}`));
+    assertEq([first.stats.encoded, first.stats.cached], [200, 0], 'first visit: every section embedded');
+    assertEq([again.stats.encoded, again.stats.cached], [0, 200], 'after a reload: no forward pass for known texts');
+    assertEq(again.hits, first.hits, 'the cached index searches the same');
+    assert(first.hits[0][0] % support.texts.length === 5, `search finds its own text: ${JSON.stringify(first.hits)}`);
+    console.log(`     Chromium, 1 thread: zero-shot ${(support.texts.length / first.zsMs * 1000).toFixed(0)} texts/s (4 labels, kept), 8 texts with 40 new labels ${first.fortyMs.toFixed(0)} ms; index of 200 sections ${first.indexMs.toFixed(0)} ms, from the cache ${again.ms.toFixed(0)} ms; search ${first.searchMs.toFixed(1)} ms`);
+  });
+
+  await test('<kerze-search> and <kerze-classify> by script tag: the right section for held-out questions, cached across a reload, the classify event, German strings, every control named', async () => {
+    const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
+    const url = `${A}/models/${minilm.file}`;
+    const faq = [
+      ['shipping', 'Shipping', 'We ship within two working days. Parcels are sent with tracking; you get the tracking number by email once your order leaves our warehouse.'],
+      ['returns', 'Returns', 'You can send items back within 30 days. Print the return label from your order page and drop the parcel at any post office.'],
+      ['payment', 'Payment', 'We accept credit cards, PayPal and invoice. Your card is charged when the order ships; invoices are due within 14 days.'],
+      ['hours', 'Opening hours', 'Our shop in Leipzig is open Monday to Friday from 9 am to 6 pm and on Saturday until 2 pm.'],
+      ['account', 'Your account', 'Forgot your password? Use the reset link on the login page. You can change your email address in the profile settings.'],
+      ['warranty', 'Warranty', 'All bikes come with a two-year warranty on the frame and one year on the battery and motor.'],
+      ['privacy', 'Privacy', 'We store your data only to process orders. You can ask us to delete your personal data at any time.'],
+    ];
+    const questions = [['When will my order arrive?', 'shipping'], ['How do I send a product back?', 'returns'],
+      ['Can I pay with PayPal?', 'payment'], ['Are you open on Saturdays?', 'hours'], ['I cannot log in, I lost my password', 'account'],
+      ['How long is the guarantee on the battery?', 'warranty']];
+    const page = (lang) => `<!doctype html><html lang="${lang}"><meta charset="utf-8"><link rel="icon" href="data:,"><title>FAQ</title>
+<script type="module" src="${A}/dist/kerze.js"></script>
+<kerze-search model="${url}" sha256="${minilm.sha256}" selector="main section" top-k="3"></kerze-search>
+<main>${faq.map(([id, h, t]) => `<section id="${id}"><h2>${h}</h2><p>${t}</p></section>`).join('\n')}</main>
+<form><label for="message">Message</label><textarea id="message"></textarea></form>
+<kerze-classify model="${url}" sha256="${minilm.sha256}" labels="a question about an invoice or a payment, a question about shipping or a parcel, a problem with logging in or the account" for="message"></kerze-classify>
+<kerze-generate model="gemma-3-270m" placeholder="Describe your product…"></kerze-generate>
+</html>`;
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kerze-faq-'));
+    fs.writeFileSync(path.join(dir, 'en.html'), page('en'));
+    fs.writeFileSync(path.join(dir, 'de.html'), page('de'));
+    const B = await serve(dir, []);
+    try {
+      await withPage(`${B}/en.html`, async (p) => {
+        await p.waitForFunction(() => customElements.get('kerze-search') && customElements.get('kerze-classify'));
+        const found = [];
+        for (const [q] of questions) {
+          found.push(await p.evaluate(async (query) => {
+            const r = await document.querySelector('kerze-search').search(query);
+            return r[0]?.element.id;
+          }, q));
+        }
+        assertEq(found, questions.map((x) => x[1]), 'top section per question');
+        // The UI path: type, press Enter, a result button scrolls and focuses its section.
+        const box = p.locator('kerze-search').getByRole('searchbox', { name: 'Search this page' });
+        await box.fill('Can I pay by invoice?');
+        await box.press('Enter');
+        await p.locator('kerze-search').getByRole('button', { name: /credit cards/ }).first().click();
+        assertEq(await p.evaluate(() => document.activeElement?.id), 'payment', 'the chosen section has the focus');
+        const stats = await p.evaluate(() => document.querySelector('kerze-search').stats);
+        assertEq([stats.encoded, stats.cached], [faq.length, 0], 'first visit: every section embedded');
+        const event = p.evaluate(() => new Promise((res) => {
+          document.querySelector('kerze-classify').addEventListener('kerze-classify', (e) => res(e.detail), { once: true });
+        }));
+        await p.locator('#message').fill('My parcel has not arrived yet, where is it?');
+        await p.locator('#message').blur();
+        const detail = await event;
+        assertEq(detail.label, 'a question about shipping or a parcel', 'kerze-classify event');
+        assert(Math.abs(detail.results.reduce((a, b) => a + b.score, 0) - 1) < 1e-9, 'scores sum to 1');
+        const aria = await p.locator('body').ariaSnapshot();
+        const unnamed = aria.split('\n').filter((l) => /^\s*- (button|textbox|searchbox|progressbar|combobox|slider|checkbox)\s*(\[[^\]]*\])?:?\s*$/.test(l));
+        assertEq(unnamed, [], `controls without a name in\n${aria}`);
+        for (const [role, name] of [['button', 'Generate'], ['textbox', 'Describe your product…'], ['searchbox', 'Search this page'], ['button', 'Search']]) {
+          assert(aria.includes(`${role} "${name}"`), `${role} "${name}" in\n${aria}`);
+        }
+        await p.reload();
+        await p.waitForFunction(() => customElements.get('kerze-search'));
+        const cached = await p.evaluate(async () => {
+          const s = document.querySelector('kerze-search');
+          const r = await s.search('Are you open on Saturdays?');
+          return { id: r[0]?.element.id, stats: s.stats };
+        });
+        assertEq([cached.id, cached.stats.encoded, cached.stats.cached], ['hours', 0, faq.length], 'after a reload: from the cache');
+      }, { allowed: [`${B}/`, `${A}/dist/`, url] });
+      await withPage(`${B}/de.html`, async (p) => {
+        await p.waitForFunction(() => customElements.get('kerze-generate'));
+        const aria = await p.locator('body').ariaSnapshot();
+        for (const s of ['button "Erzeugen"', 'searchbox "Diese Seite durchsuchen"', 'button "Suchen"']) {
+          assert(aria.includes(s), `${s} in\n${aria}`);
+        }
+        // A `labels` property overrides a string; lang on an ancestor wins over the document's.
+        const over = await p.evaluate(() => {
+          const g = document.querySelector('kerze-generate');
+          g.labels = { generate: 'Los!' };
+          const b = g.shadowRoot.querySelector('button').textContent;
+          const wrap = document.createElement('div');
+          wrap.lang = 'en';
+          const g2 = document.createElement('kerze-generate');
+          wrap.append(g2);
+          document.body.append(wrap);
+          return [b, g2.shadowRoot.querySelector('button').textContent, g.language, g2.language];
+        });
+        assertEq(over, ['Los!', 'Generate', 'de', 'en'], 'overrides and languages');
+      }, { allowed: [`${B}/`, `${A}/dist/`] });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   await test('WebGPU in Chromium (SwiftShader): all-MiniLM-L6-v2 embeds as on the CPU (LayerNorm, GELU, packed attention in WGSL)', async () => {
     const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
     const gpuBrowser = await launch({ webgpu: true });

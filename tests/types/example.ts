@@ -49,6 +49,23 @@ async function main(out: HTMLElement): Promise<void> {
   el.setAttribute('model', 'gemma-3-270m');
   el.addEventListener('kerze-done', (ev) => console.log(ev.detail.text));
   await el.generate();
+  el.labels = { generate: 'Los' };
+
+  const minilm = await createEngine({ model: { url: '/models/all-minilm-l6-v2-q8_0.gguf' } });
+  const scores = await minilm.classify('My parcel never arrived', { labels: ['billing', 'delivery'] });
+  console.log(scores[0]?.label, scores[0]?.score, scores.usage.textsEncoded);
+  const many = await minilm.classify(['a', 'b'], { labels: { yes: ['sure', 'ok'], no: ['never'] }, method: 'logistic' });
+  console.log(many[1]?.[0]?.label);
+  const ix = await minilm.index([{ text: 'Opening hours: 9 to 5', id: 'hours' }], { key: 'id' });
+  const hits = await ix.search('when are you open?', { topK: 1 });
+  console.log(hits[0]?.doc.id, hits[0]?.score, ix.size, ix.stats.cached, ix.remove('hours'));
+  const search = document.createElement('kerze-search');
+  search.addEventListener('kerze-search', (ev) => console.log(ev.detail.results[0]?.element));
+  console.log((await search.search('price'))[0]?.score, search.stats?.encoded, search.language);
+  const cls = document.createElement('kerze-classify');
+  cls.strings = { classifying: '…' };
+  cls.addEventListener('kerze-classify', (ev) => console.log(ev.detail.label, ev.detail.score));
+  console.log((await cls.classify('hello'))[0]?.label, window.kerze.strings.de['generate']);
   await window.kerze.createEngine({ worker: false });
   await kerze.createEngine();
 }
