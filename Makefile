@@ -26,7 +26,7 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve fuzz clean
+.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis fuzz clean
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -191,6 +191,10 @@ bench-wasm: setup fetch
 # www/bench.html through the package (worker, cache), 1 thread; prints JSON.
 bench-browser: setup fetch build
 	node tests/browser/bench.mjs
+
+# Classification, index and search with all-MiniLM-L6-v2 in Chromium and natively.
+bench-analysis: setup fetch build
+	node tests/browser/bench-analysis.mjs
 
 fuzz:
 	KERZE_FUZZ_CASES=100000 cargo test --release --test bad_input mutated_headers -- --nocapture

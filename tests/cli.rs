@@ -391,3 +391,72 @@ fn fetch_tries_sources_in_order_verifies_and_is_then_a_no_op() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `kerze classify --json`: the issue's shape, one result list per text (--text or stdin
+/// lines), labels comma-separated or --label, few-shot from --examples, bad labels a clear
+/// error and a non-zero exit.
+#[test]
+fn classify_prints_results_per_text() {
+    let model = common::catalog_model("all-minilm-l6-v2-q8_0.gguf");
+    let out = kerze()
+        .args(["classify", "--json", "--labels", "billing,delivery,technical problem"])
+        .args(["--text", "My parcel never arrived", "--text", "I was charged twice"])
+        .arg("--model")
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    let top: Vec<&str> = results
+        .iter()
+        .map(|r| r[0]["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(top, ["delivery", "billing"]);
+    let sum: f64 = results[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["score"].as_f64().unwrap())
+        .sum();
+    assert!((sum - 1.0).abs() < 1e-9);
+    assert_eq!(v["usage"]["texts_encoded"], 2);
+
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let ex = dir.join("classify-examples.json");
+    std::fs::write(
+        &ex,
+        r#"{"happy": ["I love it", "Great product, thank you"], "angry": ["This is broken", "Worst purchase ever"]}"#,
+    )
+    .unwrap();
+    let mut child = kerze()
+        .args(["classify", "--json", "--method", "logistic", "--examples"])
+        .arg(&ex)
+        .arg("--model")
+        .arg(&model)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"It stopped working after a day\nAbsolutely wonderful\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["results"][0][0]["label"], "angry");
+    assert_eq!(v["results"][1][0]["label"], "happy");
+
+    let out = kerze()
+        .args(["classify", "--labels", "a,a", "--text", "x", "--model"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"a\" is given twice"), "{err}");
+}

@@ -191,6 +191,26 @@ try {
     });
   });
 
+  await test('demo page analysis view: classify bars, FAQ search, similarity heatmap (all-MiniLM-L6-v2)', async () => {
+    await withPage(`${A}/www/`, async (page) => {
+      await page.click('#clsGo');
+      await page.waitForFunction(() => window.kerzeAnalysis.classified >= 1, null, { timeout: 120000 });
+      const bars = await page.$$eval('#clsBars [role=listitem]', (ls) => ls.map((l) => l.textContent));
+      assertEq(bars[0], 'delivery', `best label first: ${bars}`);
+      assertEq(bars.length, 4, 'one bar per label');
+      await page.click('#faqGo');
+      await page.waitForFunction(() => window.kerzeAnalysis.searched >= 1, null, { timeout: 60000 });
+      const top = await page.textContent('#faqHits li');
+      assert(top.startsWith('Returns:'), `top FAQ answer: ${top}`);
+      await page.click('#simGo');
+      await page.waitForFunction(() => window.kerzeAnalysis.compared >= 1, null, { timeout: 60000 });
+      const cells = await page.$$eval('#simHeat tr', (rs) => rs.slice(1).map((r) => Array.from(r.cells).slice(1).map((c) => Number(c.textContent))));
+      assertEq(cells.length, 4, 'a row per sentence');
+      assertEq(cells.map((r, i) => r[i]), [1, 1, 1, 1], 'a sentence is its own twin');
+      assert(Math.abs(cells[0][1] - 0.67) < 0.015 && cells[0][1] > cells[0][2], `similarities ${JSON.stringify(cells[0])}`);
+    });
+  });
+
   await test('greedy ids in the page equal the native CLI for 16 tokens (counting, alphabet)', async () => {
     const want = CERTAIN.map((p) => cli(p).ids);
     const got = await withPage(`${A}/www/`, (page) => inPage(page, `
