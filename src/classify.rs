@@ -473,50 +473,67 @@ impl<B: Backend> Session<B> {
         self.tok.encode_user(text, true)
     }
 
-    /// `log p(label | prompt)` for each label: the prompt's KV computed once, every label
-    /// run after it (the cache cut back to the prompt between labels).
+    /// `log p(label | prompt)` for each label. The prompt runs once: its last row scores
+    /// every label's first id; a label of more ids then runs its own ids (all but the last)
+    /// after the prompt's KV, the cache cut back to the prompt between labels.
     async fn label_log_likelihoods(
         &mut self,
         prompt: &[u32],
         labels: &[Vec<u32>],
         usage: &mut ClassifyUsage,
     ) -> Result<Vec<f64>> {
-        let n_vocab = self.model.cfg().n_vocab;
         let p = prompt.len();
         if p == 0 {
             return Err(bad("the prompt is empty".into()));
         }
+        // Keeps at most the prompt but its last id, whose row is needed.
+        self.keep_common_prefix(prompt);
+        let last = self.rows_after(prompt, p - 1, usage).await?;
         let mut out = Vec::with_capacity(labels.len());
         for l in labels {
-            // The prompt and the label but its last id: the logits of the prompt's last row
-            // on score the label's ids.
-            let mut ids = prompt.to_vec();
-            ids.extend_from_slice(&l[..l.len() - 1]);
-            // Keeps the prompt but its last id (its row is needed again).
-            self.keep_common_prefix(&ids[..p]);
-            let mut at = self.cached_len();
-            usage.prompt_tokens += ids.len() - at;
-            let mut rows: Vec<f32> = Vec::with_capacity(l.len() * n_vocab);
-            while at < ids.len() {
-                let end = (at + PREFILL_CHUNK).min(ids.len());
-                let h = self.forward_chunk(&ids[at..end])?;
-                // Rows from position p - 1 on predict the label's ids.
-                let first = (p - 1).max(at);
-                if first < end {
-                    let h = self.be.rows(&h, first - at, end - first)?;
-                    let logits = self.model.lm_head(&mut self.be, &h)?;
-                    rows.extend(self.be.read(&logits).await?);
-                }
-                at = end;
+            let mut ll = log_prob(&last, l[0]);
+            if l.len() > 1 {
+                let mut ids = prompt.to_vec();
+                ids.extend_from_slice(&l[..l.len() - 1]);
+                // Keeps at most the prompt: the rows from its end on score the label.
+                self.keep_common_prefix(&ids[..=p]);
+                let rows = self.rows_after(&ids, p, usage).await?;
+                let n_vocab = self.model.cfg().n_vocab;
+                ll += rows
+                    .chunks_exact(n_vocab)
+                    .zip(&l[1..])
+                    .map(|(row, &id)| log_prob(row, id))
+                    .sum::<f64>();
             }
-            let ll = rows
-                .chunks_exact(n_vocab)
-                .zip(l)
-                .map(|(row, &id)| log_prob(row, id))
-                .sum();
             out.push(ll);
         }
         Ok(out)
+    }
+
+    /// Run `ids` after the part of them the cache holds; the logits of the rows from
+    /// position `first` on (`(ids.len() - first) × n_vocab`, read back).
+    async fn rows_after(
+        &mut self,
+        ids: &[u32],
+        first: usize,
+        usage: &mut ClassifyUsage,
+    ) -> Result<Vec<f32>> {
+        let mut at = self.cached_len();
+        debug_assert!(at <= first);
+        usage.prompt_tokens += ids.len() - at;
+        let mut rows = Vec::new();
+        while at < ids.len() {
+            let end = (at + PREFILL_CHUNK).min(ids.len());
+            let h = self.forward_chunk(&ids[at..end])?;
+            let from = first.max(at);
+            if from < end {
+                let h = self.be.rows(&h, from - at, end - from)?;
+                let logits = self.model.lm_head(&mut self.be, &h)?;
+                rows.extend(self.be.read(&logits).await?);
+            }
+            at = end;
+        }
+        Ok(rows)
     }
 }
 

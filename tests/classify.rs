@@ -8,6 +8,7 @@
 //!   quantization noise, the same calibrated decisions on ≥ 95%;
 //! - one encoder pass per text whatever the label count; typed errors for bad labels.
 
+#![cfg(not(target_arch = "wasm32"))]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -325,6 +326,54 @@ fn generative_scores_are_llama_cpps_label_log_likelihoods() {
             got.usage.prompt_tokens <= most,
             "{} tokens run, at most {most} with the prompt's KV shared",
             got.usage.prompt_tokens
+        );
+    }
+}
+
+/// Labels of several ids continue from the prompt's KV: their log-likelihoods equal a
+/// teacher-forced pass over prompt + label from an empty cache (the cache cut back right).
+#[test]
+fn multi_id_labels_score_as_a_teacher_forced_pass() {
+    let mut e = engine("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let names = [
+        "technical problem with the app",
+        "billing question",
+        "delivery",
+        "technical support",
+    ];
+    let labels = Labels::Names(names.map(String::from).into());
+    let opts = ClassifyOptions {
+        calibrate: false,
+        ..Default::default()
+    };
+    let text = "The app crashes every time I open the settings page.";
+    let got = classify(&mut e, &[text], &labels, &opts);
+    let prompt = e
+        .tokenizer()
+        .encode_user(&kerze::classify::prompt(&opts.prompt, &names, text), true)
+        .unwrap();
+    let n_vocab = e.config().n_vocab;
+    let mut want = Vec::new();
+    for l in names {
+        let lab = e.tokenizer().encode_user(&format!(" {l}"), false).unwrap();
+        let ids: Vec<u32> = prompt.iter().chain(&lab).copied().collect();
+        let rows = pollster::block_on(e.logits_top_k(&ids, n_vocab, prompt.len() - 1)).unwrap();
+        let mut ll = 0f64;
+        for (row, id) in rows.iter().zip(&lab) {
+            let m = row[0].1 as f64;
+            let z: f64 = row.iter().map(|&(_, x)| (x as f64 - m).exp()).sum();
+            let x = row.iter().find(|(i, _)| i == id).unwrap().1 as f64;
+            ll += x - m - z.ln();
+        }
+        want.push(ll);
+    }
+    let p = kerze::classify::softmax(&want);
+    for (k, l) in names.iter().enumerate() {
+        let s = got.results[0].iter().find(|s| s.label == *l).unwrap().score;
+        assert!(
+            (s - p[k]).abs() < 1e-4,
+            "{l}: {s} vs teacher-forced {}",
+            p[k]
         );
     }
 }

@@ -399,13 +399,27 @@ fn fetch_tries_sources_in_order_verifies_and_is_then_a_no_op() {
 fn classify_prints_results_per_text() {
     let model = common::catalog_model("all-minilm-l6-v2-q8_0.gguf");
     let out = kerze()
-        .args(["classify", "--json", "--labels", "billing,delivery,technical problem"])
-        .args(["--text", "My parcel never arrived", "--text", "I was charged twice"])
+        .args([
+            "classify",
+            "--json",
+            "--labels",
+            "billing,delivery,technical problem",
+        ])
+        .args([
+            "--text",
+            "My parcel never arrived",
+            "--text",
+            "I was charged twice",
+        ])
         .arg("--model")
         .arg(&model)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 2);

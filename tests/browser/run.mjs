@@ -685,6 +685,33 @@ try {
     console.log(`     Chromium, 1 thread: zero-shot ${(support.texts.length / first.zsMs * 1000).toFixed(0)} texts/s (4 labels, kept), 8 texts with 40 new labels ${first.fortyMs.toFixed(0)} ms; index of 200 sections ${first.indexMs.toFixed(0)} ms, from the cache ${again.ms.toFixed(0)} ms; search ${first.searchMs.toFixed(1)} ms`);
   });
 
+  await test('generative classify on a decoder in the page (SmolLM2): the native CLI\'s calibrated scores', async () => {
+    const smol = catalog.models.find((m) => m.id === 'smollm2-135m-instruct');
+    const gen = JSON.parse(fs.readFileSync(path.join(ROOT, 'tests/fixtures/classify/generative.json'), 'utf8'));
+    const g = gen.groups.find((x) => x.task === 'support');
+    const texts = g.cases.slice(0, 6).map((c) => c.text);
+    const native = JSON.parse(execFileSync(path.join(ROOT, 'target/release/kerze'), ['classify', '--model',
+      path.join(ROOT, 'models', smol.file), '--device', 'cpu', '--json', '--labels', g.labels.join(','),
+      ...texts.flatMap((t) => ['--text', t])], { encoding: 'utf8', maxBuffer: 64 << 20 }).trim().split('\n').pop());
+    const model = { id: smol.id, url: `${A}/models/${smol.file}`, sha256: smol.sha256 };
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model: arg.model, threads: 1 });
+      const out = await e.classify(arg.texts, { labels: arg.labels });
+      let fewShot = null;
+      try { await e.classify('x', { labels: { a: ['y'] } }); } catch (x) { fewShot = x.name; }
+      await e.dispose();
+      return { out, usage: out.usage, fewShot };`, { model, texts, labels: g.labels }));
+    r.out.forEach((res, i) => {
+      assertEq(res[0].label, native.results[i][0].label, `text ${i}: the native decision`);
+      for (const s of res) {
+        const n = native.results[i].find((x) => x.label === s.label);
+        assert(Math.abs(n.score - s.score) < 0.02, `text ${i} ${s.label}: ${s.score} vs native ${n.score}`);
+      }
+    });
+    assertEq(r.fewShot, 'InvalidArgumentError', 'few-shot examples on a decoder');
+    assert(r.usage.promptTokens > 0 && r.usage.textsEncoded === 0, `usage ${JSON.stringify(r.usage)}`);
+  });
+
   await test('<kerze-search> and <kerze-classify> by script tag: the right section for held-out questions, cached across a reload, the classify event, German strings, every control named', async () => {
     const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
     const url = `${A}/models/${minilm.file}`;
