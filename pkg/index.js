@@ -11,6 +11,7 @@ import { catalog } from './catalog.js';
 import { Core, dispatch, engineOptions, wasmUrl } from './core.js';
 import { openModelCache } from './cache.js';
 import { SearchIndex } from './search.js';
+import { SIMD_PROBE, beacon, checkProbeOptions, probeSpec } from './probe.js';
 import { HERE } from './here.js';
 import {
   chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter,
@@ -47,7 +48,10 @@ export function resolveModel(model) {
       throw new KerzeError('InvalidArgumentError',
         `catalog model '${model}' has no public URL kerze verified: host ${e.file} yourself and pass { id: '${model}', url } (its size and sha256 come from the catalog)`);
     }
-    return { key: e.sha256, url: e.url, sha256: e.sha256, bytes: e.bytes, name: model };
+    return {
+      key: e.sha256, url: e.url, sha256: e.sha256, bytes: e.bytes, name: model,
+      peakBytes: e.peakBytes, largestTensorBytes: e.largestTensorBytes,
+    };
   }
   if (model instanceof ArrayBuffer || ArrayBuffer.isView(model)) {
     const data = model instanceof ArrayBuffer ? new Uint8Array(model)
@@ -71,15 +75,15 @@ export function resolveModel(model) {
       throw new KerzeError('InvalidArgumentError', 'model.bytes must be a positive integer');
     }
     const name = model.name ?? model.id ?? decodeURIComponent(new URL(url).pathname.split('/').pop() || url);
-    return { key: sha256 ?? url, url, sha256, bytes, name };
+    const same = known && (sha256 == null || sha256 === known.sha256);
+    return {
+      key: sha256 ?? url, url, sha256, bytes, name,
+      peakBytes: same ? known.peakBytes : undefined, largestTensorBytes: same ? known.largestTensorBytes : undefined,
+    };
   }
   throw new KerzeError('InvalidArgumentError',
     "model must be a catalog id (e.g. 'gemma-3-270m'), { url, sha256 }, or the file's bytes");
 }
-
-// (module (func (result v128) v128.const i32x4 0 0 0 0)): valid only where wasm has SIMD.
-const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0,
-  10, 22, 1, 20, 0, 253, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 11]);
 
 /** Throws UnsupportedDeviceError where the engine cannot run at all. */
 export function checkSupport() {
@@ -596,6 +600,22 @@ export class Engine {
 }
 
 /**
+ * The device check, before any download: can this browser run `model`, on which backend, and
+ * why — `{ canRun: 'yes' | 'risky' | 'no', backend, reasons, downloadBytes, peakBytes, cached,
+ * storage: { quota, usage } }`. Nothing but a HEAD request (for a URL without a catalog
+ * size) leaves the page. `overrides: { deviceMemory, gpu: false, storage }` simulates a
+ * weaker device.
+ */
+export async function probe(options = {}) {
+  checkProbeOptions(options);
+  const { model = 'gemma-3-270m', device = 'auto', signal, overrides } = options;
+  if (!DEVICES.includes(device)) {
+    throw new KerzeError('InvalidArgumentError', `device must be one of ${DEVICES.join(', ')}, got '${device}'`);
+  }
+  return probeSpec(resolveModel(model), { device, signal, overrides });
+}
+
+/**
  * Load a model and return an Engine.
  * @param {import('./index.js').CreateEngineOptions} options
  */
@@ -613,6 +633,14 @@ export async function createEngine(options = {}) {
   if (signal?.aborted) throw abortError(signal);
   checkSupport();
   const spec = resolveModel(model);
+  // The device check before any download (bytes given: nothing to download).
+  const check = spec.data ? null : await probeSpec(spec, { device, signal });
+  if (check?.canRun === 'no') {
+    const e = new KerzeError('UnsupportedDeviceError', `this device cannot run the model: ${check.problems.join('; ')}`);
+    e.probe = check;
+    throw e;
+  }
+  if (check?.canRun === 'risky') (onWarning ?? ((m) => console.warn(`kerze: ${m}`)))(`the model may not run well here: ${check.problems.join('; ')}`);
   const assets = assetsUrl == null ? null : folderUrl(assetsUrl);
   const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
   const transport = worker ? await WorkerTransport.start(warn, assets) : new InThreadTransport(warn, assets);
@@ -626,6 +654,8 @@ export async function createEngine(options = {}) {
     }
   };
   let info;
+  // Set while loading: a tab killed meanwhile leaves it, and the next probe says so.
+  if (spec.key) beacon.set(spec.key);
   try {
     info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache },
       { onProgress: report, signal });
@@ -633,6 +663,8 @@ export async function createEngine(options = {}) {
     transport.terminate();
     if (signal?.aborted && e?.name !== 'AbortError') throw abortError(signal);
     throw e;
+  } finally {
+    if (spec.key) beacon.clear(spec.key);
   }
   report({ phase: 'ready', loaded: 1, total: 1 });
   return new Engine(transport, { ...info, worker: transport.kind }, warn);
@@ -675,4 +707,4 @@ export const cache = Object.freeze({
   },
 });
 
-export default { createEngine, cache, catalog, KerzeError, Engine };
+export default { createEngine, probe, cache, catalog, KerzeError, Engine };

@@ -28,7 +28,19 @@ export class KerzeError extends Error {
   }
 }
 
-/** An error as a plain record that structured clone keeps intact. */
+/** Fields an error carries besides name and message (ContextFullError: needed, nCtx; …). */
+export const ERROR_FIELDS = Object.freeze(['needed', 'nCtx', 'needMb', 'limitMb', 'tensor', 'tensorType', 'arch', 'status', 'route']);
+
+function fieldsOf(e) {
+  const out = {};
+  for (const k of ERROR_FIELDS) {
+    const v = e?.[k];
+    if (typeof v === 'number' || typeof v === 'string') out[k] = v;
+  }
+  return out;
+}
+
+/** An error as a plain record that structured clone keeps intact (its fields too). */
 export function serializeError(e) {
   if (e instanceof RangeError && /memory|allocat/i.test(e.message)) {
     return { name: 'UnsupportedDeviceError', message: `not enough memory for this model here: ${e.message}` };
@@ -37,14 +49,16 @@ export function serializeError(e) {
     return { name: 'EngineCrashedError', message: `the engine crashed (${e.message}); create a new engine` };
   }
   if (e && typeof e === 'object' && typeof e.name === 'string' && typeof e.message === 'string') {
-    return { name: ERROR_NAMES.includes(e.name) ? e.name : 'WorkerError', message: e.message };
+    return { name: ERROR_NAMES.includes(e.name) ? e.name : 'WorkerError', message: e.message, ...fieldsOf(e) };
   }
   return { name: 'WorkerError', message: String(e) };
 }
 
 /** The record rebuilt as a KerzeError. */
 export function deserializeError(r) {
-  return new KerzeError(r?.name ?? 'WorkerError', r?.message ?? 'unknown error');
+  const e = new KerzeError(r?.name ?? 'WorkerError', r?.message ?? 'unknown error');
+  Object.assign(e, fieldsOf(r));
+  return e;
 }
 
 /** The error an AbortSignal produces. */

@@ -41,6 +41,11 @@ pub struct Entry {
     pub bytes: u64,
     pub sha256: String,
     pub license: String,
+    /// The CPU engine's memory for it at the default context (`kerze inspect`'s
+    /// `needs.peak_bytes`): what the package's device check compares before a download.
+    pub peak_bytes: u64,
+    /// Its largest tensor: the biggest buffer a GPU must hold.
+    pub largest_tensor_bytes: u64,
     pub sources: Vec<Source>,
 }
 

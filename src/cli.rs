@@ -856,6 +856,12 @@ fn cmd_inspect(a: &InspectArgs) -> Result<()> {
         "version": g.version,
         "tensors": g.tensors.len(),
         "tensor_types": types.iter().map(|(k, (n, b))| (k.clone(), serde_json::json!({"count": n, "bytes": b}))).collect::<serde_json::Map<_, _>>(),
+        "needs": cfg.as_ref().map(|c| serde_json::json!({
+            // What the device check (pkg probe) compares: the CPU engine's memory at the
+            // default context, and the largest tensor a GPU buffer must hold.
+            "peak_bytes": crate::engine::cpu_resident_bytes(&g, c),
+            "largest_tensor_bytes": g.tensors.iter().map(|t| t.n_bytes).max().unwrap_or(0),
+        })),
         "config": cfg,
         "metadata": meta,
     });

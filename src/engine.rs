@@ -61,6 +61,20 @@ pub struct EngineInfo {
 /// Usable wasm memory: 4 GiB less room for the code, tokenizer and activations.
 const WASM_MEMORY_BUDGET: u64 = (4 << 30) - (384 << 20);
 
+/// The bytes the CPU backend holds for this model: its weights as it keeps them (4- and
+/// 5-bit types unpacked to int8) plus the KV cache at `cfg.n_ctx`. The device check compares
+/// it with the memory there is.
+pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
+    g.tensors
+        .iter()
+        .map(|t| {
+            let n = t.dims.iter().product::<u64>();
+            crate::cpu::resident_bytes(t.ty, n)
+        })
+        .sum::<u64>()
+        .saturating_add(cfg.kv_cache_bytes())
+}
+
 /// A typed error before any weight is read when the CPU backend would need more than
 /// `budget` bytes (wasm: its 4 GiB address space) for the weights as it holds them plus the
 /// KV cache.
@@ -68,15 +82,7 @@ pub fn check_fits(g: &Gguf, cfg: &ModelConfig, budget: Option<u64>) -> Result<()
     let Some(budget) = budget else {
         return Ok(());
     };
-    let resident: u64 = g
-        .tensors
-        .iter()
-        .map(|t| {
-            let n = t.dims.iter().product::<u64>();
-            crate::cpu::resident_bytes(t.ty, n)
-        })
-        .sum::<u64>()
-        .saturating_add(cfg.kv_cache_bytes());
+    let resident = cpu_resident_bytes(g, cfg);
     if resident > budget {
         return Err(Error::ModelTooLarge {
             need_mb: resident >> 20,
@@ -167,69 +173,61 @@ impl Engine {
 
     /// Parse, validate and load a GGUF model on the device `opts.device` asks for: `auto`
     /// takes a GPU when there is an adapter that is not a software renderer and the model
-    /// fits it, else the CPU; `webgpu` takes any adapter or fails. [`EngineInfo::reason`]
-    /// says why. On the GPU the engine keeps `src` to fall back to the CPU.
+    /// fits it, else the CPU; `webgpu` takes any adapter or fails. The decision is
+    /// [`choose`] (and [`after_gpu_failure`]); [`EngineInfo::reason`] says why. On the GPU
+    /// the engine keeps `src` to fall back to the CPU.
     pub async fn load_async(
         src: Box<dyn ByteSource>,
         opts: &LoadOptions,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(Self, EngineInfo)> {
         #[cfg(feature = "gpu")]
-        if opts.device != Device::Cpu {
+        let (probe, backend) = if opts.device == Device::Cpu {
+            (GpuProbe::NotAsked, None)
+        } else {
             use crate::gpu::backend::GpuBackend;
-            use crate::gpu::GpuOptions;
-            let probe = GpuBackend::new(&GpuOptions::default()).await;
-            let reason = match probe {
+            match GpuBackend::new(&crate::gpu::GpuOptions::default()).await {
                 Ok(Some(be)) => {
                     let info = &be.gpu.info;
-                    let software = info.device_type == wgpu::DeviceType::Cpu;
-                    let name = format!("{} ({:?})", info.name, info.backend);
-                    if opts.device == Device::Webgpu || !software {
-                        match Self::load_gpu(src.as_ref(), opts, be, name, progress).await {
-                            Ok((run, info)) => {
-                                let mut e = Self::wrap((run, info));
-                                src.release();
-                                e.0.source = Some(src);
-                                return Ok(e);
-                            }
-                            // What the GPU cannot do (a lost device, out of memory, a
-                            // limit) leaves `auto` the CPU; a bad file fails there too.
-                            Err(
-                                e @ (Error::Device(_)
-                                | Error::Backend(_)
-                                | Error::UnsupportedTensorType { .. }),
-                            ) if opts.device == Device::Auto => {
-                                format!(
-                                    "the model did not load on the GPU ({e}): running on the CPU"
-                                )
-                            }
-                            Err(e) => return Err(e),
-                        }
-                    } else {
-                        format!("the only GPU adapter, {name}, is a software renderer: the CPU engine is faster")
-                    }
+                    let probe = GpuProbe::Adapter {
+                        name: format!("{} ({:?})", info.name, info.backend),
+                        software: info.device_type == wgpu::DeviceType::Cpu,
+                    };
+                    (probe, Some(be))
                 }
-                Ok(None) if opts.device == Device::Webgpu => {
-                    return Err(Error::Backend(
-                        "device 'webgpu' was asked for, but there is no WebGPU adapter".into(),
-                    ))
-                }
-                Ok(None) => "no WebGPU adapter: running on the CPU".to_string(),
-                Err(e) if opts.device == Device::Webgpu => return Err(e),
-                Err(e) => format!("the GPU failed to open ({e}): running on the CPU"),
-            };
-            return Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap);
-        }
-        let reason = match opts.device {
-            Device::Cpu => "device 'cpu' was asked for".to_string(),
-            Device::Auto => "no GPU backend in this build: running on the CPU".to_string(),
-            Device::Webgpu => {
-                return Err(Error::InvalidArgument(
-                    "device 'webgpu' is not available in this build: use 'auto' or 'cpu'".into(),
-                ))
+                Ok(None) => (GpuProbe::NoAdapter, None),
+                Err(e) => (GpuProbe::Failed(e.to_string()), None),
             }
         };
-        Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap)
+        #[cfg(not(feature = "gpu"))]
+        let probe = GpuProbe::NotBuilt;
+        match choose(opts.device, &probe)? {
+            Choice::Cpu(reason) => {
+                Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap)
+            }
+            #[cfg(feature = "gpu")]
+            Choice::Gpu(name) => {
+                let Some(be) = backend else {
+                    return Err(Error::Backend("the GPU adapter went away".into()));
+                };
+                match Self::load_gpu(src.as_ref(), opts, be, name, progress).await {
+                    Ok((run, info)) => {
+                        let mut e = Self::wrap((run, info));
+                        src.release();
+                        e.0.source = Some(src);
+                        Ok(e)
+                    }
+                    Err(e) => match after_gpu_failure(opts.device, &e) {
+                        Some(reason) => {
+                            Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap)
+                        }
+                        None => Err(e),
+                    },
+                }
+            }
+            #[cfg(not(feature = "gpu"))]
+            Choice::Gpu(_) => Err(Error::Backend("no GPU backend in this build".into())),
+        }
     }
 
     fn wrap((run, info): (Run, EngineInfo)) -> (Self, EngineInfo) {
@@ -541,6 +539,91 @@ const _: () = {
     send::<Fork>()
 };
 
+/// What the device check found about a GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuProbe {
+    /// `device: 'cpu'`: not looked for.
+    NotAsked,
+    /// A build without the GPU backend.
+    NotBuilt,
+    NoAdapter,
+    /// Opening the adapter or its device failed.
+    Failed(String),
+    Adapter {
+        name: String,
+        software: bool,
+    },
+}
+
+/// Where to load, with the reason the engine reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Cpu(String),
+    /// On the adapter named so.
+    Gpu(String),
+}
+
+/// The device decision, pure: every reason the engine gives for its backend is written
+/// here (and in [`after_gpu_failure`]).
+pub fn choose(device: Device, probe: &GpuProbe) -> Result<Choice> {
+    use GpuProbe as P;
+    Ok(match (device, probe) {
+        (Device::Cpu, _) => Choice::Cpu("device 'cpu' was asked for".into()),
+        (Device::Webgpu, P::NotBuilt) => {
+            return Err(Error::InvalidArgument(
+                "device 'webgpu' is not available in this build: use 'auto' or 'cpu'".into(),
+            ))
+        }
+        (Device::Webgpu, P::NoAdapter | P::NotAsked) => {
+            return Err(Error::Backend(
+                "device 'webgpu' was asked for, but there is no WebGPU adapter".into(),
+            ))
+        }
+        (Device::Webgpu, P::Failed(e)) => {
+            return Err(Error::Backend(format!(
+                "device 'webgpu' was asked for, but the GPU failed to open: {e}"
+            )))
+        }
+        (Device::Webgpu, P::Adapter { name, .. }) => Choice::Gpu(name.clone()),
+        (
+            Device::Auto,
+            P::Adapter {
+                name,
+                software: false,
+            },
+        ) => Choice::Gpu(name.clone()),
+        (
+            Device::Auto,
+            P::Adapter {
+                name,
+                software: true,
+            },
+        ) => Choice::Cpu(format!(
+            "the only GPU adapter, {name}, is a software renderer: the CPU engine is faster"
+        )),
+        (Device::Auto, P::NoAdapter) => Choice::Cpu("no WebGPU adapter: running on the CPU".into()),
+        (Device::Auto, P::Failed(e)) => {
+            Choice::Cpu(format!("the GPU failed to open ({e}): running on the CPU"))
+        }
+        (Device::Auto, P::NotBuilt | P::NotAsked) => {
+            Choice::Cpu("no GPU backend in this build: running on the CPU".into())
+        }
+    })
+}
+
+/// After the model failed to load on the GPU with `e`: the reason to load it on the CPU
+/// instead, or `None` to fail. What the GPU cannot do (a lost device, out of memory, a limit,
+/// a weight type its kernels lack) leaves `auto` the CPU; a bad file fails there too, and
+/// `webgpu` asked for the GPU only.
+pub fn after_gpu_failure(device: Device, e: &Error) -> Option<String> {
+    let gpu_side = matches!(
+        e,
+        Error::Device(_) | Error::Backend(_) | Error::UnsupportedTensorType { .. }
+    );
+    (device == Device::Auto && gpu_side)
+        .then(|| format!("the model did not load on the GPU ({e}): running on the CPU"))
+}
+
 fn cpu_backend_name() -> &'static str {
     if cfg!(all(target_arch = "wasm32", feature = "threads")) {
         "cpu-simd-threads"
@@ -548,5 +631,77 @@ fn cpu_backend_name() -> &'static str {
         "cpu-simd"
     } else {
         "cpu-native"
+    }
+}
+
+#[cfg(test)]
+mod choose_tests {
+    use super::*;
+
+    fn gpu(software: bool) -> GpuProbe {
+        GpuProbe::Adapter {
+            name: "Adapter (Vulkan)".into(),
+            software,
+        }
+    }
+
+    #[test]
+    fn every_device_and_probe_has_one_answer() {
+        let probes = [
+            GpuProbe::NotAsked,
+            GpuProbe::NotBuilt,
+            GpuProbe::NoAdapter,
+            GpuProbe::Failed("lost".into()),
+            gpu(false),
+            gpu(true),
+        ];
+        let want = |d: Device, p: &GpuProbe| -> std::result::Result<&str, &str> {
+            match (d, p) {
+                (Device::Cpu, _) => Ok("cpu: device 'cpu' was asked for"),
+                (
+                    Device::Auto,
+                    GpuProbe::Adapter {
+                        software: false, ..
+                    },
+                )
+                | (Device::Webgpu, GpuProbe::Adapter { .. }) => Ok("gpu"),
+                (Device::Auto, GpuProbe::Adapter { software: true, .. }) => {
+                    Ok("cpu: the only GPU adapter")
+                }
+                (Device::Auto, GpuProbe::NoAdapter) => Ok("cpu: no WebGPU adapter"),
+                (Device::Auto, GpuProbe::Failed(_)) => Ok("cpu: the GPU failed to open (lost)"),
+                (Device::Auto, _) => Ok("cpu: no GPU backend in this build"),
+                (Device::Webgpu, GpuProbe::NotBuilt) => Err("not available in this build"),
+                (Device::Webgpu, GpuProbe::Failed(_)) => Err("failed to open: lost"),
+                (Device::Webgpu, _) => Err("no WebGPU adapter"),
+            }
+        };
+        for d in [Device::Auto, Device::Cpu, Device::Webgpu] {
+            for p in &probes {
+                let got = choose(d, p);
+                match (want(d, p), got) {
+                    (Ok("gpu"), Ok(Choice::Gpu(name))) => assert_eq!(name, "Adapter (Vulkan)"),
+                    (Ok(w), Ok(Choice::Cpu(reason))) => {
+                        assert!(
+                            w.starts_with("cpu: ") && reason.starts_with(&w[5..]),
+                            "{d:?} {p:?}: {reason}"
+                        )
+                    }
+                    (Err(w), Err(e)) => assert!(e.to_string().contains(w), "{d:?} {p:?}: {e}"),
+                    (w, g) => panic!("{d:?} {p:?}: want {w:?}, got {g:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_gpu_side_failure_falls_back_only_on_auto() {
+        let lost = Error::Device("lost".into());
+        assert!(after_gpu_failure(Device::Auto, &lost)
+            .unwrap()
+            .starts_with("the model did not load on the GPU"));
+        assert_eq!(after_gpu_failure(Device::Webgpu, &lost), None);
+        let bad = Error::Model("truncated".into());
+        assert_eq!(after_gpu_failure(Device::Auto, &bad), None);
     }
 }

@@ -61,6 +61,44 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every name [`Error::kind`] gives, in the order of the variants. The package adds its
+    /// own (downloads, the worker) after these in `pkg/protocol.js` `ERROR_NAMES`, and
+    /// `pkg/index.d.ts` lists the same: `tests/error_names.rs` checks the three agree.
+    pub const KINDS: &'static [&'static str] = &[
+        "GgufError",
+        "UnsupportedArchError",
+        "UnsupportedTensorTypeError",
+        "ModelTooLargeError",
+        "ModelConfigError",
+        "TokenizerError",
+        "ContextFullError",
+        "InvalidArgumentError",
+        "AbortError",
+        "ModelError",
+        "BackendError",
+        "DeviceError",
+        "IoError",
+    ];
+
+    /// The error's numbers and names beyond its message, camelCase, for JS to carry
+    /// (`ContextFullError`: `{ needed, nCtx }`).
+    pub fn fields(&self) -> Vec<(&'static str, serde_json::Value)> {
+        use serde_json::json;
+        match self {
+            Error::ContextFull { needed, n_ctx } => {
+                vec![("needed", json!(needed)), ("nCtx", json!(n_ctx))]
+            }
+            Error::ModelTooLarge {
+                need_mb, limit_mb, ..
+            } => vec![("needMb", json!(need_mb)), ("limitMb", json!(limit_mb))],
+            Error::UnsupportedTensorType { tensor, ty, .. } => {
+                vec![("tensor", json!(tensor)), ("tensorType", json!(ty))]
+            }
+            Error::UnsupportedArch { arch, .. } => vec![("arch", json!(arch))],
+            _ => Vec::new(),
+        }
+    }
+
     /// A stable, short name of the kind, used as the JS `Error.name`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -95,3 +133,49 @@ impl From<std::io::Error> for Error {
 
 /// `Result` with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed() {
+        let all = [
+            Error::Gguf(String::new()),
+            Error::UnsupportedArch {
+                arch: String::new(),
+                supported: "",
+            },
+            Error::UnsupportedTensorType {
+                tensor: String::new(),
+                ty: String::new(),
+                supported: "",
+            },
+            Error::ModelTooLarge {
+                need_mb: 0,
+                limit_mb: 0,
+                what: "",
+            },
+            Error::Config(String::new()),
+            Error::Tokenizer(String::new()),
+            Error::ContextFull {
+                needed: 9,
+                n_ctx: 8,
+            },
+            Error::InvalidArgument(String::new()),
+            Error::Aborted,
+            Error::Model(String::new()),
+            Error::Backend(String::new()),
+            Error::Device(String::new()),
+            Error::Io(String::new()),
+        ];
+        let kinds: Vec<&str> = all.iter().map(Error::kind).collect();
+        assert_eq!(kinds, Error::KINDS);
+        let f = Error::ContextFull {
+            needed: 9,
+            n_ctx: 8,
+        }
+        .fields();
+        assert_eq!(f, [("needed", 9.into()), ("nCtx", 8.into())]);
+    }
+}

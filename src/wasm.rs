@@ -118,8 +118,19 @@ fn js_error(name: &str, message: &str) -> JsValue {
     e.into()
 }
 
+/// The error as a JS `Error` named by its kind, with its fields (`needed`, `nCtx`, …) set.
 fn to_js(e: Error) -> JsValue {
-    js_error(e.kind(), &e.to_string())
+    let v = js_error(e.kind(), &e.to_string());
+    for (k, f) in e.fields() {
+        let f = match f {
+            serde_json::Value::Number(n) => JsValue::from_f64(n.as_f64().unwrap_or(f64::NAN)),
+            serde_json::Value::String(s) => JsValue::from_str(&s),
+            _ => continue,
+        };
+        // Setting a property on a fresh Error cannot fail; if it did, the message stays.
+        let _ = js_sys::Reflect::set(&v, &JsValue::from_str(k), &f);
+    }
+    v
 }
 
 fn json<T: serde::Serialize>(v: &T) -> std::result::Result<String, JsValue> {

@@ -335,6 +335,8 @@ fn fetch_tries_sources_in_order_verifies_and_is_then_a_no_op() {
         bytes: 15,
         sha256: kerze::catalog::sha256_file(&right).unwrap(),
         license: "test".into(),
+        peak_bytes: 0,
+        largest_tensor_bytes: 0,
         sources,
     };
     let url = |p: &std::path::Path| Source::Url {
@@ -473,4 +475,37 @@ fn classify_prints_results_per_text() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("\"a\" is given twice"), "{err}");
+}
+
+/// The catalog's sizes for the device check (`peak_bytes`, `largest_tensor_bytes`) are what
+/// `kerze inspect` computes from each file (those `make fetch` put in models/).
+#[test]
+fn catalog_sizes_are_inspects() {
+    let raw = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/models/catalog.json"))
+        .unwrap();
+    let cat: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let mut checked = 0;
+    for m in cat["models"].as_array().unwrap() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("models")
+            .join(m["file"].as_str().unwrap());
+        if !path.is_file() {
+            continue;
+        }
+        let out = kerze()
+            .args(["inspect", "--json", "--model"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        for k in ["peak_bytes", "largest_tensor_bytes"] {
+            assert_eq!(v["needs"][k], m[k], "{} {k}", m["id"]);
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= 3,
+        "only {checked} catalog files in models/: run make fetch"
+    );
 }

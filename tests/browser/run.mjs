@@ -140,6 +140,7 @@ try {
     const want = Object.fromEntries(catalog.models.map((m) => [m.id, {
       name: m.name, file: m.file, bytes: m.bytes, sha256: m.sha256,
       url: m.sources.find((s) => s.kind === 'url')?.url ?? null, license: m.license,
+      peakBytes: m.peak_bytes, largestTensorBytes: m.largest_tensor_bytes,
     }]));
     assertEq(js, want, 'catalog');
     const { resolveModel } = await import(path.join(ROOT, 'pkg/index.js'));
@@ -525,6 +526,58 @@ try {
     assertEq(r.ids, cli(CERTAIN[1]).ids, 'greedy ids');
   });
 
+  await test('probe before any download: this Chromium, a low deviceMemory, the crash beacon, a missing file; createEngine refuses what it cannot run without fetching it', async () => {
+    const r = await withPage(`${A}/www/`, async (page, rec) => {
+      const out = await inPage(page, `
+        const base = await k.probe({ model });
+        const low = await k.probe({ model, overrides: { deviceMemory: 0.25 } });
+        const mid = await k.probe({ model, overrides: { deviceMemory: 1 } });
+        const full = await k.probe({ model, overrides: { storage: { quota: 100e6, usage: 0 } } });
+        localStorage.setItem('kerze-loading:' + arg, '2026-12-01T00:00:00Z');
+        const crashed = await k.probe({ model });
+        localStorage.removeItem('kerze-loading:' + arg);
+        const missing = await k.probe({ model: { url: '/models/no-such-file.gguf' } });
+        let bad = null;
+        try { await k.probe({ model, colour: 1 }); } catch (x) { bad = x.name; }
+        return { base, low, mid, full, crashed, missing, bad };`, SHA);
+      const gguf = rec.requests.filter((u) => u.includes('.gguf') && !u.includes('no-such-file'));
+      return { ...out, gguf };
+    }, { expectErrors: /status of 404/ });
+    assertEq([r.base.canRun, r.base.backend, r.base.cached, r.base.downloadBytes, r.base.peakBytes > r.base.downloadBytes],
+      ['yes', 'cpu-simd-threads', false, ENTRY.bytes, true], `probe (a cross-origin-isolated page): ${JSON.stringify(r.base)}`);
+    assert(r.base.reasons.some((x) => /no WebGPU/.test(x)) && r.base.storage?.quota > 0, `reasons: ${r.base.reasons}`);
+    assertEq(r.gguf, [], 'the probe downloads nothing');
+    assert(r.low.canRun === 'no' && /0.25 GB/.test(r.low.problems.join()), `deviceMemory 0.25: ${JSON.stringify(r.low.problems)}`);
+    assert(r.mid.canRun === 'risky', `deviceMemory 1: ${JSON.stringify(r.mid.problems)}`);
+    assert(r.full.canRun === 'risky' && /storage/.test(r.full.problems.join()), `storage: ${JSON.stringify(r.full.problems)}`);
+    assert(r.crashed.canRun === 'risky' && /did not finish/.test(r.crashed.problems.join()), `beacon: ${JSON.stringify(r.crashed.problems)}`);
+    assert(r.missing.canRun === 'no' && /HTTP 404/.test(r.missing.problems.join()), `missing: ${JSON.stringify(r.missing.problems)}`);
+    assertEq(r.bad, 'InvalidArgumentError', 'unknown option');
+    // A device that reports little memory: createEngine refuses before the download.
+    const refused = await withPage(null, async (page, rec) => {
+      await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'deviceMemory', { get: () => 0.25 }));
+      await page.goto(`${A}/www/`);
+      const e = await inPage(page, `
+        try { await k.createEngine({ model }); return null; } catch (x) { return { name: x.name, message: x.message, canRun: x.probe?.canRun }; }`, null);
+      return { e, gguf: rec.requests.filter((u) => u.includes('.gguf')) };
+    });
+    assertEq([refused.e?.name, refused.e?.canRun], ['UnsupportedDeviceError', 'no'], `createEngine on 0.25 GB: ${JSON.stringify(refused.e)}`);
+    assertEq(refused.gguf, [], 'nothing downloaded');
+    // With WebGPU (SwiftShader, a software adapter): auto keeps the CPU, webgpu takes it.
+    const gpuBrowser = await launch({ webgpu: true });
+    try {
+      const ctx = await gpuBrowser.newContext();
+      const page = await ctx.newPage();
+      await page.goto(`${A}/www/`);
+      const g = await inPage(page, `return [await k.probe({ model }), await k.probe({ model, device: 'webgpu' })];`, null);
+      await ctx.close();
+      assert(g[0].canRun === 'yes' && g[0].backend.startsWith('cpu-simd') && g[0].reasons.some((x) => /software fallback/.test(x)), `auto on SwiftShader: ${JSON.stringify(g[0].reasons)}`);
+      assert(g[1].canRun === 'yes' && g[1].backend === 'webgpu', `webgpu on SwiftShader: ${JSON.stringify(g[1])}`);
+    } finally {
+      await gpuBrowser.close();
+    }
+  });
+
   await test('no WebGPU adapter (Chromium without --enable-unsafe-webgpu): auto runs on the CPU, webgpu is a clear error', async () => {
     const r = await withPage(`${A}/www/`, (page) => inPage(page, `
       const e = await k.createEngine({ model, threads: 1 });
@@ -535,7 +588,7 @@ try {
       return { auto, err, gpu: !!navigator.gpu };`));
     assertEq(r.auto[0], 'cpu-simd', 'backend');
     assert(/no WebGPU/.test(r.auto[1]), `reason: ${r.auto[1]}`);
-    assertEq(r.err?.name, 'BackendError', `webgpu without an adapter: ${JSON.stringify(r.err)}`);
+    assertEq(r.err?.name, 'UnsupportedDeviceError', `webgpu without an adapter: the probe says so before any download: ${JSON.stringify(r.err)}`);
     assert(/no WebGPU adapter/.test(r.err.message), r.err.message);
   });
 
@@ -710,6 +763,24 @@ try {
     });
     assertEq(r.fewShot, 'InvalidArgumentError', 'few-shot examples on a decoder');
     assert(r.usage.promptTokens > 0 && r.usage.textsEncoded === 0, `usage ${JSON.stringify(r.usage)}`);
+  });
+
+  await test('errors keep their fields across the worker: ContextFullError { needed, nCtx }', async () => {
+    const smol = catalog.models.find((m) => m.id === 'smollm2-135m-instruct');
+    const model = { id: smol.id, url: `${A}/models/${smol.file}`, sha256: smol.sha256 };
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const out = [];
+      for (const worker of [true, false]) {
+        const e = await k.createEngine({ model: arg, nCtx: 32, worker });
+        try { await e.complete('word '.repeat(100), { maxTokens: 4 }); out.push(null); } catch (x) {
+          out.push([x.name, x instanceof k.KerzeError || x instanceof Error, x.needed, x.nCtx]);
+        }
+        await e.dispose();
+      }
+      return out;`, model));
+    for (const [i, x] of r.entries()) {
+      assert(x && x[0] === 'ContextFullError' && x[1] && x[2] > 32 && x[3] === 32, `${i ? 'in-page' : 'worker'}: ${JSON.stringify(x)}`);
+    }
   });
 
   await test('<kerze-search> and <kerze-classify> by script tag: the right section for held-out questions, cached across a reload, the classify event, German strings, every control named', async () => {

@@ -1,10 +1,13 @@
 // Compiled by `tsc --noEmit -p tests/types` in `make test`: the types describe what a site
 // writes. Not run.
-import kerze, { createEngine, cache, catalog, KerzeError, type Chunk, type Progress } from 'kerze';
+import kerze, { createEngine, probe, cache, catalog, KerzeError, type Chunk, type Progress } from 'kerze';
 import 'kerze/embed';
 
 async function main(out: HTMLElement): Promise<void> {
   const ctl = new AbortController();
+  const p = await probe({ model: 'gemma-3-270m', overrides: { deviceMemory: 2 } });
+  if (p.canRun === 'no') console.log(p.problems.join('; '), p.downloadBytes, p.storage?.quota);
+  console.log((await window.kerze.probe()).backend, catalog['gemma-3-270m']?.peakBytes);
   const engine = await createEngine({
     model: 'gemma-3-270m',
     device: 'auto',
