@@ -306,7 +306,8 @@ export class Core {
     const fetchMs = performance.now() - t0;
     throwIfAborted(signal);
     const t1 = performance.now();
-    const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null });
+    // What the page's check found goes to the engine, which writes the reason (engine.rs choose).
+    const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null, noGpu: gpu ? null : noGpu });
     const progress = (loaded, total) => onProgress({ phase: 'load', loaded, total });
     progress(0, bytes.size ?? bytes.byteLength);
     this.engine = await this.glue.Engine.loadAsync(bytes, opts, progress);
@@ -331,7 +332,6 @@ export class Core {
       }
     }
     bytes = null;
-    if (noGpu && engineInfo.backend !== 'webgpu') engineInfo.reason = `${noGpu}: running on the CPU`;
     this.info = {
       ...engineInfo,
       source,

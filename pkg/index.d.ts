@@ -5,7 +5,8 @@ export type KerzeErrorName =
   | 'GgufError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelTooLargeError' | 'ModelConfigError'
   | 'TokenizerError' | 'ContextFullError' | 'InvalidArgumentError' | 'AbortError' | 'ModelError'
   | 'BackendError' | 'DeviceError' | 'IoError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
-  | 'UnsupportedDeviceError' | 'WorkerError' | 'DisposedError' | 'EngineCrashedError';
+  | 'UnsupportedDeviceError' | 'WorkerError' | 'DisposedError' | 'EngineCrashedError'
+  | 'CloudError' | 'ConsentError' | 'BudgetError';
 
 export declare const ERROR_NAMES: readonly KerzeErrorName[];
 
@@ -87,10 +88,44 @@ export interface CreateEngineOptions {
    * to the package's modules, or where the bundler emitted them.
    */
   assetsUrl?: string | URL;
+  /** A cloud endpoint for what the local model cannot answer (see FallbackOptions). */
+  fallback?: FallbackOptions;
+  /** Called when answers start coming from another route: { route, reason }. */
+  onRoute?: (r: RouteTag) => void;
+  /** Simulate a weaker device in the device check (demos, tests): see ProbeOptions.overrides. */
+  probeOverrides?: ProbeOptions['overrides'];
+}
+
+export type FallbackReason = 'unsupported' | 'loading' | 'context' | 'error' | 'slow';
+
+export interface FallbackOptions {
+  /** As in the openai client: ends in /v1; requests go to `${baseURL}/chat/completions`. */
+  baseURL: string;
+  /** The endpoint's model. */
+  model: string;
+  headers?: Record<string, string>;
+  /** A short-lived token from the site's backend, per request (sent as a Bearer token). Never put a long-lived key in a page. */
+  getToken?: () => string | Promise<string>;
+  /** When the endpoint answers (default: all). */
+  when?: FallbackReason[];
+  /** Asked once before a visitor's text first leaves the page; false: nothing is sent (ConsentError). */
+  consent?: () => boolean | Promise<boolean>;
+  /** Cloud requests per page session (then BudgetError). */
+  budget?: number;
+  /** `slow`: local decode tokens/s under which later answers go to the endpoint (default 3). */
+  slowTokensPerS?: number;
+}
+
+/** Where an answer came from and why. */
+export interface RouteTag {
+  route: 'local' | 'cloud';
+  /** e.g. 'on this device (cpu-simd)', 'unsupported: …', 'loading: …', 'context: …', 'error: …', 'slow: …'. */
+  reason: string;
 }
 
 export interface EngineInfo {
-  backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native';
+  /** 'cloud': the local model does not run (the fallback answers chat completions). */
+  backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' | 'cloud';
   /** Why this backend was chosen. */
   reason: string;
   model: string;
@@ -214,6 +249,10 @@ export interface ChatCompletionCreateParams {
   /** Qwen3's thinking switch (default: the template's); also in chat_template_kwargs. */
   enable_thinking?: boolean;
   chat_template_kwargs?: { enable_thinking?: boolean };
+  /** The last message is the assistant's start: the answer continues it. */
+  continue_final_message?: boolean;
+  /** 'auto' (default): local unless a fallback reason holds; 'local' or 'cloud' to choose. */
+  route?: 'auto' | 'local' | 'cloud';
 }
 
 export interface ChatCompletionUsage {
@@ -237,6 +276,7 @@ export interface ChatCompletion {
     logprobs: null;
   }>;
   usage: ChatCompletionUsage;
+  kerze: RouteTag;
 }
 
 export interface ChatCompletionChunk {
@@ -251,6 +291,7 @@ export interface ChatCompletionChunk {
     logprobs: null;
   }>;
   usage?: ChatCompletionUsage;
+  kerze: RouteTag;
 }
 
 export interface RequestOptions {

@@ -12,6 +12,7 @@ import { Core, dispatch, engineOptions, wasmUrl } from './core.js';
 import { openModelCache } from './cache.js';
 import { SearchIndex } from './search.js';
 import { SIMD_PROBE, beacon, checkProbeOptions, probeSpec } from './probe.js';
+import { Cloud, fallbackOptions } from './route.js';
 import { HERE } from './here.js';
 import {
   chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter,
@@ -294,6 +295,11 @@ class WorkerTransport {
     }
   }
 
+  /** @internal For tests: the worker ends as a crash would end it. */
+  crash() {
+    this.#die(new KerzeError('EngineCrashedError', 'the engine\'s worker stopped'));
+  }
+
   #die(err) {
     this.dead = err;
     for (const p of this.pending.values()) {
@@ -348,17 +354,46 @@ export class Engine {
   #disposed = false;
   #warn;
 
-  constructor(transport, info, warn = (m) => console.warn(`kerze: ${m}`)) {
+  #cloud = null;
+  #onRoute = null;
+  /** Why the local model does not answer ('unsupported: …', 'error: …', 'loading: …'), or null. */
+  #notLocal = null;
+  #ready = null;
+  #slow = null;
+  #lastRoute = null;
+
+  /**
+   * `transport` null: the local model cannot run (the fallback answers); `route.ready` a
+   * promise of the local load still running (the fallback answers meanwhile).
+   */
+  constructor(transport, info, warn = (m) => console.warn(`kerze: ${m}`), route = {}) {
     this.#t = transport;
     this.#warn = warn;
+    this.#cloud = route.cloud ?? null;
+    this.#onRoute = route.onRoute ?? null;
+    this.#notLocal = route.notLocal ?? null;
     /**
      * What runs and why: { backend, reason, model, nCtx, ... }. Replaced when the engine
      * moves from the GPU to the CPU (the device was lost; generation goes on there).
      */
     this.info = Object.freeze(info);
-    transport.onInfo = (next) => {
-      this.info = Object.freeze({ ...this.info, ...next });
-    };
+    if (transport) {
+      transport.onInfo = (next) => {
+        this.info = Object.freeze({ ...this.info, ...next });
+      };
+    }
+    if (route.ready) {
+      this.#ready = route.ready.then((loaded) => {
+        this.info = Object.freeze({ ...loaded, worker: transport.kind });
+        this.#notLocal = null;
+        this.#report({ route: 'local', reason: `the model is ready (${loaded.backend})` });
+      }, (e) => {
+        this.#notLocal = `error: the model did not load (${e?.name}: ${e?.message})`;
+        this.#t = null;
+        transport.terminate();
+        this.#report({ route: 'cloud', reason: this.#notLocal });
+      });
+    }
     this.chat = Object.freeze({
       completions: Object.freeze({ create: (body, req) => this.#chatCreate(body, req) }),
     });
@@ -449,8 +484,39 @@ export class Engine {
     return embeddingsResponse(this.info.model, r.vectors, r.usage.promptTokens, req.encodingFormat);
   }
 
+  #report(r) {
+    if (this.#lastRoute?.route === r.route && this.#lastRoute?.reason === r.reason) return;
+    this.#lastRoute = r;
+    try {
+      this.#onRoute?.(r);
+    } catch (e) {
+      this.#warn(`onRoute threw: ${e?.message ?? e}`);
+    }
+  }
+
+  /** Where a chat request goes, and why (`asked`: the request's route). */
+  #decide(asked) {
+    const cloud = this.#cloud;
+    if (asked === 'cloud') {
+      if (!cloud) throw new KerzeError('InvalidArgumentError', "route 'cloud' needs a fallback endpoint (createEngine({ fallback }))");
+      return { route: 'cloud', reason: "route 'cloud' was asked for" };
+    }
+    if (asked === 'local') {
+      if (!this.#t) throw new KerzeError('UnsupportedDeviceError', `route 'local': ${this.#notLocal}`);
+      return { route: 'local', reason: "route 'local' was asked for" };
+    }
+    if (!this.#t) return { route: 'cloud', reason: this.#notLocal };
+    if (this.#notLocal && cloud?.when.has('loading')) return { route: 'cloud', reason: this.#notLocal };
+    if (this.#slow && cloud?.when.has('slow')) return { route: 'cloud', reason: this.#slow };
+    return { route: 'local', reason: `on this device (${this.info.backend})` };
+  }
+
   #check() {
     if (this.#disposed) throw new KerzeError('DisposedError', 'this engine was disposed');
+    if (!this.#t) {
+      throw new KerzeError('UnsupportedDeviceError',
+        `the local model does not run here (${this.#notLocal}); the fallback answers chat.completions.create only`);
+    }
   }
 
   /** Stream the continuation of `prompt`: an AsyncIterable of { text, tokenId }. */
@@ -518,22 +584,135 @@ export class Engine {
     return this.#collect(this.#stream(prompt, options, null));
   }
 
-  async #collect(it) {
+  async #collect(it, onText = null) {
     let text = '';
     for (;;) {
       const r = await it.next();
       if (r.done) return { text, finishReason: r.value.finishReason, usage: r.value.usage, ids: r.value.ids };
       text += r.value.text;
+      onText?.(r.value.text);
     }
   }
 
   async #chatCreate(body, req = {}) {
+    if (this.#disposed) throw new KerzeError('DisposedError', 'this engine was disposed');
+    if (!body || typeof body !== 'object') return this.#localChat(body, req);
+    const { route: asked = 'auto', ...rest } = body;
+    if (!['auto', 'local', 'cloud'].includes(asked)) {
+      throw new KerzeError('InvalidArgumentError', `route must be 'auto', 'local' or 'cloud', not '${asked}'`);
+    }
+    chatOptions(rest); // the same checks on both routes
+    if (this.#notLocal?.startsWith('loading') && asked === 'local') await this.#ready;
+    const d = this.#decide(asked);
+    if (d.route === 'cloud') return this.#cloudChat(rest, req, d, '');
+    if (!this.#cloud) return this.#tag(await this.#localChat(rest, req), d, rest.stream);
+    return this.#guarded(rest, req, d);
+  }
+
+  /** `kerze: { route, reason }` on a completion, or on every chunk of a stream. */
+  #tag(r, d, stream) {
+    this.#report(d);
+    const kz = Object.freeze({ route: d.route, reason: d.reason });
+    if (!stream) return Object.assign(r, { kerze: kz });
+    const it = r;
+    const next = it.next.bind(it);
+    it.next = async (...a) => {
+      const x = await next(...a);
+      if (!x.done && x.value) x.value.kerze = kz;
+      return x;
+    };
+    return it;
+  }
+
+  /** The cloud's answer (`prefix`: the local answer so far, which the cloud continues). */
+  async #cloudChat(body, req, d, prefix) {
+    const { signal: _s, ...send } = body;
+    const signal = req.signal ?? body.signal;
+    const wire = prefix
+      ? { ...send, messages: [...send.messages, { role: 'assistant', content: prefix }], continue_final_message: true }
+      : send;
+    this.#report(d);
+    const kz = Object.freeze({ route: 'cloud', reason: d.reason });
+    if (!body.stream) {
+      const r = await this.#cloud.complete(wire, signal);
+      if (prefix && r.choices?.[0]?.message) r.choices[0].message.content = prefix + (r.choices[0].message.content ?? '');
+      return Object.assign(r, { kerze: kz });
+    }
+    const inner = this.#cloud.stream(wire, signal);
+    async function* chunks() {
+      for await (const c of inner) {
+        // A continuation's role frame was sent already by the local part.
+        if (prefix && c.choices?.[0]?.delta?.role && !c.choices[0].delta.content) continue;
+        c.kerze = kz;
+        yield c;
+      }
+    }
+    return chunks();
+  }
+
+  /** The local answer, with the fallback taking over when it cannot give it (`context`,
+   * `error`, also midway) and noting a slow device (`slow`). */
+  async #guarded(body, req, d) {
+    const cloud = this.#cloud;
+    const takeOver = (e) => {
+      if (e?.name === 'AbortError' || e?.name === 'InvalidArgumentError' || e?.name === 'DisposedError') return null;
+      if (e?.name === 'ContextFullError') return cloud.when.has('context') ? `context: ${e.message}` : null;
+      return cloud.when.has('error') ? `error: the local answer failed (${e?.name}: ${e?.message})` : null;
+    };
+    const noteSpeed = (usage) => {
+      const tps = usage?.decodeTokensPerS;
+      if (cloud.when.has('slow') && usage?.completionTokens >= 8 && tps != null && tps < cloud.slowTokensPerS) {
+        this.#slow = `slow: the local model decoded ${tps.toFixed(1)} tokens/s here (under ${cloud.slowTokensPerS})`;
+      }
+    };
+    if (!body.stream) {
+      let text = '';
+      const r = await this.#localChat(body, req, (t) => { text += t; }, noteSpeed).catch((e) => ({ failed: e }));
+      if (!r.failed) return this.#tag(r, d, false);
+      const why = takeOver(r.failed);
+      if (!why) throw r.failed;
+      return this.#cloudChat(body, req, { route: 'cloud', reason: why }, text);
+    }
+    const local = await this.#localChat(body, req, null, noteSpeed);
+    const self = this;
+    const kzLocal = Object.freeze({ route: 'local', reason: d.reason });
+    this.#report(d);
+    async function* chunks() {
+      let text = '';
+      for (;;) {
+        let x;
+        try {
+          x = await local.next();
+        } catch (e) {
+          const why = takeOver(e);
+          if (!why) throw e;
+          yield* await self.#cloudChat(body, req, { route: 'cloud', reason: why }, text);
+          return;
+        }
+        if (x.done) return;
+        text += x.value.choices?.[0]?.delta?.content ?? '';
+        x.value.kerze = kzLocal;
+        yield x.value;
+      }
+    }
+    const it = chunks();
+    const ret = it.return.bind(it);
+    it.return = async (v) => {
+      await local.return(undefined);
+      return ret(v);
+    };
+    return it;
+  }
+
+  /** The local chat completion (`onText`: each piece as it comes; `onUsage`: at the end). */
+  async #localChat(body, req = {}, onText = null, onUsage = null) {
     this.#check();
     const options = { ...chatOptions(body), signal: req.signal ?? body.signal };
     const input = { messages: body.messages, chat: chatTemplateOptions(body) };
     const meta = { id: completionId(), created: Math.floor(Date.now() / 1000), model: this.info.model };
     if (!body.stream) {
-      const r = await this.#collect(this.#stream(null, options, input));
+      const r = await this.#collect(this.#stream(null, options, input), onText);
+      onUsage?.(r.usage);
       return chatCompletion(meta, r.text, r.finishReason, r.usage);
     }
     const frames = new ChatStream(meta, streamOptions(body).includeUsage);
@@ -543,6 +722,7 @@ export class Engine {
       for (;;) {
         const r = await inner.next();
         if (r.done) {
+          onUsage?.(r.value.usage);
           yield* frames.finish(r.value.finishReason, r.value.usage);
           return;
         }
@@ -586,10 +766,17 @@ export class Engine {
     return this.#t.request('reset', {});
   }
 
+  /** @internal For tests: kill the local engine's worker as a crash would. */
+  _crash() {
+    this.#t?.crash?.();
+  }
+
   /** Free the model and stop the worker. Later calls throw DisposedError. */
   async dispose() {
     if (this.#disposed) return;
     this.#disposed = true;
+    await this.#ready?.catch(() => {});
+    if (!this.#t) return;
     try {
       await this.#t.request('dispose', {});
     } catch {
@@ -622,7 +809,7 @@ export async function probe(options = {}) {
 export async function createEngine(options = {}) {
   const {
     model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
-    threads = 'auto', nCtx, cache = true, assetsUrl,
+    threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides,
   } = options;
   if (!DEVICES.includes(device)) {
     throw new KerzeError('InvalidArgumentError', `device must be one of ${DEVICES.join(', ')}, got '${device}'`);
@@ -630,20 +817,44 @@ export async function createEngine(options = {}) {
   if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
     throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
   }
+  if (onRoute != null && typeof onRoute !== 'function') throw new KerzeError('InvalidArgumentError', 'onRoute must be a function');
+  const f = fallbackOptions(fallback);
+  const cloud = f ? new Cloud(f) : null;
   if (signal?.aborted) throw abortError(signal);
-  checkSupport();
+  const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
+  // An engine that answers through the fallback only (the local model cannot), and why.
+  const cloudOnly = (reason) => new Engine(null, { backend: 'cloud', reason, model: f.model, route: 'cloud' }, warn,
+    { cloud, onRoute, notLocal: reason });
   const spec = resolveModel(model);
   // The device check before any download (bytes given: nothing to download).
-  const check = spec.data ? null : await probeSpec(spec, { device, signal });
+  let check = null;
+  try {
+    checkSupport();
+    check = spec.data ? null : await probeSpec(spec, { device, signal, overrides: probeOverrides, skipGpu: true });
+  } catch (e) {
+    if (e?.name !== 'UnsupportedDeviceError') throw e;
+    check = { canRun: 'no', problems: [e.message] };
+  }
+  if (check?.unreachable) {
+    // The file cannot be had: a download error, whatever the device.
+    if (cloud?.when.has('error')) return cloudOnly(`error: the model cannot be downloaded (DownloadError: ${check.unreachable})`);
+    throw new KerzeError('DownloadError', `the model cannot be downloaded: ${check.unreachable}`);
+  }
   if (check?.canRun === 'no') {
+    if (cloud?.when.has('unsupported')) return cloudOnly(`unsupported: ${check.problems.join('; ')}`);
     const e = new KerzeError('UnsupportedDeviceError', `this device cannot run the model: ${check.problems.join('; ')}`);
     e.probe = check;
     throw e;
   }
-  if (check?.canRun === 'risky') (onWarning ?? ((m) => console.warn(`kerze: ${m}`)))(`the model may not run well here: ${check.problems.join('; ')}`);
+  if (check?.canRun === 'risky') warn(`the model may not run well here: ${check.problems.join('; ')}`);
   const assets = assetsUrl == null ? null : folderUrl(assetsUrl);
-  const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
-  const transport = worker ? await WorkerTransport.start(warn, assets) : new InThreadTransport(warn, assets);
+  let transport;
+  try {
+    transport = worker ? await WorkerTransport.start(warn, assets) : new InThreadTransport(warn, assets);
+  } catch (e) {
+    if (cloud?.when.has('error')) return cloudOnly(`error: the engine did not start (${e?.name}: ${e?.message})`);
+    throw e;
+  }
   // Rayon blocks with Atomics.wait, which the page's main thread may not: threads need the worker.
   const nThreads = worker ? chooseThreads(threads, transport) : 0;
   const report = (p) => {
@@ -653,21 +864,38 @@ export async function createEngine(options = {}) {
       warn(`onProgress threw: ${e?.message ?? e}`);
     }
   };
+  const load = async () => {
+    // Set while loading: a tab killed meanwhile leaves it, and the next probe says so.
+    if (spec.key) beacon.set(spec.key);
+    try {
+      const info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache },
+        { onProgress: report, signal });
+      report({ phase: 'ready', loaded: 1, total: 1 });
+      return info;
+    } catch (e) {
+      if (signal?.aborted && e?.name !== 'AbortError') throw abortError(signal);
+      throw e;
+    } finally {
+      if (spec.key) beacon.clear(spec.key);
+    }
+  };
+  // First visit with `loading`: the fallback answers while the model downloads.
+  if (cloud?.when.has('loading') && check && !check.cached) {
+    const mb = check.downloadBytes != null ? ` (${Math.round(check.downloadBytes / 1e6)} MB)` : '';
+    return new Engine(transport, { backend: 'cloud', reason: 'loading', model: f.model, route: 'cloud', worker: transport.kind },
+      warn, { cloud, onRoute, notLocal: `loading: the model is downloading${mb}`, ready: load() });
+  }
   let info;
-  // Set while loading: a tab killed meanwhile leaves it, and the next probe says so.
-  if (spec.key) beacon.set(spec.key);
   try {
-    info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache },
-      { onProgress: report, signal });
+    info = await load();
   } catch (e) {
     transport.terminate();
-    if (signal?.aborted && e?.name !== 'AbortError') throw abortError(signal);
+    if (e?.name !== 'AbortError' && cloud?.when.has('error')) {
+      return cloudOnly(`error: the model did not load (${e?.name}: ${e?.message})`);
+    }
     throw e;
-  } finally {
-    if (spec.key) beacon.clear(spec.key);
   }
-  report({ phase: 'ready', loaded: 1, total: 1 });
-  return new Engine(transport, { ...info, worker: transport.kind }, warn);
+  return new Engine(transport, { ...info, worker: transport.kind }, warn, { cloud, onRoute });
 }
 
 /** `assetsUrl` as a folder URL (a trailing slash added), or InvalidArgumentError. */

@@ -10,7 +10,7 @@ const WHAT = 'chat.completions.create';
 const KNOWN = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens',
   'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'seed', 'stop',
   'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'logprobs',
-  'enable_thinking', 'chat_template_kwargs']);
+  'enable_thinking', 'chat_template_kwargs', 'continue_final_message']);
 
 const EMBED = 'embeddings.create';
 const EMBED_KNOWN = new Set(['input', 'model', 'encoding_format', 'dimensions', 'user']);
@@ -184,7 +184,11 @@ export function chatTemplateOptions(body) {
   if (thinking != null && typeof thinking !== 'boolean') {
     throw bad('enable_thinking must be true or false');
   }
-  return thinking == null ? {} : { enableThinking: thinking };
+  const cont = body.continue_final_message;
+  if (cont != null && typeof cont !== 'boolean') {
+    throw bad('continue_final_message must be true or false');
+  }
+  return { ...(thinking == null ? {} : { enableThinking: thinking }), ...(cont ? { continueFinalMessage: true } : {}) };
 }
 
 /**

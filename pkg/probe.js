@@ -57,7 +57,7 @@ async function headBytes(url, signal) {
  * largestTensorBytes? } or { data }. `device` as createEngine's. `overrides` (tests, the demo's
  * "weak device" switch): { deviceMemory, gpu: false, storage: { quota, usage } }.
  */
-export async function probeSpec(spec, { device = 'auto', signal, overrides = {} } = {}) {
+export async function probeSpec(spec, { device = 'auto', signal, overrides = {}, skipGpu = false } = {}) {
   const reasons = [];
   const problems = [];
   let verdict = 'yes';
@@ -68,10 +68,14 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {} 
   };
   // Sizes: the catalog's, the bytes given, or a HEAD.
   let downloadBytes = spec.bytes ?? (spec.data ? (spec.data.byteLength ?? spec.data.size ?? null) : null);
+  let unreachable = null;
   if (downloadBytes == null && spec.url) {
     const h = await headBytes(spec.url, signal);
     downloadBytes = h.bytes;
-    if (h.error) worse('no', `the model cannot be reached: ${h.error}`);
+    if (h.error) {
+      unreachable = h.error;
+      worse('no', `the model cannot be reached: ${h.error}`);
+    }
   }
   // Without the header, the CPU engine's peak is estimated as 1.6× the file (int8 unpacking
   // of 4-bit weights plus the KV cache; the catalog has the measured number).
@@ -86,7 +90,10 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {} 
 
   // The GPU.
   let gpu = null;
-  if (device !== 'cpu' && overrides.gpu !== false && globalThis.navigator?.gpu) {
+  // createEngine leaves `auto`'s GPU choice to the engine's worker (which asks for the adapter
+  // anyway): asking here too would only repeat it (and Chromium's warning when there is none).
+  const askGpu = !(skipGpu && device === 'auto');
+  if (askGpu && device !== 'cpu' && overrides.gpu !== false && globalThis.navigator?.gpu) {
     try {
       const a = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
       if (a) {
@@ -107,6 +114,9 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {} 
   if (device === 'cpu') {
     backend = cpu;
     reasons.push("device 'cpu' was asked for");
+  } else if (!askGpu) {
+    backend = null;
+    reasons.push('the engine chooses between WebGPU and the CPU when it loads');
   } else if (!gpu) {
     backend = cpu;
     if (device === 'webgpu') worse('no', "device 'webgpu' was asked for, but there is no WebGPU adapter");
@@ -123,7 +133,7 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {} 
     backend = 'webgpu';
     reasons.push(`WebGPU adapter ${gpu.description}`);
   }
-  if (backend !== 'webgpu') reasons.push(isolated ? 'cross-origin isolated: the threads build' : 'not cross-origin isolated: one thread');
+  if (backend && backend !== 'webgpu') reasons.push(isolated ? 'cross-origin isolated: the threads build' : 'not cross-origin isolated: one thread');
 
   // Memory of the device.
   const deviceMemory = overrides.deviceMemory ?? globalThis.navigator?.deviceMemory ?? null;
@@ -162,6 +172,8 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {} 
     backend,
     reasons,
     problems,
+    /** Set when the file itself cannot be had (a 404, no network): not the device's fault. */
+    unreachable,
     downloadBytes: cached ? 0 : downloadBytes,
     modelBytes: downloadBytes,
     peakBytes,

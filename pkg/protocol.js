@@ -18,6 +18,7 @@ export const ERROR_NAMES = Object.freeze([
   'TokenizerError', 'ContextFullError', 'InvalidArgumentError', 'AbortError', 'ModelError',
   'BackendError', 'DeviceError', 'IoError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
   'UnsupportedDeviceError', 'WorkerError', 'DisposedError', 'EngineCrashedError',
+  'CloudError', 'ConsentError', 'BudgetError',
 ]);
 
 /** An engine error: `name` says the kind (one of ERROR_NAMES), `message` the cause. */

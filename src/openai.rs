@@ -126,6 +126,7 @@ const CHAT: &[&str] = &[
     "max_completion_tokens",
     "enable_thinking",
     "chat_template_kwargs",
+    "continue_final_message",
     "logprobs",
 ];
 const COMPLETION: &[&str] = &["prompt", "echo", "logprobs", "suffix", "best_of"];
@@ -375,6 +376,11 @@ pub fn parse_chat(body: &Value) -> Result<ChatRequest> {
             v.as_bool()
                 .ok_or_else(|| bad("enable_thinking must be true or false".into()))?,
         );
+    }
+    if let Some(v) = f.get("continue_final_message").filter(|v| !v.is_null()) {
+        chat.continue_final_message = v
+            .as_bool()
+            .ok_or_else(|| bad("continue_final_message must be true or false".into()))?;
     }
     Ok(ChatRequest {
         model: f.string("model")?.map(str::to_string),

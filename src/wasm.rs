@@ -19,98 +19,9 @@ use crate::chat::{self, Message};
 use crate::engine::{Engine, EngineInfo, LoadOptions};
 use crate::error::{Error, Result};
 use crate::generate::{GenerateOptions, Generation};
-use crate::gguf::{read_end, ByteSource};
+use crate::gguf::ByteSource;
 
-/// A model file held by JS.
-pub struct JsBytes(pub Uint8Array);
-
-impl ByteSource for JsBytes {
-    fn len(&self) -> u64 {
-        u64::from(self.0.length())
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let len = self.len();
-        let end = read_end(offset, buf.len(), len)?;
-        // `subarray` clamps silently; the bounds were checked above.
-        self.0.subarray(offset as u32, end as u32).copy_to(buf);
-        Ok(())
-    }
-}
-
-/// A model file in a `Blob` (a Cache API entry: on disk, not in the JS heap), read with
-/// `FileReaderSync`, which exists in workers only. Reads go through a read-ahead window:
-/// every `FileReaderSync` call is a round trip to the browser's blob store.
-pub struct JsBlob {
-    blob: web_sys::Blob,
-    /// The window: its offset in the file and its bytes.
-    window: RefCell<(u64, Vec<u8>)>,
-}
-
-/// Bytes per `FileReaderSync` read.
-const BLOB_WINDOW: u64 = 16 << 20;
-
-impl JsBlob {
-    pub fn new(blob: web_sys::Blob) -> Self {
-        Self {
-            blob,
-            window: RefCell::new((0, Vec::new())),
-        }
-    }
-
-    fn fetch_into(&self, start: u64, end: u64, out: &mut Vec<u8>) -> Result<()> {
-        let io = |e: JsValue| Error::Io(format!("reading the stored model: {e:?}"));
-        let part = self
-            .blob
-            .slice_with_f64_and_f64(start as f64, end as f64)
-            .map_err(io)?;
-        let ab = web_sys::FileReaderSync::new()
-            .map_err(io)?
-            .read_as_array_buffer(&part)
-            .map_err(io)?;
-        let got = Uint8Array::new(&ab);
-        if u64::from(got.length()) != end - start {
-            return Err(Error::Io(format!(
-                "reading the stored model: {} bytes instead of {}",
-                got.length(),
-                end - start
-            )));
-        }
-        out.resize(got.length() as usize, 0);
-        got.copy_to(out);
-        Ok(())
-    }
-}
-
-impl ByteSource for JsBlob {
-    fn len(&self) -> u64 {
-        self.blob.size() as u64
-    }
-
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        let len = self.len();
-        let end = read_end(offset, buf.len(), len)?;
-        if end - offset > BLOB_WINDOW {
-            let mut tmp = Vec::new();
-            self.fetch_into(offset, end, &mut tmp)?;
-            buf.copy_from_slice(&tmp);
-            return Ok(());
-        }
-        let mut w = self.window.borrow_mut();
-        let (w_start, w_bytes) = &mut *w;
-        if offset < *w_start || end > *w_start + w_bytes.len() as u64 {
-            self.fetch_into(offset, (offset + BLOB_WINDOW).min(len), w_bytes)?;
-            *w_start = offset;
-        }
-        let at = (offset - *w_start) as usize;
-        buf.copy_from_slice(&w_bytes[at..at + buf.len()]);
-        Ok(())
-    }
-
-    fn release(&self) {
-        *self.window.borrow_mut() = (0, Vec::new());
-    }
-}
+pub use crate::gguf::js::{JsBlob, JsBytes};
 
 fn js_error(name: &str, message: &str) -> JsValue {
     let e = js_sys::Error::new(message);
@@ -196,39 +107,7 @@ fn busy() -> JsValue {
     )
 }
 
-#[wasm_bindgen(js_class = Engine)]
 impl WasmEngine {
-    /// Parse and load a GGUF file. `options`: JSON of `{ device, nCtx }`.
-    /// `onProgress(loadedBytes, totalBytes)` is called as the weights are copied in.
-    pub fn load(
-        bytes: Uint8Array,
-        options: &str,
-        on_progress: &Function,
-    ) -> std::result::Result<WasmEngine, JsValue> {
-        Self::load_from(&JsBytes(bytes), options, on_progress)
-    }
-}
-
-impl WasmEngine {
-    fn load_from(
-        src: &dyn ByteSource,
-        options: &str,
-        on_progress: &Function,
-    ) -> std::result::Result<WasmEngine, JsValue> {
-        console_error_panic_hook::set_once();
-        let opts: LoadOptions = parse("load options", options)?;
-        let mut progress = |loaded: u64, total: u64| {
-            // A throwing callback must not stop the load.
-            let _ = on_progress.call2(
-                &JsValue::NULL,
-                &JsValue::from_f64(loaded as f64),
-                &JsValue::from_f64(total as f64),
-            );
-        };
-        let (engine, info) = Engine::load(src, &opts, &mut progress).map_err(to_js)?;
-        Ok(WasmEngine::new(engine, info))
-    }
-
     fn new(engine: Engine, info: EngineInfo) -> WasmEngine {
         WasmEngine {
             state: Rc::new(RefCell::new(Some(State {
@@ -244,17 +123,6 @@ impl WasmEngine {
 
 #[wasm_bindgen(js_class = Engine)]
 impl WasmEngine {
-    /// Like `load`, from a `Blob` read piece by piece (workers only: `FileReaderSync`), so
-    /// the file is never held whole in the JS heap.
-    #[wasm_bindgen(js_name = loadBlob)]
-    pub fn load_blob(
-        blob: web_sys::Blob,
-        options: &str,
-        on_progress: &Function,
-    ) -> std::result::Result<WasmEngine, JsValue> {
-        Self::load_from(&JsBlob::new(blob), options, on_progress)
-    }
-
     /// Load on the device `options.device` asks for (`auto`: a WebGPU adapter that is not a
     /// software fallback, else the CPU; `webgpu`: any adapter or an error). `source` is the
     /// file as a `Uint8Array` or a `Blob` (workers only). Resolves to the engine.

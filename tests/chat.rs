@@ -84,3 +84,32 @@ fn bad_messages_are_typed_errors() {
         assert_eq!(e.kind(), "InvalidArgumentError", "{what}: {e}");
     }
 }
+
+/// `continue_final_message`: the prompt is the conversation before the assistant's partial
+/// answer, the assistant's turn opened, and that partial text — so the answer goes on from it
+/// (the package's fallback sends a broken-off local answer so).
+#[test]
+fn a_final_assistant_message_is_continued_when_asked() {
+    let tok = tokenizer();
+    let m: Vec<Message> = serde_json::from_value(serde_json::json!([
+        { "role": "user", "content": "Name three rivers." },
+        { "role": "assistant", "content": "The Rhine, the Danube" },
+    ]))
+    .unwrap();
+    let opts = kerze::chat::ChatOptions {
+        continue_final_message: true,
+        ..Default::default()
+    };
+    let got = kerze::chat::prompt_ids_with(&tok, &m, &opts).unwrap();
+    let mut want = prompt_ids(&tok, &m[..1]).unwrap();
+    want.extend(tok.encode_user("The Rhine, the Danube", false).unwrap());
+    assert_eq!(got, want);
+    // Without the flag the template closes the assistant's turn and opens a new one.
+    assert_ne!(prompt_ids(&tok, &m).unwrap(), got);
+    let e = kerze::chat::prompt_ids_with(&tok, &m[..1], &opts).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("last message must be the assistant's"),
+        "{e}"
+    );
+}

@@ -119,6 +119,7 @@ fn templates_render_and_tokenize_as_transformers_does() {
                 add_generation_prompt: c.add_generation_prompt,
                 enable_thinking: c.enable_thinking,
                 date: Some(f.date.clone()),
+                continue_final_message: false,
             };
             let got = chat::render(&tok, &source, &c.messages, &opts);
             if let Some(why) = &c.error {

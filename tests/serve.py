@@ -88,7 +88,19 @@ class Handler(http.server.SimpleHTTPRequestHandler):
             super().do_GET()
 
     def do_HEAD(self):
-        if not self._refused(self.path.split("?")[0]):
+        path = self.path.split("?")[0]
+        if self.test_routes and path.startswith(("/__test__/slow/", "/__test__/truncated/")):
+            # The headers a GET would send (the package's device check asks for the size).
+            f = self._file(path[len("/__test__/"):].split("/", 1)[1])
+            if not f:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(os.path.getsize(f)))
+            self.end_headers()
+            return
+        if not self._refused(path):
             super().do_HEAD()
 
     def _refused(self, path):

@@ -1,5 +1,5 @@
 // The demo page: uses the package exactly as a site would (import from ../pkg/index.js).
-import { createEngine, cache, catalog } from '../pkg/index.js';
+import { createEngine, probe, cache, catalog } from '../pkg/index.js';
 
 const $ = (id) => document.getElementById(id);
 // The chat model follows instructions; the base model continues text.
@@ -58,8 +58,38 @@ function showProgress(p) {
   setStatus(`${PHASES[p.phase] ?? p.phase}${amount}`);
 }
 
+/** The weak-device switch: what the device check is told instead of the truth. */
+const overrides = () => ($('weak').checked ? { deviceMemory: 0.25, gpu: false } : undefined);
+
+function fallbackOption() {
+  const baseURL = $('fallbackUrl').value.trim();
+  if (!baseURL) return undefined;
+  // A site gets a short-lived token from its own backend here; the demo takes one typed in.
+  const token = $('fallbackToken').value.trim();
+  return { baseURL, model: $('fallbackModel').value.trim() || 'default', ...(token ? { getToken: async () => token } : {}) };
+}
+
+/** The device check for the chosen model: before any download. */
+async function showProbe() {
+  const box = $('probe');
+  try {
+    const p = await probe({ model: modelOption(), device: $('device').value, overrides: overrides() });
+    const mb = (b) => (b == null ? '?' : `${(b / 1e6).toFixed(0)} MB`);
+    box.textContent = `Device check: ${p.canRun} — ${p.backend}, ${p.cached ? 'cached' : `${mb(p.downloadBytes)} to download`}, `
+      + `${mb(p.peakBytes)} of memory — ${(p.problems.length ? p.problems : p.reasons).join('; ')}`;
+    window.kerzeDemo.probe = p;
+  } catch (e) {
+    box.textContent = `Device check failed: ${e.name}: ${e.message}`;
+  }
+}
+
+function showRoute(r) {
+  $('route').textContent = r ? `Answered ${r.route === 'local' ? 'on this device' : 'by the fallback endpoint'} — ${r.reason}` : '';
+  window.kerzeDemo.routes.push(r);
+}
+
 async function getEngine(signal) {
-  const key = `${model()}|${$('device').value}|${$('source').value}|${$('useWorker').checked}`;
+  const key = `${model()}|${$('device').value}|${$('source').value}|${$('useWorker').checked}|${$('weak').checked}|${$('fallbackUrl').value}|${$('fallbackModel').value}`;
   if (engine && key === engineKey) return engine;
   if (engine) await engine.dispose();
   engine = null;
@@ -69,6 +99,8 @@ async function getEngine(signal) {
     worker: $('useWorker').checked,
     onProgress: showProgress,
     signal,
+    fallback: fallbackOption(),
+    probeOverrides: overrides(),
   });
   engineKey = key;
   window.kerzeDemo.engine = engine;
@@ -89,10 +121,11 @@ function showStats(e, u) {
   const t = document.createElement('table');
   const quants = Object.entries(e.info.quants ?? {}).map(([k, n]) => `${k} ×${n}`).join(', ');
   const rate = (v, what) => (Number.isFinite(v) ? `, ${v.toFixed(1)} tok/s ${what}` : '');
-  const rows = [['backend', `${e.info.backend} — ${e.info.reason}`],
+  const rows = [['backend', `${e.info.backend} — ${e.info.reason}`], ['route', $('route').textContent || 'local'],
     ['prompt', `${u.promptTokens} tokens${rate(u.prefillTokensPerS, 'prefill')}`],
     ['output', `${u.completionTokens} tokens${rate(u.decodeTokensPerS, 'decode')}`],
-    ['model', `${e.info.model} (${e.info.family}; ${quants}) from ${e.info.source}, ready in ${(e.info.readyMs / 1000).toFixed(2)} s`]];
+    ['model', e.info.backend === 'cloud' ? `${e.info.model} at the fallback endpoint`
+      : `${e.info.model} (${e.info.family}; ${quants}) from ${e.info.source}, ready in ${(e.info.readyMs / 1000).toFixed(2)} s`]];
   for (const [k, v] of rows) {
     const tr = t.insertRow();
     tr.insertCell().textContent = k;
@@ -126,10 +159,15 @@ async function send() {
     });
     let finish = null;
     let usage = null;
+    let lastRoute = null;
     const t0 = performance.now();
     let tFirst = null;
     for await (const f of stream) {
       if (f.usage) usage = f.usage;
+      if (f.kerze && (f.kerze.route !== lastRoute?.route || f.kerze.reason !== lastRoute?.reason)) {
+        lastRoute = f.kerze;
+        showRoute(f.kerze);
+      }
       const c = f.choices[0];
       if (!c) continue;
       if (c.delta.content) {
@@ -219,6 +257,8 @@ $('clearCache').addEventListener('click', async () => {
   setStatus(`Removed ${n} cached model${n === 1 ? '' : 's'}.`);
   await showCache();
 });
-window.kerzeDemo = { engine: null, done: 0, ready: true, messages: () => messages };
+for (const id of ['model', 'device', 'source', 'weak']) $(id).addEventListener('change', showProbe);
+window.kerzeDemo = { engine: null, done: 0, ready: true, messages: () => messages, probe: null, routes: [] };
 showMode();
 showCache();
+showProbe();

@@ -82,6 +82,10 @@ pub struct ChatOptions {
     pub enable_thinking: Option<bool>,
     /// The date `strftime_now` sees, `YYYY-MM-DD` (None: today). For reproducible prompts.
     pub date: Option<String>,
+    /// The last message is the start of the assistant's answer: the prompt is the messages
+    /// before it, the assistant's turn opened, and that text — the answer continues it (vLLM's
+    /// `continue_final_message`; the package's fallback continues a broken-off local answer so).
+    pub continue_final_message: bool,
 }
 
 impl Default for ChatOptions {
@@ -90,6 +94,7 @@ impl Default for ChatOptions {
             add_generation_prompt: true,
             enable_thinking: None,
             date: None,
+            continue_final_message: false,
         }
     }
 }
@@ -129,6 +134,22 @@ pub fn prompt_ids_with(
 ) -> Result<Vec<u32>> {
     if messages.is_empty() {
         return Err(Error::InvalidArgument("messages is empty".into()));
+    }
+    if opts.continue_final_message {
+        let (last, head) = messages.split_last().unwrap_or_else(|| unreachable!());
+        if last.role != "assistant" || head.is_empty() {
+            return Err(Error::InvalidArgument(
+                "continue_final_message: the last message must be the assistant's, after at least one other".into(),
+            ));
+        }
+        let open = ChatOptions {
+            add_generation_prompt: true,
+            continue_final_message: false,
+            ..opts.clone()
+        };
+        let mut ids = prompt_ids_with(tok, head, &open)?;
+        ids.extend(tok.encode_user(&last.content.text(false)?, false)?);
+        return Ok(ids);
     }
     match template_source(tok) {
         Some(TemplateSource::File) => {

@@ -15,6 +15,9 @@ pub use types::GgmlType;
 pub use value::{Array, Strings, Value};
 pub use writer::Writer;
 
+#[cfg(target_arch = "wasm32")]
+pub mod js;
+
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 

@@ -3,7 +3,7 @@
 // the worker, abort, the model cache, error cases, the script tag from another origin, a
 // strict CSP, main-thread responsiveness, `npm pack`, the threads build.
 // Every page's requests and console errors are checked.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -68,7 +68,9 @@ async function withPage(url, fn, { allowed = A_ALLOWED, expectErrors = null, noW
     assertEq(stray, [], 'requests outside the package and the model');
     const errors = expectErrors ? rec.errors.filter((e) => !expectErrors.test(e)) : rec.errors;
     assertEq(errors, [], 'console errors');
-    if (noWarnings) assertEq(rec.warnings, [], 'console warnings');
+    // Chromium's own note when a page asks for a WebGPU adapter and there is none (the
+    // demo's device check does): not the package's warning.
+    if (noWarnings) assertEq(rec.warnings.filter((w) => w !== 'No available adapters.'), [], 'console warnings');
     return out;
   } finally {
     await rec.context.close();
@@ -961,6 +963,171 @@ try {
     } finally {
       await rec.context.close();
       await gpuBrowser.close();
+    }
+  });
+
+  await test('fallback to kerze serve: unsupported, loading, context, error at load, a crash mid-stream continued from the partial answer; endpoint down, consent refused, budget spent', async () => {
+    const smol = catalog.models.find((m) => m.id === 'smollm2-135m-instruct');
+    const SMOL = { id: smol.id, url: `${A}/models/${smol.file}`, sha256: smol.sha256 };
+    const KEY = 'route-test-key';
+    const proc = spawn(path.join(ROOT, 'target/release/kerze'), ['serve', '--model', path.join(ROOT, 'models', smol.file),
+      '--port', '0', '--device', 'cpu', '--api-key', KEY, '--cors-origin', A], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    try {
+      const base = await new Promise((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error(`kerze serve did not listen:\n${log}`)), 30000);
+        proc.stderr.on('data', (d) => {
+          log += d;
+          const m = /listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(log);
+          if (m) { clearTimeout(t); resolve(m[1]); }
+        });
+      });
+      for (let i = 0; i < 600; i++) {
+        if ((await fetch(`${base}/health`).catch(() => null))?.status === 200) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const fallback = { baseURL: `${base}/v1`, model: 'SmolLM2-135M-Instruct.Q4_1', keyFromTest: KEY };
+      const allowed = [...A_ALLOWED, `${base}/`, 'http://127.0.0.1:9/'];
+      const run = (page, body) => inPage(page, `
+        const f = arg.fallback;
+        const fb = (extra = {}) => ({ baseURL: f.baseURL, model: f.model, getToken: async () => f.keyFromTest, ...extra });
+        const routes = [];
+        const tags = (chunks) => chunks.map((c) => c.kerze && c.kerze.route);
+        const text = (chunks) => chunks.map((c) => c.choices?.[0]?.delta?.content ?? '').join('');
+        const collect = async (s) => { const out = []; for await (const c of s) out.push(c); return out; };
+        const ask = { messages: [{ role: 'user', content: 'Name three rivers in Europe.' }], max_tokens: 24, temperature: 0 };
+        ${body}`, { fallback, SMOL, A, SHA });
+      const posts = [];
+      await withPage(null, async (page) => {
+        page.on('request', (r) => { if (r.url().endsWith('/v1/chat/completions')) posts.push(JSON.parse(r.postData() ?? 'null')); });
+        await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'deviceMemory', { get: () => 0.25 }));
+        await page.goto(`${A}/www/`);
+        // unsupported: this "device" reports 0.25 GB; Gemma's 353 MB do not fit.
+        const r = await run(page, `
+          const e = await k.createEngine({ model: { id: 'gemma-3-270m', url: arg.A + '/models/gemma-3-270m-q4_k_m.gguf' },
+            fallback: fb({ when: ['unsupported'] }), onRoute: (x) => routes.push(x) });
+          const whole = await e.chat.completions.create(ask);
+          const chunks = await collect(await e.chat.completions.create({ ...ask, stream: true }));
+          let local = null;
+          try { await e.generate('x').next(); } catch (x) { local = x.name; }
+          return { info: e.info, whole: { kerze: whole.kerze, text: whole.choices[0].message.content }, tags: tags(chunks), text: text(chunks), routes, local };`);
+        assertEq([r.info.backend, r.whole.kerze.route, r.local], ['cloud', 'cloud', 'UnsupportedDeviceError'], `unsupported: ${JSON.stringify(r)}`);
+        assert(/^unsupported: .*0.25 GB/.test(r.whole.kerze.reason), `reason: ${r.whole.kerze.reason}`);
+        assert(r.tags.every((t) => t === 'cloud') && r.text === r.whole.text && r.text.length > 0, `stream: ${JSON.stringify(r)}`);
+        assertEq(r.routes.map((x) => x.route), ['cloud'], 'onRoute once');
+      }, { allowed: [...allowed], expectErrors: null });
+      assert(posts.length === 2 && posts.every((p) => p.model === 'SmolLM2-135M-Instruct.Q4_1'), `requests: ${posts.length}`);
+      await withPage(`${A}/www/`, async (page) => {
+        // loading: a first visit answers from the endpoint while the model downloads, then goes local.
+        const l = await run(page, `
+          const e = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['loading'] }), onRoute: (x) => routes.push(x) });
+          const first = await e.chat.completions.create(ask);
+          await new Promise((res) => { const t = setInterval(() => { if (routes.some((x) => x.route === 'local')) { clearInterval(t); res(); } }, 50); });
+          const later = await e.chat.completions.create(ask);
+          await e.dispose();
+          const again = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['loading'] }) });
+          const cached = await again.chat.completions.create(ask);
+          await again.dispose();
+          return { first: first.kerze, later: later.kerze, cached: cached.kerze, routes };`);
+        assert(l.first.route === 'cloud' && /^loading/.test(l.first.reason), `first visit: ${JSON.stringify(l.first)}`);
+        assertEq([l.later.route, l.cached.route], ['local', 'local'], `after the download, and on a later visit: ${JSON.stringify(l)}`);
+        assertEq(l.routes.map((x) => x.route), ['cloud', 'local', 'local'].slice(0, l.routes.length), `onRoute: ${JSON.stringify(l.routes)}`);
+        // context: a prompt past the local context goes to the endpoint (whose context is larger).
+        const c = await run(page, `
+          const e = await k.createEngine({ model: arg.SMOL, nCtx: 64, fallback: fb({ when: ['context'] }) });
+          const long = await e.chat.completions.create({ ...ask, messages: [{ role: 'user', content: 'Summarize: ' + 'the river flows to the sea. '.repeat(20) }] });
+          const short = await e.chat.completions.create({ ...ask, max_tokens: 8 });
+          await e.dispose();
+          return [long.kerze, short.kerze];`);
+        assert(c[0].route === 'cloud' && /^context: context full/.test(c[0].reason), `context: ${JSON.stringify(c[0])}`);
+        assertEq(c[1].route, 'local', 'a short prompt stays local');
+        // error at load: a 404 model resolves to an engine that answers through the endpoint.
+        const er = await run(page, `
+          const e = await k.createEngine({ model: { url: arg.A + '/models/no-such-model.gguf' }, fallback: fb({ when: ['error'] }) });
+          const r = await e.chat.completions.create(ask);
+          return [e.info.backend, r.kerze];`);
+        assert(er[0] === 'cloud' && er[1].route === 'cloud' && /DownloadError/.test(er[1].reason), `error at load: ${JSON.stringify(er)}`);
+      }, { allowed, expectErrors: /status of 404/ });
+      // A crash midway: the partial answer goes to the endpoint, which continues it.
+      const mid = [];
+      const m = await withPage(null, async (page) => {
+        page.on('request', (r) => { if (r.url().endsWith('/v1/chat/completions')) mid.push(JSON.parse(r.postData() ?? 'null')); });
+        await page.goto(`${A}/www/`);
+        return run(page, `
+          const e = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['error'] }), onRoute: (x) => routes.push(x) });
+          const s = await e.chat.completions.create({ ...ask, stream: true, max_tokens: 32 });
+          const out = [];
+          for await (const c of s) {
+            out.push(c);
+            if (out.length === 6) e._crash();
+          }
+          return { tags: tags(out), text: text(out), routes, finish: out.filter((c) => c.choices?.[0]?.finish_reason).map((c) => c.choices[0].finish_reason) };`);
+      }, { allowed });
+      const firstCloud = m.tags.indexOf('cloud');
+      assert(firstCloud > 1 && m.tags.slice(0, firstCloud).every((t) => t === 'local') && m.tags.slice(firstCloud).every((t) => t === 'cloud'), `tags: ${m.tags}`);
+      assertEq(mid.length, 1, 'one request to the endpoint');
+      const sent = mid[0];
+      const prefix = sent.messages.at(-1);
+      assert(sent.continue_final_message === true && prefix.role === 'assistant' && prefix.content.length > 0 && m.text.startsWith(prefix.content),
+        `the partial answer went as the assistant's start: ${JSON.stringify(sent)} / ${JSON.stringify(m.text)}`);
+      assert(m.text.length > prefix.content.length && m.finish.length === 1, `the answer continued: ${JSON.stringify(m)}`);
+      assertEq(m.routes.map((x) => x.route), ['local', 'cloud'], 'onRoute on the change');
+      // Endpoint down, consent refused, budget spent: typed errors, nothing sent, the local route unaffected.
+      const sentNow = [];
+      const bad = await withPage(null, async (page) => {
+        page.on('request', (r) => { if (r.url().includes('/v1/chat/completions')) sentNow.push(r.url()); });
+        await page.goto(`${A}/www/`);
+        return run(page, `
+          const names = [];
+          const down = await k.createEngine({ model: arg.SMOL, fallback: { baseURL: 'http://127.0.0.1:9/v1', model: 'x', when: ['error'] } });
+          try { await down.chat.completions.create({ ...ask, route: 'cloud' }); names.push(null); } catch (x) { names.push(x.name); }
+          names.push((await down.chat.completions.create({ ...ask, max_tokens: 4 })).kerze.route);
+          await down.dispose();
+          const no = await k.createEngine({ model: arg.SMOL, fallback: fb({ consent: async () => false }) });
+          try { await no.chat.completions.create({ ...ask, route: 'cloud' }); names.push(null); } catch (x) { names.push(x.name); }
+          await no.dispose();
+          const one = await k.createEngine({ model: arg.SMOL, fallback: fb({ budget: 1, consent: async () => true }) });
+          names.push((await one.chat.completions.create({ ...ask, route: 'cloud', max_tokens: 4 })).kerze.route);
+          try { await one.chat.completions.create({ ...ask, route: 'cloud' }); names.push(null); } catch (x) { names.push(x.name); }
+          // slow: a device under the threshold sends the next answers to the endpoint.
+          const slow = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['slow'], slowTokensPerS: 1e9 }) });
+          const s1 = await slow.chat.completions.create({ ...ask, max_tokens: 12 });
+          const s2 = await slow.chat.completions.create({ ...ask, max_tokens: 4 });
+          names.push(s1.kerze.route, s2.kerze.route + ': ' + s2.kerze.reason.split(':')[0]);
+          // Abort on the cloud route: an AbortError, as locally.
+          const ctl = new AbortController();
+          const st = await slow.chat.completions.create({ ...ask, route: 'cloud', stream: true, max_tokens: 64, signal: ctl.signal });
+          try { let n = 0; for await (const c of st) { if (++n === 2) ctl.abort(); } names.push(null); } catch (x) { names.push(x.name); }
+          await slow.dispose();
+          for (const f of [{ baseURL: 'http://[bad', model: 'x' }, { baseURL: 'http://127.0.0.1/v1' }, { baseURL: 'http://127.0.0.1/v1', model: 'x', when: ['sometimes'] }]) {
+            try { await k.createEngine({ model: arg.SMOL, fallback: f }); names.push(null); } catch (x) { names.push(x.name); }
+          }
+          await one.dispose();
+          return names;`);
+      }, { allowed, expectErrors: /ERR_CONNECTION_REFUSED|Failed to load resource/ });
+      assertEq(bad, ['CloudError', 'local', 'ConsentError', 'cloud', 'BudgetError', 'local', 'cloud: slow', 'AbortError',
+        'InvalidArgumentError', 'InvalidArgumentError', 'InvalidArgumentError'], 'errors, slow, abort');
+      assertEq(sentNow.filter((u) => u.startsWith(base)).length, 3, 'refused consent and a spent budget sent nothing (1 budgeted, 1 slow, 1 aborted)');
+      // The demo: the device check, the weak-device switch, and the route of each answer.
+      await withPage(`${A}/www/`, async (page) => {
+        await page.waitForFunction(() => window.kerzeDemo?.probe);
+        assert(/^Device check: yes/.test(await page.textContent('#probe')), await page.textContent('#probe'));
+        await page.fill('#fallbackUrl', `${base}/v1`);
+        await page.fill('#fallbackModel', smol.file.replace(/\.gguf$/, ''));
+        await page.fill('#fallbackToken', KEY);
+        await page.check('#weak');
+        await page.waitForFunction(() => /^Device check: no/.test(document.getElementById('probe').textContent));
+        await page.fill('#prompt', 'Name a bakery by the sea.');
+        await page.fill('#maxTokens', '12');
+        await page.click('#generate');
+        await page.waitForFunction(() => window.kerzeDemo.done >= 1, null, { timeout: 60000 });
+        const route = await page.textContent('#route');
+        assert(/^Answered by the fallback endpoint — unsupported: /.test(route), `demo route: ${route}; status: ${await page.textContent("#status")}`);
+        const answer = await page.textContent('#chat .assistant');
+        assert(answer.trim().length > 0, 'the endpoint answered in the demo');
+      }, { allowed });
+    } finally {
+      proc.kill('SIGKILL');
     }
   });
 

@@ -8,13 +8,20 @@ async function main(out: HTMLElement): Promise<void> {
   const p = await probe({ model: 'gemma-3-270m', overrides: { deviceMemory: 2 } });
   if (p.canRun === 'no') console.log(p.problems.join('; '), p.downloadBytes, p.storage?.quota);
   console.log((await window.kerze.probe()).backend, catalog['gemma-3-270m']?.peakBytes);
+  const routed = await createEngine({
+    model: 'gemma-3-270m',
+    fallback: { baseURL: 'https://api.example/v1', model: 'big', getToken: async () => 'short-lived', when: ['unsupported', 'error'], budget: 20, consent: () => true },
+    onRoute: (r) => console.log(r.route, r.reason),
+  });
+  const answer = await routed.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], route: 'auto' });
+  console.log(answer.kerze.route, answer.kerze.reason);
   const engine = await createEngine({
     model: 'gemma-3-270m',
     device: 'auto',
     onProgress: (p: Progress) => console.log(p.phase, p.loaded, p.total),
     signal: ctl.signal,
   });
-  const backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' = engine.info.backend;
+  const backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' | 'cloud' = engine.info.backend;
   const worker: 'script' | 'inline' | null = engine.info.worker;
   console.log(worker);
   console.log(backend, engine.info.nCtx, catalog['gemma-3-270m']?.sha256);

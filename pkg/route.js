@@ -1,0 +1,170 @@
+// The fallback route: a configured OpenAI-compatible endpoint (`kerze serve`, vLLM, a
+// hyperscaler's chat completions) that answers what the local model cannot — this device
+// cannot run it (`unsupported`), it is still downloading (`loading`), the prompt passes its
+// context (`context`), its load or generation failed (`error`, also midway through a stream:
+// the partial answer goes along as the assistant's start, `continue_final_message`, so the
+// answer continues), or it decodes too slowly here (`slow`). Nothing leaves the page unless
+// configured; `consent()` is asked before a visitor's text first does; `budget` caps cloud
+// requests per page session; `getToken()` fetches a short-lived token per request.
+
+import { KerzeError } from './protocol.js';
+
+export const WHEN = Object.freeze(['unsupported', 'loading', 'context', 'error', 'slow']);
+const KNOWN = new Set(['baseURL', 'model', 'headers', 'getToken', 'when', 'consent', 'budget', 'slowTokensPerS']);
+
+const bad = (m) => new KerzeError('InvalidArgumentError', `fallback: ${m}`);
+
+/** The `fallback` option checked and completed, or null when there is none. */
+export function fallbackOptions(f) {
+  if (f == null) return null;
+  if (typeof f !== 'object' || Array.isArray(f)) throw bad('must be an object { baseURL, model, when, ... }');
+  for (const k of Object.keys(f)) if (!KNOWN.has(k)) throw bad(`unknown option '${k}': known are ${[...KNOWN].join(', ')}`);
+  let base;
+  try {
+    base = new URL(f.baseURL, globalThis.location?.href);
+  } catch {
+    throw bad(`baseURL '${f.baseURL}' is not a URL (it ends in /v1, as in the openai client)`);
+  }
+  if (typeof f.model !== 'string' || !f.model) throw bad('model must name the endpoint\'s model');
+  const when = f.when ?? WHEN;
+  if (!Array.isArray(when) || when.some((w) => !WHEN.includes(w))) throw bad(`when must be a list of ${WHEN.join(', ')}`);
+  for (const k of ['getToken', 'consent']) if (f[k] != null && typeof f[k] !== 'function') throw bad(`${k} must be a function`);
+  if (f.budget != null && !(Number.isSafeInteger(f.budget) && f.budget >= 0)) throw bad('budget must be a non-negative integer');
+  if (f.headers != null && (typeof f.headers !== 'object' || Array.isArray(f.headers))) throw bad('headers must be an object');
+  const slow = f.slowTokensPerS ?? 3;
+  if (!(typeof slow === 'number' && slow >= 0)) throw bad('slowTokensPerS must be a non-negative number');
+  return {
+    url: `${base.href.replace(/\/+$/, '')}/chat/completions`,
+    model: f.model,
+    headers: { ...(f.headers ?? {}) },
+    getToken: f.getToken ?? null,
+    when: new Set(when),
+    consent: f.consent ?? null,
+    budget: f.budget ?? Infinity,
+    slowTokensPerS: slow,
+  };
+}
+
+/** A cloud endpoint's chat completions, the same shapes as the local ones. */
+export class Cloud {
+  #f;
+  #sent = 0;
+  #consent = null;
+
+  constructor(f) {
+    this.#f = f;
+  }
+
+  get when() {
+    return this.#f.when;
+  }
+
+  get slowTokensPerS() {
+    return this.#f.slowTokensPerS;
+  }
+
+  /** Requests sent so far. */
+  get sent() {
+    return this.#sent;
+  }
+
+  async #permit() {
+    if (this.#f.consent) {
+      this.#consent ??= Promise.resolve().then(() => this.#f.consent()).then(Boolean, () => false);
+      if (!(await this.#consent)) {
+        this.#consent = null; // ask again next time
+        throw new KerzeError('ConsentError', 'the visitor did not agree to send the text to the fallback endpoint: nothing was sent');
+      }
+    }
+    if (this.#sent >= this.#f.budget) {
+      throw new KerzeError('BudgetError', `the fallback's budget of ${this.#f.budget} requests in this page session is spent`);
+    }
+    this.#sent += 1;
+  }
+
+  async #headers() {
+    const h = { 'content-type': 'application/json', ...this.#f.headers };
+    if (this.#f.getToken) {
+      let token;
+      try {
+        token = await this.#f.getToken();
+      } catch (e) {
+        throw new KerzeError('CloudError', `getToken failed: ${e?.message ?? e}`);
+      }
+      if (token) h.authorization = `Bearer ${token}`;
+    }
+    return h;
+  }
+
+  /** POST the chat request; the Response (ok) or a typed error. */
+  async #post(body, signal) {
+    await this.#permit();
+    let r;
+    try {
+      r = await fetch(this.#f.url, {
+        method: 'POST', headers: await this.#headers(), signal,
+        body: JSON.stringify({ ...body, model: this.#f.model }),
+      });
+    } catch (e) {
+      if (signal?.aborted) throw new KerzeError('AbortError', 'aborted');
+      throw new KerzeError('CloudError', `the fallback endpoint ${this.#f.url} cannot be reached: ${e?.message ?? e}`);
+    }
+    if (!r.ok) {
+      let msg = `${r.status} ${r.statusText}`;
+      try {
+        msg = (await r.json())?.error?.message ?? msg;
+      } catch { /* not JSON */ }
+      const e = new KerzeError('CloudError', `the fallback endpoint answered ${r.status}: ${msg}`);
+      e.status = r.status;
+      throw e;
+    }
+    return r;
+  }
+
+  /** A whole chat completion. */
+  async complete(body, signal) {
+    const r = await this.#post({ ...body, stream: false }, signal);
+    return r.json();
+  }
+
+  /** The chunks of a streamed chat completion (`chat.completion.chunk` objects). */
+  async *stream(body, signal) {
+    const r = await this.#post({ ...body, stream: true }, signal);
+    const reader = r.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    try {
+      for (;;) {
+        let step;
+        try {
+          step = await reader.read();
+        } catch (e) {
+          if (signal?.aborted) throw new KerzeError('AbortError', 'aborted');
+          throw new KerzeError('CloudError', `the fallback's stream broke off: ${e?.message ?? e}`);
+        }
+        if (step.done) return;
+        buf += dec.decode(step.value, { stream: true });
+        let at;
+        while ((at = buf.indexOf('\n\n')) >= 0) {
+          const event = buf.slice(0, at);
+          buf = buf.slice(at + 2);
+          for (const line of event.split('\n')) {
+            if (!line.startsWith('data:')) continue;
+            const data = line.slice(5).trim();
+            if (data === '[DONE]') return;
+            let chunk;
+            try {
+              chunk = JSON.parse(data);
+            } catch {
+              throw new KerzeError('CloudError', `the fallback sent a frame that is not JSON: ${data.slice(0, 80)}`);
+            }
+            if (chunk.error) throw new KerzeError('CloudError', `the fallback failed midway: ${chunk.error.message ?? JSON.stringify(chunk.error)}`);
+            yield chunk;
+          }
+        }
+      }
+    } finally {
+      reader.cancel().catch(() => {});
+    }
+  }
+}
