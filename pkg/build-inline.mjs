@@ -5,7 +5,7 @@
 //   node pkg/build-inline.mjs        (after pkg/wasm/kerze_bg.wasm is built; `make` runs it)
 //
 // The source is split into parts under 400 kB so that no bundler warns of an oversized chunk
-// (Vite warns from 500 kB); index.js loads them only when it starts the inline worker.
+// (Vite warns from 500 kB); transport.js loads them only when it starts the inline worker.
 import fs from 'node:fs';
 import path from 'node:path';
 import zlib from 'node:zlib';
