@@ -14,13 +14,10 @@
 mod common;
 
 use kerze::classify::{Classified, ClassifyOptions, FewShot, Labels};
-use kerze::{Engine, LoadOptions};
+use kerze::Engine;
 
 fn engine(file: &str) -> Engine {
-    let src = kerze::gguf::FileSource::open(&common::catalog_model(file)).unwrap();
-    Engine::load(&src, &LoadOptions::default(), &mut |_, _| {})
-        .unwrap()
-        .0
+    common::file_engine(&common::catalog_model(file))
 }
 
 fn minilm() -> Engine {
@@ -61,10 +58,7 @@ struct Method {
 #[test]
 fn embedding_methods_decide_as_their_python_twins_on_reference_embeddings() {
     let (_, f32, _) = common::minilm_sources();
-    let src = kerze::gguf::FileSource::open(f32).unwrap();
-    let mut e = Engine::load(&src, &LoadOptions::default(), &mut |_, _| {})
-        .unwrap()
-        .0;
+    let mut e = common::file_engine(f32);
     for (agree, share) in [
         (decisions(&mut e, "F32"), 0.99),
         (decisions(&mut minilm(), "Q8_0"), 0.97),

@@ -12,6 +12,17 @@ fn kerze() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kerze"))
 }
 
+/// Run `cmd`, which must succeed (else its stderr is the failure), and parse its stdout.
+fn json_of(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 #[test]
 fn tokenize_reads_stdin_like_text() {
     let model = common::model_path();
@@ -53,17 +64,11 @@ fn tokenize_reads_stdin_like_text() {
 #[test]
 fn tokenize_adds_bos_as_the_file_says() {
     let tok = |model: &std::path::Path, text: &str| -> Vec<u32> {
-        let out = kerze()
-            .args(["tokenize", "--json", "--text", text, "--model"])
-            .arg(model)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let v = json_of(
+            kerze()
+                .args(["tokenize", "--json", "--text", text, "--model"])
+                .arg(model),
         );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         serde_json::from_value(v["ids"].clone()).unwrap()
     };
     let smol = common::smollm2_path();
@@ -93,31 +98,25 @@ fn tokenize_adds_bos_as_the_file_says() {
 #[test]
 fn inspect_and_generate_json_shapes() {
     let model = common::model_path();
-    let out = kerze()
-        .args(["inspect", "--json", "--model"])
-        .arg(&model)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(kerze().args(["inspect", "--json", "--model"]).arg(&model));
     assert_eq!(v["config"]["n_layer"], 18);
     assert_eq!(v["config"]["n_vocab"], 262_144);
     assert_eq!(v["tensor_types"]["Q5_0"]["count"], 81);
-    let out = kerze()
-        .args([
-            "generate",
-            "--json",
-            "--prompt",
-            "Hello",
-            "--max-tokens",
-            "3",
-            "--temperature",
-            "0",
-            "--model",
-        ])
-        .arg(&model)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = json_of(
+        kerze()
+            .args([
+                "generate",
+                "--json",
+                "--prompt",
+                "Hello",
+                "--max-tokens",
+                "3",
+                "--temperature",
+                "0",
+                "--model",
+            ])
+            .arg(&model),
+    );
     for key in [
         "prompt_ids",
         "ids",
@@ -275,26 +274,20 @@ fn chat_uses_the_models_template() {
         serde_json::from_str(include_str!("fixtures/llamacpp_smollm2_135m.json")).unwrap();
     let case = &f["cases"][2];
     let run = |args: &[&str]| -> serde_json::Value {
-        let out = kerze()
-            .args([
-                "chat",
-                "--json",
-                "--max-tokens",
-                "4",
-                "--temperature",
-                "0",
-                "--model",
-            ])
-            .arg(common::smollm2_path())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        json_of(
+            kerze()
+                .args([
+                    "chat",
+                    "--json",
+                    "--max-tokens",
+                    "4",
+                    "--temperature",
+                    "0",
+                    "--model",
+                ])
+                .arg(common::smollm2_path())
+                .args(args),
+        )
     };
     let m = &case["messages"];
     let v = run(&[
@@ -400,29 +393,23 @@ fn fetch_tries_sources_in_order_verifies_and_is_then_a_no_op() {
 #[test]
 fn classify_prints_results_per_text() {
     let model = common::catalog_model("all-minilm-l6-v2-q8_0.gguf");
-    let out = kerze()
-        .args([
-            "classify",
-            "--json",
-            "--labels",
-            "billing,delivery,technical problem",
-        ])
-        .args([
-            "--text",
-            "My parcel never arrived",
-            "--text",
-            "I was charged twice",
-        ])
-        .arg("--model")
-        .arg(&model)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let v = json_of(
+        kerze()
+            .args([
+                "classify",
+                "--json",
+                "--labels",
+                "billing,delivery,technical problem",
+            ])
+            .args([
+                "--text",
+                "My parcel never arrived",
+                "--text",
+                "I was charged twice",
+            ])
+            .arg("--model")
+            .arg(&model),
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let results = v["results"].as_array().unwrap();
     assert_eq!(results.len(), 2);
     let top: Vec<&str> = results
@@ -492,13 +479,7 @@ fn catalog_sizes_are_inspects() {
         if !path.is_file() {
             continue;
         }
-        let out = kerze()
-            .args(["inspect", "--json", "--model"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = json_of(kerze().args(["inspect", "--json", "--model"]).arg(&path));
         for k in ["peak_bytes", "largest_tensor_bytes"] {
             assert_eq!(v["needs"][k], m[k], "{} {k}", m["id"]);
         }

@@ -23,10 +23,7 @@ fn q8_path() -> PathBuf {
 }
 
 fn engine(path: &std::path::Path) -> Engine {
-    let src = kerze::gguf::FileSource::open(path).unwrap();
-    Engine::load(&src, &LoadOptions::default(), &mut |_, _| {})
-        .unwrap()
-        .0
+    common::file_engine(path)
 }
 
 fn embed(e: &mut Engine, texts: &[&str]) -> Vec<Vec<f32>> {
@@ -496,6 +493,8 @@ fn llama_cpp_converted_files_have_kerzes_tensor_bytes_and_load() {
         serde_json::from_str(include_str!("fixtures/llamacpp_converted/minilm.json")).unwrap();
     let (_, f32, f16) = common::minilm_sources();
     let q8 = q8_path();
+    // Each file's bytes and header; the Q8_0 one is kept for the rebuild below.
+    let mut q8_file = None;
     for (ty, path) in [
         ("f32", f32.as_path()),
         ("f16", f16.as_path()),
@@ -520,6 +519,10 @@ fn llama_cpp_converted_files_have_kerzes_tensor_bytes_and_load() {
             let bytes = &raw[o.offset as usize..(o.offset + o.n_bytes) as usize];
             assert_eq!(hex(bytes), t.sha256, "{ty} {}: the bytes differ", t.name);
         }
+        drop(ours);
+        if ty == "q8_0" {
+            q8_file = Some((raw, g));
+        }
     }
     // llama.cpp's Q8_0 file: its header, then each tensor at its offset (zeros between).
     let want = &fx.files["q8_0"];
@@ -530,8 +533,7 @@ fn llama_cpp_converted_files_have_kerzes_tensor_bytes_and_load() {
     .read_to_end(&mut header)
     .unwrap();
     assert_eq!(header.len() as u64, want.data_offset);
-    let raw = std::fs::read(&q8).unwrap();
-    let g = kerze::gguf::Gguf::read(&kerze::gguf::FileSource::open(&q8).unwrap()).unwrap();
+    let (raw, g) = q8_file.unwrap();
     let mut file = header;
     file.resize(want.bytes as usize, 0);
     for t in &want.tensors {

@@ -11,8 +11,7 @@ mod reference_model;
 
 use common::{Agreement, RefCase};
 use kerze::chat::Message;
-use kerze::gguf::FileSource;
-use kerze::{Engine, LoadOptions};
+use kerze::Engine;
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -33,10 +32,7 @@ fn fixture() -> Fixture {
 }
 
 fn engine() -> Engine {
-    let src = FileSource::open(&common::smollm2_path()).unwrap();
-    Engine::load(&src, &LoadOptions::default(), &mut |_, _| {})
-        .unwrap()
-        .0
+    common::file_engine(&common::smollm2_path())
 }
 
 #[test]

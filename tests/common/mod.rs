@@ -189,6 +189,15 @@ pub fn model_path() -> std::path::PathBuf {
     p
 }
 
+/// The engine on the CPU for a model file (`Engine::load`, default options).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn file_engine(path: &std::path::Path) -> kerze::Engine {
+    let src = kerze::gguf::FileSource::open(path).unwrap();
+    kerze::Engine::load(&src, &kerze::LoadOptions::default(), &mut |_, _| {})
+        .unwrap()
+        .0
+}
+
 /// A catalog model fetched into models/ (`make fetch`), by its file name.
 pub fn catalog_model(file: &str) -> std::path::PathBuf {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
