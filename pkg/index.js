@@ -101,6 +101,19 @@ function linkSignals(outer) {
   return { signal: ctl.signal, abort: () => ctl.abort(), unlink: () => outer?.removeEventListener('abort', onAbort) };
 }
 
+/**
+ * `outer`, whose return() (breaking out of a for-await loop over it) also ends `inner`, the
+ * stream it reads with next() — a generation goes on otherwise.
+ */
+function closing(outer, inner) {
+  const ret = outer.return.bind(outer);
+  outer.return = async (v) => {
+    await inner.return(undefined);
+    return ret(v);
+  };
+  return outer;
+}
+
 function promptInput(prompt) {
   if (typeof prompt === 'string') return { prompt };
   if (Array.isArray(prompt) && prompt.every((x) => Number.isInteger(x) && x >= 0 && x < 2 ** 32)) return { ids: prompt };
@@ -458,13 +471,7 @@ export class Engine {
         yield x.value;
       }
     }
-    const it = chunks();
-    const ret = it.return.bind(it);
-    it.return = async (v) => {
-      await local.return(undefined);
-      return ret(v);
-    };
-    return it;
+    return closing(chunks(), local);
   }
 
   /** The local chat completion (`onText`: each piece as it comes; `onUsage`: at the end). */
@@ -492,14 +499,7 @@ export class Engine {
         if (r.value.text) yield* frames.push(r.value.text);
       }
     }
-    const it = chunks();
-    // Breaking out of the loop ends the generation too.
-    const ret = it.return.bind(it);
-    it.return = async (v) => {
-      await inner.return(undefined);
-      return ret(v);
-    };
-    return it;
+    return closing(chunks(), inner);
   }
 
   /** Token ids of `text` (`special`: parse control tokens; `bos`: add <bos>). */
