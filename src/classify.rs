@@ -334,12 +334,20 @@ impl<B: Backend> Session<B> {
 
     /// Unit embeddings of `texts` from the kept ones, the rest encoded in one call.
     async fn kept(&mut self, texts: &[String], usage: &mut ClassifyUsage) -> Result<Vec<Vec<f32>>> {
-        let mut missing: Vec<&str> = Vec::new();
-        for t in texts {
-            if !self.kept_embeddings.contains_key(t) && !missing.contains(&t.as_str()) {
-                missing.push(t);
-            }
-        }
+        // The kept vectors are taken first (a clear below cannot lose them); each missing text
+        // is encoded once, in one call.
+        let kept: Vec<Option<Vec<f32>>> = texts
+            .iter()
+            .map(|t| self.kept_embeddings.get(t).cloned())
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        let missing: Vec<&str> = texts
+            .iter()
+            .zip(&kept)
+            .filter(|(t, v)| v.is_none() && seen.insert(t.as_str()))
+            .map(|(t, _)| t.as_str())
+            .collect();
+        let mut fresh = std::collections::HashMap::new();
         if !missing.is_empty() {
             let e = self
                 .embed(&missing, &crate::embed::EmbedOptions::default())
@@ -350,24 +358,17 @@ impl<B: Backend> Session<B> {
                 self.kept_embeddings.clear();
             }
             for (t, v) in missing.iter().zip(e.data) {
-                self.kept_embeddings.insert((*t).to_string(), v);
+                self.kept_embeddings.insert((*t).to_string(), v.clone());
+                fresh.insert(*t, v);
             }
         }
-        // A call with more than KEPT_EMBEDDINGS distinct texts cleared some of its own.
-        let mut out = Vec::with_capacity(texts.len());
-        for t in texts {
-            match self.kept_embeddings.get(t) {
-                Some(v) => out.push(v.clone()),
-                None => {
-                    let e = self
-                        .embed(&[t.as_str()], &crate::embed::EmbedOptions::default())
-                        .await?;
-                    usage.labels_encoded += 1;
-                    out.extend(e.data);
-                }
-            }
-        }
-        Ok(out)
+        kept.into_iter()
+            .zip(texts)
+            .map(|(v, t)| {
+                v.or_else(|| fresh.get(t.as_str()).cloned())
+                    .ok_or_else(|| Error::Backend(format!("classify: no vector for {t:?}")))
+            })
+            .collect()
     }
 
     async fn classify_by_embeddings(
