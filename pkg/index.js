@@ -199,7 +199,8 @@ export class Engine {
    * `method: 'centroid' | 'logistic'`). On an encoder the label embeddings are computed once
    * and kept; on a decoder each label is scored by its calibrated log-likelihood after a
    * prompt (`prompt` with {labels} and {text}; `calibrate: false` for the raw scores). The
-   * result's `usage` (not enumerable): { textsEncoded, labelsEncoded, promptTokens, ms }.
+   * result's `usage` (not enumerable): { textsEncoded, labelsEncoded, promptTokens,
+   * decoderPasses, ms }.
    */
   async classify(texts, { labels, ...options } = {}) {
     this.#check();

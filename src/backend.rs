@@ -76,6 +76,17 @@ impl Rope {
     }
 }
 
+/// Each row's first row of its run, for runs of `lens` consecutive rows.
+pub fn branch_starts(lens: &[usize]) -> Vec<usize> {
+    let mut starts = Vec::with_capacity(lens.iter().sum());
+    let mut at = 0;
+    for &len in lens {
+        starts.extend(std::iter::repeat_n(at, len));
+        at += len;
+    }
+    starts
+}
+
 /// A compute device for the forward pass.
 #[allow(async_fn_in_trait)]
 pub trait Backend {
@@ -121,6 +132,22 @@ pub trait Backend {
         v: &Self::Tensor,
         kv: &mut Self::Kv,
         pos: &[usize],
+        p: AttnParams,
+    ) -> Result<Self::Tensor>;
+    /// Branches after the cache: consecutive runs of `lens` rows, each run at positions
+    /// `first..` (every run continues the same cached prefix of `first` positions). A row
+    /// attends over the cache and the earlier rows of its own run; nothing enters `kv`, so the
+    /// prefix serves every run. Many continuations of one prompt scored in one pass (labels,
+    /// choices): `(Σ lens, n_head·head_dim)`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_branches(
+        &mut self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        kv: &Self::Kv,
+        first: usize,
+        lens: &[usize],
         p: AttnParams,
     ) -> Result<Self::Tensor>;
     /// Bidirectional attention within each of the consecutive sequences of `lens` rows (an

@@ -8,8 +8,8 @@
 //!   trained on the examples at call time (full-batch gradient descent in f64, fixed steps:
 //!   deterministic, so a Python twin decides the same).
 //! - **Generative** (decoder): each label's log-likelihood as the continuation of a prompt
-//!   that shows the text and the labels; the prompt's KV is computed once and every label
-//!   continues from it. Calibrated by the same scores after a content-free text
+//!   that shows the text and the labels; the prompt's KV is computed once and all the labels
+//!   continue from it in one batched pass (branches that share the prompt's KV). Calibrated by the same scores after a content-free text
 //!   ("contextual calibration"): a label the model likes whatever the text loses that bias.
 //!
 //! The math here is backend-free; [`crate::generate::Session`] runs the model.
@@ -161,6 +161,9 @@ pub struct ClassifyUsage {
     pub labels_encoded: usize,
     /// Tokens the model ran.
     pub prompt_tokens: usize,
+    /// Forward passes the decoder ran (generative): the prompt's, then one for all the
+    /// labels' continuations.
+    pub decoder_passes: usize,
     pub ms: f64,
 }
 
@@ -305,6 +308,12 @@ pub fn log_prob(row: &[f32], id: u32) -> f64 {
     f64::from(row[id as usize]) - m - s.ln()
 }
 
+/// Logit rows read back at once (a row is the vocabulary: 1 MB for Gemma 3).
+const LOGIT_ROWS: usize = 16;
+
+/// The most ids a label may have on a decoder (its continuation runs in one pass).
+pub const MAX_LABEL_IDS: usize = PREFILL_CHUNK;
+
 /// How many label and example embeddings a session keeps (then it starts over).
 const KEPT_EMBEDDINGS: usize = 4096;
 
@@ -447,6 +456,16 @@ impl<B: Backend> Session<B> {
             .iter()
             .map(|l| self.tok.encode_user(&format!(" {}", l.trim()), false))
             .collect::<Result<Vec<_>>>()?;
+        if let Some((l, ids)) = names
+            .iter()
+            .zip(&label_ids)
+            .find(|(_, ids)| ids.is_empty() || ids.len() > MAX_LABEL_IDS)
+        {
+            return Err(bad(format!(
+                "labels: \"{l}\" is {} tokens; a label on a decoder is 1 to {MAX_LABEL_IDS}",
+                ids.len()
+            )));
+        }
         let bias = if opts.calibrate {
             let p = self.prompt_ids(&prompt(&opts.prompt, &names, CONTENT_FREE))?;
             Some(
@@ -475,8 +494,9 @@ impl<B: Backend> Session<B> {
     }
 
     /// `log p(label | prompt)` for each label. The prompt runs once: its last row scores
-    /// every label's first id; a label of more ids then runs its own ids (all but the last)
-    /// after the prompt's KV, the cache cut back to the prompt between labels.
+    /// every label's first id. The labels' other ids then run together, as branches after the
+    /// prompt's KV (each sees the prompt and its own earlier ids, nothing enters the cache):
+    /// one pass for all the labels, or a few when their ids pass [`PREFILL_CHUNK`] rows.
     async fn label_log_likelihoods(
         &mut self,
         prompt: &[u32],
@@ -490,25 +510,61 @@ impl<B: Backend> Session<B> {
         // Keeps at most the prompt but its last id, whose row is needed.
         self.keep_common_prefix(prompt);
         let last = self.rows_after(prompt, p - 1, usage).await?;
-        let mut out = Vec::with_capacity(labels.len());
-        for l in labels {
-            let mut ll = log_prob(&last, l[0]);
-            if l.len() > 1 {
-                let mut ids = prompt.to_vec();
-                ids.extend_from_slice(&l[..l.len() - 1]);
-                // Keeps at most the prompt: the rows from its end on score the label.
-                self.keep_common_prefix(&ids[..=p]);
-                let rows = self.rows_after(&ids, p, usage).await?;
-                let n_vocab = self.model.cfg().n_vocab;
-                ll += rows
-                    .chunks_exact(n_vocab)
-                    .zip(&l[1..])
-                    .map(|(row, &id)| log_prob(row, id))
-                    .sum::<f64>();
+        let mut out: Vec<f64> = labels.iter().map(|l| log_prob(&last, l[0])).collect();
+        let n_vocab = self.model.cfg().n_vocab;
+        let mut group: Vec<usize> = Vec::new();
+        let mut rows = 0;
+        for i in 0..=labels.len() {
+            let len = labels.get(i).map_or(0, |l| l.len() - 1);
+            if i == labels.len() || (rows + len > PREFILL_CHUNK && !group.is_empty()) {
+                let ids: Vec<u32> = group
+                    .iter()
+                    .flat_map(|&g| labels[g][..labels[g].len() - 1].iter().copied())
+                    .collect();
+                let lens: Vec<usize> = group.iter().map(|&g| labels[g].len() - 1).collect();
+                let logits = self.branch_rows(&ids, &lens, usage).await?;
+                let mut at = 0;
+                for (&g, &len) in group.iter().zip(&lens) {
+                    out[g] += logits[at * n_vocab..(at + len) * n_vocab]
+                        .chunks_exact(n_vocab)
+                        .zip(&labels[g][1..])
+                        .map(|(row, &id)| log_prob(row, id))
+                        .sum::<f64>();
+                    at += len;
+                }
+                group.clear();
+                rows = 0;
             }
-            out.push(ll);
+            if len > 0 {
+                group.push(i);
+                rows += len;
+            }
         }
         Ok(out)
+    }
+
+    /// Run `ids` as branches of `lens` ids after the cache (which keeps only what it holds):
+    /// the logits of every row, read back in slices of a few rows.
+    async fn branch_rows(
+        &mut self,
+        ids: &[u32],
+        lens: &[usize],
+        usage: &mut ClassifyUsage,
+    ) -> Result<Vec<f32>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        usage.prompt_tokens += ids.len();
+        usage.decoder_passes += 1;
+        let h = self.forward_branches(ids, lens)?;
+        let mut rows = Vec::new();
+        for start in (0..ids.len()).step_by(LOGIT_ROWS) {
+            let n = LOGIT_ROWS.min(ids.len() - start);
+            let slice = self.be.rows(&h, start, n)?;
+            let logits = self.model.lm_head(&mut self.be, &slice)?;
+            rows.extend(self.be.read(&logits).await?);
+        }
+        Ok(rows)
     }
 
     /// Run `ids` after the part of them the cache holds; the logits of the rows from
@@ -526,6 +582,7 @@ impl<B: Backend> Session<B> {
         while at < ids.len() {
             let end = (at + PREFILL_CHUNK).min(ids.len());
             let h = self.forward_chunk(&ids[at..end])?;
+            usage.decoder_passes += 1;
             let from = first.max(at);
             if from < end {
                 let h = self.be.rows(&h, from - at, end - from)?;

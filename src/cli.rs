@@ -442,6 +442,7 @@ fn cmd_classify(a: &ClassifyArgs) -> Result<()> {
                 "prompt_tokens": u.prompt_tokens,
                 "texts_encoded": u.texts_encoded,
                 "labels_encoded": u.labels_encoded,
+                "decoder_passes": u.decoder_passes,
                 "ms": u.ms,
             },
         });

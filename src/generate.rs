@@ -201,6 +201,13 @@ impl<B: Backend> Session<B> {
         self.cached_ids.len()
     }
 
+    /// Run `ids` as branches of `lens` ids, each after what the cache holds (which keeps only
+    /// that): their hidden states, a branch's rows together.
+    pub(crate) fn forward_branches(&mut self, ids: &[u32], lens: &[usize]) -> Result<B::Tensor> {
+        self.model
+            .forward_branches(&mut self.be, ids, lens, &mut self.cache)
+    }
+
     /// Run one chunk after what the cache holds: its hidden states `(chunk, n_embd)`.
     pub(crate) fn forward_chunk(&mut self, chunk: &[u32]) -> Result<B::Tensor> {
         match self.model.forward(&mut self.be, chunk, &mut self.cache) {

@@ -206,6 +206,16 @@ fn bad_labels_and_texts_are_typed_errors() {
     // An empty text is [CLS] [SEP]: it gets scores, as it gets a vector.
     let c = classify(&mut e, &[""], &names(&["x", "y"]), &o);
     assert_eq!(c.results[0].len(), 2);
+    // On a decoder a label runs in one pass: one longer than a prefill chunk is refused.
+    let tiny = kerze::synth::tiny_gemma3().unwrap();
+    let (mut d, _) = Engine::load(&tiny, &Default::default(), &mut |_, _| {}).unwrap();
+    let long = vec!["the sea"; 200].join(" ");
+    let m = err(&mut d, &["a"], names(&["x", &long]));
+    assert!(m.contains("a label on a decoder is 1 to 128"), "{m}");
+    assert_eq!(
+        classify(&mut d, &["a"], &names(&["x", "the sea"]), &o).results[0].len(),
+        2
+    );
 }
 
 #[derive(serde::Deserialize)]
@@ -311,10 +321,24 @@ fn generative_scores_are_llama_cpps_label_log_likelihoods() {
             "{}: log-likelihoods {mean_ll} (mean) {worst_ll} (worst) nats apart",
             g.task
         );
-        // The prompt runs once per text (and once for calibration), not once per label: at
-        // most each prompt plus, per label, its ids and the prompt's last id again.
-        let label_tokens: usize = g.label_ids.iter().map(|l| l.len() + 1).sum();
+        // The prompt runs once per text (and once for calibration), not once per label, and
+        // all the labels' other ids run in one pass after it: at most each prompt plus each
+        // label's ids but its first, and per text the prompt's chunks and one pass more.
+        let label_tokens: usize = g.label_ids.iter().map(|l| l.len() - 1).sum();
         let prompts: usize = g.cases.iter().map(|c| c.prompt_ids.len()).sum::<usize>() + 64;
+        let longest = g
+            .cases
+            .iter()
+            .map(|c| c.prompt_ids.len())
+            .max()
+            .unwrap_or(0)
+            + 64;
+        let passes = (n + 1) * (longest.div_ceil(kerze::generate::PREFILL_CHUNK) + 1);
+        assert!(
+            got.usage.decoder_passes <= passes,
+            "{} decoder passes, at most {passes} with the labels batched",
+            got.usage.decoder_passes
+        );
         let most = prompts + (n + 1) * label_tokens;
         assert!(
             got.usage.prompt_tokens <= most,
@@ -324,8 +348,9 @@ fn generative_scores_are_llama_cpps_label_log_likelihoods() {
     }
 }
 
-/// Labels of several ids continue from the prompt's KV: their log-likelihoods equal a
-/// teacher-forced pass over prompt + label from an empty cache (the cache cut back right).
+/// Labels of several ids continue from the prompt's KV, all in one batched pass of branches:
+/// their log-likelihoods equal a teacher-forced pass over prompt + label from an empty cache,
+/// and the model ran the prompt once and the labels once.
 #[test]
 fn multi_id_labels_score_as_a_teacher_forced_pass() {
     let mut e = engine("SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -361,6 +386,20 @@ fn multi_id_labels_score_as_a_teacher_forced_pass() {
         }
         want.push(ll);
     }
+    // One pass for the prompt, one for every label's ids but the first.
+    let label_ids: Vec<Vec<u32>> = names
+        .iter()
+        .map(|l| e.tokenizer().encode_user(&format!(" {l}"), false).unwrap())
+        .collect();
+    assert!(label_ids.iter().filter(|l| l.len() > 1).count() >= 3);
+    assert_eq!(
+        got.usage.decoder_passes,
+        prompt.len().div_ceil(kerze::generate::PREFILL_CHUNK) + 1
+    );
+    assert_eq!(
+        got.usage.prompt_tokens,
+        prompt.len() + label_ids.iter().map(|l| l.len() - 1).sum::<usize>()
+    );
     let p = kerze::classify::softmax(&want);
     for (k, l) in names.iter().enumerate() {
         let s = got.results[0].iter().find(|s| s.label == *l).unwrap().score;

@@ -840,6 +840,82 @@ fn each_op_on_the_gpu_matches_the_cpu_on_random_tensors() {
     }
 }
 
+/// Branches after a cached prefix, GPU against CPU on random tensors: Gemma's head size
+/// (256, four query heads per KV head), eight heads per KV head, a sliding window whose ring
+/// has wrapped, branches longer than a tile of 64 keys, and a prefix longer than one.
+#[test]
+fn attention_branches_on_the_gpu_match_the_cpu() {
+    use kerze::backend::{AttnParams, Backend};
+    use kerze::cpu::CpuBackend;
+
+    let mut rng = Rng(0xb7a2_c4e5);
+    let mut cpu = CpuBackend::new();
+    let mut gpu = op_gpu();
+    for (n_head, n_head_kv, hd, window, slots, prefix, lens) in [
+        (4, 1, 256, usize::MAX, 64, 20, vec![3, 1, 5, 2]),
+        (6, 2, 40, 7, 7, 12, vec![1, 4, 2]),
+        (8, 1, 24, usize::MAX, 200, 100, vec![70, 1, 9]),
+        (2, 2, 64, 50, 50, 130, vec![66, 2]),
+    ] {
+        let p = AttnParams {
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window,
+        };
+        let (qw, kw) = (n_head * hd, n_head_kv * hd);
+        let mut ckv = cpu.new_kv(slots, n_head_kv, hd).unwrap();
+        let mut gkv = gpu.new_kv(slots, n_head_kv, hd).unwrap();
+        let pos: Vec<usize> = (0..prefix).collect();
+        let (q, k, v) = (
+            random_act(&mut rng, prefix, qw),
+            random_act(&mut rng, prefix, kw),
+            random_act(&mut rng, prefix, kw),
+        );
+        cpu.attention(&act(&q, qw), &act(&k, kw), &act(&v, kw), &mut ckv, &pos, p)
+            .unwrap();
+        let (gq, gk, gv) = (
+            gpu.upload(&q, prefix, qw).unwrap(),
+            gpu.upload(&k, prefix, kw).unwrap(),
+            gpu.upload(&v, prefix, kw).unwrap(),
+        );
+        gpu.attention(&gq, &gk, &gv, &mut gkv, &pos, p).unwrap();
+        let n: usize = lens.iter().sum();
+        let (q, k, v) = (
+            random_act(&mut rng, n, qw),
+            random_act(&mut rng, n, kw),
+            random_act(&mut rng, n, kw),
+        );
+        let want = cpu
+            .attention_branches(
+                &act(&q, qw),
+                &act(&k, kw),
+                &act(&v, kw),
+                &ckv,
+                prefix,
+                &lens,
+                p,
+            )
+            .unwrap()
+            .data;
+        let (gq, gk, gv) = (
+            gpu.upload(&q, n, qw).unwrap(),
+            gpu.upload(&k, n, kw).unwrap(),
+            gpu.upload(&v, n, kw).unwrap(),
+        );
+        let t = gpu
+            .attention_branches(&gq, &gk, &gv, &gkv, prefix, &lens, p)
+            .unwrap();
+        close(
+            &format!("attention_branches {n_head}/{n_head_kv}×{hd} window {window} after {prefix}: {lens:?}"),
+            pollster::block_on(gpu.read(&t)).unwrap(),
+            &want,
+            1e-11,
+        );
+    }
+}
+
 /// The encoder's ops on random tensors at odd sizes, GPU against CPU: LayerNorm with a bias,
 /// the exact GELU over a wide range, and bidirectional attention within packed sequences
 /// (grouped and plain heads, sequences of 1 to 70 rows).
@@ -1068,4 +1144,42 @@ fn going_back_to_a_shared_prefix_on_the_gpu_equals_the_cpu() {
     let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
     let want = pollster::block_on(cpu.generate(b, &opts, &never, &mut |_| {})).unwrap();
     assert_eq!(g.generated(), want.generated());
+}
+
+/// Generative classification on the GPU equals the CPU's: the tiny Gemma 3 (window 8: the
+/// prompt wraps the sliding layers' ring, which the labels' branches then read), labels of
+/// one to several ids run as branches after the prompt in one pass.
+#[test]
+fn generative_classification_on_the_gpu_equals_the_cpu() {
+    use kerze::classify::{ClassifyOptions, Labels};
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut s = gpu_session(&bytes);
+    let labels = Labels::Names(
+        [
+            "sea",
+            "a boat on the river",
+            "the hills and the rain",
+            "wind",
+        ]
+        .map(String::from)
+        .into(),
+    );
+    let texts = ["the sea and the river and the hills", "a small boat"];
+    let opts = ClassifyOptions::default();
+    let got = pollster::block_on(s.classify(&texts, &labels, &opts)).unwrap();
+    let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
+    let want = pollster::block_on(cpu.classify(&texts, &labels, &opts)).unwrap();
+    assert_eq!(got.usage.decoder_passes, want.usage.decoder_passes);
+    assert_eq!(got.usage.prompt_tokens, want.usage.prompt_tokens);
+    for (g, w) in got.results.iter().zip(&want.results) {
+        for s in w {
+            let x = g.iter().find(|x| x.label == s.label).unwrap().score;
+            assert!(
+                (x - s.score).abs() < 1e-4,
+                "{}: GPU {x} vs CPU {}",
+                s.label,
+                s.score
+            );
+        }
+    }
 }

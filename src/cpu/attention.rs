@@ -8,6 +8,7 @@ use crate::backend::AttnParams;
 use crate::error::{Error, Result};
 
 /// One layer's cached keys and values, `n_slots` rows of `n_head_kv · head_dim`.
+#[derive(Clone)]
 pub struct KvCache {
     k: Vec<f32>,
     v: Vec<f32>,
@@ -49,6 +50,51 @@ pub fn attend(
     p: AttnParams,
 ) -> Result<Act> {
     let n_tok = pos.len();
+    check_shapes(q, k, v, kv, n_tok, p)?;
+    if let Some(t) = (1..n_tok).find(|&t| pos[t] != pos[t - 1] + 1) {
+        return Err(Error::Backend(format!(
+            "attention: positions not consecutive at row {t}"
+        )));
+    }
+    let first = pos.first().copied().unwrap_or(0);
+    let out = attend_rows(q, k, v, kv, first, &vec![0; n_tok], p);
+    let kv_w = kv.width;
+    for (t, &p) in pos.iter().enumerate() {
+        kv.write(
+            p,
+            &k.data[t * kv_w..(t + 1) * kv_w],
+            &v.data[t * kv_w..(t + 1) * kv_w],
+        );
+    }
+    Ok(out)
+}
+
+/// Branches after the cache: consecutive runs of `lens` rows, each at positions `first..`
+/// (every branch continues the same cached prefix). A row sees the cache's positions before
+/// `first` and the earlier rows of its own branch; nothing enters the cache, so the prefix
+/// serves every branch, and the next call.
+pub fn attend_branches(
+    q: &Act,
+    k: &Act,
+    v: &Act,
+    kv: &KvCache,
+    first: usize,
+    lens: &[usize],
+    p: AttnParams,
+) -> Result<Act> {
+    let starts = crate::backend::branch_starts(lens);
+    check_shapes(q, k, v, kv, starts.len(), p)?;
+    Ok(attend_rows(q, k, v, kv, first, &starts, p))
+}
+
+fn check_shapes(
+    q: &Act,
+    k: &Act,
+    v: &Act,
+    kv: &KvCache,
+    n_tok: usize,
+    p: AttnParams,
+) -> Result<()> {
     let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
     let kv_w = n_kv * hd;
     if q.width != n_head * hd || k.width != kv_w || v.width != kv_w || kv.width != kv_w {
@@ -56,18 +102,35 @@ pub fn attend(
             "attention: widths disagree with the head layout".into(),
         ));
     }
-    if q.n_tok() != n_tok || k.n_tok() != n_tok || v.n_tok() != n_tok || n_head % n_kv != 0 {
+    if q.n_tok() != n_tok
+        || k.n_tok() != n_tok
+        || v.n_tok() != n_tok
+        || n_kv == 0
+        || n_head % n_kv != 0
+    {
         return Err(Error::Backend("attention: row counts disagree".into()));
     }
-    if let Some(t) = (1..n_tok).find(|&t| pos[t] != pos[t - 1] + 1) {
-        return Err(Error::Backend(format!(
-            "attention: positions not consecutive at row {t}"
-        )));
-    }
+    Ok(())
+}
+
+/// Row `t` of `q` is at position `first + t - starts[t]`; it sees the cached positions
+/// before `first` and this call's rows `starts[t]..=t` (one run of consecutive positions
+/// from `first`), causal and windowed.
+fn attend_rows(
+    q: &Act,
+    k: &Act,
+    v: &Act,
+    kv: &KvCache,
+    first: usize,
+    starts: &[usize],
+    p: AttnParams,
+) -> Act {
+    let n_tok = starts.len();
+    let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let kv_w = n_kv * hd;
     let group = n_head / n_kv;
     let visible = |pq: usize, pk: usize| pk <= pq && pq - pk < p.window;
-    // Cached keys visible to at least one query of this chunk, in slot order.
-    let first = pos.first().copied().unwrap_or(0);
+    // Cached keys visible to at least one query of this call, in slot order.
     let cached: Vec<(usize, usize)> = kv
         .pos
         .iter()
@@ -77,12 +140,13 @@ pub fn attend(
     let mut out = vec![0f32; n_tok * n_head * hd];
     let mut scores: Vec<f32> = Vec::with_capacity(cached.len() + n_tok);
     for t in 0..n_tok {
-        let pq = pos[t];
+        let b0 = starts[t];
+        let pq = first + t - b0;
         for h in 0..n_head {
             let kh = h / group;
             let qv = &q.data[t * q.width + h * hd..t * q.width + (h + 1) * hd];
             scores.clear();
-            // (key row source, score): cached slots first, then this chunk's rows ≤ t.
+            // Cached slots first, then this call's rows of t's run up to t.
             for &(s, pk) in &cached {
                 if visible(pq, pk) {
                     scores.push(
@@ -92,8 +156,8 @@ pub fn attend(
                     scores.push(f32::NEG_INFINITY);
                 }
             }
-            for (j, &pk) in pos.iter().enumerate().take(t + 1) {
-                if visible(pq, pk) {
+            for j in b0..=t {
+                if visible(pq, first + j - b0) {
                     scores.push(
                         dot(qv, &k.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd]) * p.scale,
                     );
@@ -115,25 +179,18 @@ pub fn attend(
                     axpy(o, w, &kv.v[s * kv_w + kh * hd..s * kv_w + (kh + 1) * hd]);
                 }
             }
-            for j in 0..=t {
-                let w = scores[cached.len() + j] * inv;
+            for j in b0..=t {
+                let w = scores[cached.len() + j - b0] * inv;
                 if w != 0.0 {
                     axpy(o, w, &v.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd]);
                 }
             }
         }
     }
-    for (t, &p) in pos.iter().enumerate() {
-        kv.write(
-            p,
-            &k.data[t * kv_w..(t + 1) * kv_w],
-            &v.data[t * kv_w..(t + 1) * kv_w],
-        );
-    }
-    Ok(Act {
+    Act {
         data: out,
         width: n_head * hd,
-    })
+    }
 }
 
 /// Bidirectional attention within each of the consecutive sequences of `lens` rows (an
@@ -194,4 +251,75 @@ pub fn attend_packed(q: &Act, k: &Act, v: &Act, lens: &[usize], p: AttnParams) -
         data: out,
         width: n_head * hd,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(rng: &mut crate::sampler::Rng, n: usize, width: usize) -> Act {
+        Act {
+            data: (0..n * width).map(|_| rng.normal()).collect(),
+            width,
+        }
+    }
+
+    /// Branches after a prefix equal each branch run alone after that prefix, on a copy of
+    /// the cache, bit for bit: grouped heads, a global layer and a sliding window whose ring
+    /// has wrapped; and the cache is left as the prefix made it.
+    #[test]
+    fn branches_equal_each_branch_alone_after_the_prefix() {
+        let mut rng = crate::sampler::Rng::new(7);
+        for (window, slots, prefix) in [(usize::MAX, 64, 11), (6, 6, 13)] {
+            let p = AttnParams {
+                n_head: 4,
+                n_head_kv: 2,
+                head_dim: 8,
+                scale: 0.3,
+                window,
+            };
+            let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
+            let mut kv = KvCache::new(slots, kw);
+            let pos: Vec<usize> = (0..prefix).collect();
+            let (q, k, v) = (
+                random(&mut rng, prefix, qw),
+                random(&mut rng, prefix, kw),
+                random(&mut rng, prefix, kw),
+            );
+            attend(&q, &k, &v, &mut kv, &pos, p).unwrap();
+            let lens = [3, 1, 5, 2];
+            let n: usize = lens.iter().sum();
+            let (q, k, v) = (
+                random(&mut rng, n, qw),
+                random(&mut rng, n, kw),
+                random(&mut rng, n, kw),
+            );
+            let before = kv.clone();
+            let got = attend_branches(&q, &k, &v, &kv, prefix, &lens, p).unwrap();
+            assert_eq!(kv.pos, before.pos, "the cache is untouched");
+            let mut at = 0;
+            for len in lens {
+                let rows = |a: &Act, w: usize| Act {
+                    data: a.data[at * w..(at + len) * w].to_vec(),
+                    width: w,
+                };
+                let pos: Vec<usize> = (prefix..prefix + len).collect();
+                let alone = attend(
+                    &rows(&q, qw),
+                    &rows(&k, kw),
+                    &rows(&v, kw),
+                    &mut before.clone(),
+                    &pos,
+                    p,
+                )
+                .unwrap();
+                assert_eq!(
+                    alone.data,
+                    got.data[at * qw..(at + len) * qw],
+                    "window {window}, branch at row {at}"
+                );
+                at += len;
+            }
+        }
+    }
 }

@@ -261,6 +261,19 @@ impl Backend for CpuBackend {
         attention::attend(q, k, v, kv, pos, p)
     }
 
+    fn attention_branches(
+        &mut self,
+        q: &Act,
+        k: &Act,
+        v: &Act,
+        kv: &KvCache,
+        first: usize,
+        lens: &[usize],
+        p: AttnParams,
+    ) -> Result<Act> {
+        attention::attend_branches(q, k, v, kv, first, lens, p)
+    }
+
     fn attention_packed(
         &mut self,
         q: &Act,

@@ -60,7 +60,8 @@ pub struct GpuBackend {
 /// Rotary cos/sin in the arena: for (first position, rows, the rope's key), the recorder
 /// generation it was put in and its range.
 struct RopeCs {
-    key: (usize, usize, u64),
+    /// Digest of the positions, their count, the rope's key.
+    key: (u64, usize, u64),
     generation: u64,
     range: (u64, u64),
 }
@@ -300,11 +301,6 @@ impl Backend for GpuBackend {
         if pos.is_empty() {
             return Err(Error::Backend("rope: no rows".into()));
         }
-        if let Some(t) = (1..pos.len()).find(|&t| pos[t] != pos[t - 1] + 1) {
-            return Err(Error::Backend(format!(
-                "rope: positions not consecutive at row {t}"
-            )));
-        }
         // cos/sin in f64, as the CPU backend computes them; once per recording for all the
         // layers (and q and k) that share the positions and rope.
         // Room for the params first: a submission between finding a range and binding it
@@ -312,7 +308,11 @@ impl Backend for GpuBackend {
         self.rec.reserve(&self.gpu, 16, 1);
         let generation = self.rec.generation;
         self.rope_cs.retain(|e| e.generation == generation);
-        let key = (pos[0], pos.len(), rope.key);
+        // Rows at any positions (branches restart theirs); the key is their digest.
+        let digest = pos.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &p| {
+            (h ^ p as u64).wrapping_mul(0x0100_0000_01b3)
+        });
+        let key = (digest, pos.len(), rope.key);
         let range = match self.rope_cs.iter().find(|e| e.key == key) {
             Some(e) => e.range,
             None => {
@@ -433,6 +433,72 @@ impl Backend for GpuBackend {
             n_keys as u32,
             n_slots as u32,
         );
+        Ok(out)
+    }
+
+    fn attention_branches(
+        &mut self,
+        q: &GpuTensor,
+        k: &GpuTensor,
+        v: &GpuTensor,
+        kv: &GpuKv,
+        first: usize,
+        lens: &[usize],
+        p: AttnParams,
+    ) -> Result<GpuTensor> {
+        use crate::gpu::kernels::attention::{
+            BranchBuffers, BRANCHES_GROUP_MAX, BRANCHES_HEAD_DIM_MAX,
+        };
+        let n_tok: usize = lens.iter().sum();
+        let kv_w = p.n_head_kv * p.head_dim;
+        if q.width != p.n_head * p.head_dim
+            || k.width != kv_w
+            || v.width != kv_w
+            || kv.width != kv_w
+            || q.n_tok != n_tok
+            || k.n_tok != n_tok
+            || v.n_tok != n_tok
+            || p.n_head_kv == 0
+            || !p.n_head.is_multiple_of(p.n_head_kv)
+            || p.n_head / p.n_head_kv > BRANCHES_GROUP_MAX
+            || p.head_dim > BRANCHES_HEAD_DIM_MAX
+            || n_tok == 0
+            || n_tok > 65_535
+            || p.n_head_kv > 65_535
+        {
+            return Err(Error::Backend("attention_branches: shapes disagree".into()));
+        }
+        self.gpu.check()?;
+        let starts: Vec<u32> = crate::backend::branch_starts(lens)
+            .into_iter()
+            .map(|s| s as u32)
+            .collect();
+        let range = self.put(&bytes_of(&starts, u32::to_le_bytes), 64);
+        let out = self.tensor(n_tok, p.n_head * p.head_dim);
+        let d = AttnDispatch {
+            n_tok: n_tok as u32,
+            n_head: p.n_head as u32,
+            n_head_kv: p.n_head_kv as u32,
+            head_dim: p.head_dim as u32,
+            n_cached: kv.n_slots.min(first) as u32,
+            first: first as u32,
+            window: p.window.min(u32::MAX as usize) as u32,
+            scale: p.scale,
+        };
+        let arena = self.rec.arena();
+        let b = BranchBuffers {
+            q: &q.buf,
+            k: &k.buf,
+            v: &v.buf,
+            k_cache: &kv.k,
+            v_cache: &kv.v,
+            slot_pos: &kv.pos_buf,
+            starts: arena.range(range),
+            out: &out.buf,
+        };
+        self.k
+            .attention_branches
+            .encode(&self.gpu, &mut self.rec, b, d);
         Ok(out)
     }
 

@@ -61,6 +61,10 @@ pub const KERNELS: &[Shader] = &[
         text: include_str!("shaders/layer_norm.wgsl"),
     },
     Shader {
+        name: "attention_branches",
+        text: include_str!("shaders/attention_branches.wgsl"),
+    },
+    Shader {
         name: "attention_packed",
         text: include_str!("shaders/attention_packed.wgsl"),
     },

@@ -3,7 +3,7 @@
 //! head tied to the token embedding. The (1 + w) of Gemma's RMSNorm is already baked into the
 //! GGUF norm weights.
 
-use super::{Cache, Progress, Want};
+use super::{Cache, Progress, Rows, Span, Want};
 use crate::backend::{AttnParams, Backend, Glu, Rope};
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -111,11 +111,18 @@ impl<B: Backend> Gemma3<B> {
         })
     }
 
-    /// Run `ids` at positions `cache.n_past..` and return the final-normed hidden states
-    /// `(n_tok, n_embd)`. The caller chunks long prompts.
-    pub fn forward(&self, be: &mut B, ids: &[u32], cache: &mut Cache<B>) -> Result<B::Tensor> {
+    /// Run `ids` placed by `rows` after what `cache` holds and return the final-normed hidden
+    /// states `(n_tok, n_embd)`. The caller chunks long prompts.
+    pub fn forward(
+        &self,
+        be: &mut B,
+        ids: &[u32],
+        rows: Rows,
+        cache: &mut Cache<B>,
+    ) -> Result<B::Tensor> {
         let c = &self.cfg;
-        let pos = super::positions(c, cache, ids.len())?;
+        let span = Span::new(c, cache, ids.len(), rows)?;
+        let pos = &span.pos;
         let mut x = be.embed(&self.token_embd, ids, c.embd_scale)?; // (n_tok, n_embd)
         for (il, (l, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             let global = c.is_global(il);
@@ -131,8 +138,8 @@ impl<B: Backend> Gemma3<B> {
             } else {
                 &self.rope_local
             };
-            let q = be.rope(&q, &pos, rope)?;
-            let k = be.rope(&k, &pos, rope)?;
+            let q = be.rope(&q, pos, rope)?;
+            let k = be.rope(&k, pos, rope)?;
             let p = AttnParams {
                 n_head: c.n_head,
                 n_head_kv: c.n_head_kv,
@@ -140,7 +147,7 @@ impl<B: Backend> Gemma3<B> {
                 scale: c.attn_scale,
                 window: c.window(il).unwrap_or(usize::MAX),
             };
-            let a = be.attention(&q, &k, &v, kv, &pos, p)?; // (n_tok, n_head * head_dim)
+            let a = span.attend(be, &q, &k, &v, kv, p)?; // (n_tok, n_head * head_dim)
             let a = be.matmul(&a, &l.wo)?; // (n_tok, n_embd)
             x = be.add_rms_norm(&x, &a, &l.post_attn_norm, c.rms_eps)?; // residual
                                                                         // feed-forward
@@ -151,7 +158,7 @@ impl<B: Backend> Gemma3<B> {
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
             x = be.add_rms_norm(&x, &f, &l.post_ffn_norm, c.rms_eps)?; // residual
         }
-        cache.n_past += ids.len();
+        span.done(cache);
         be.rms_norm(&x, &self.output_norm, c.rms_eps)
     }
 

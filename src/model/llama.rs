@@ -5,7 +5,7 @@
 //! `rope_freqs.weight` frequency factors), Qwen2/2.5 (NeoX RoPE, q/k/v biases), Qwen3 (NeoX
 //! RoPE, q and k RMS-normed per head before RoPE).
 
-use super::{host_vector, Cache, Progress, Want};
+use super::{host_vector, Cache, Progress, Rows, Span, Want};
 use crate::backend::{AttnParams, Backend, Rope};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -138,11 +138,18 @@ impl<B: Backend> Llama<B> {
         })
     }
 
-    /// Run `ids` at positions `cache.n_past..` and return the final-normed hidden states
-    /// `(n_tok, n_embd)`. The caller chunks long prompts.
-    pub fn forward(&self, be: &mut B, ids: &[u32], cache: &mut Cache<B>) -> Result<B::Tensor> {
+    /// Run `ids` placed by `rows` after what `cache` holds and return the final-normed hidden
+    /// states `(n_tok, n_embd)`. The caller chunks long prompts.
+    pub fn forward(
+        &self,
+        be: &mut B,
+        ids: &[u32],
+        rows: Rows,
+        cache: &mut Cache<B>,
+    ) -> Result<B::Tensor> {
         let c = &self.cfg;
-        let pos = super::positions(c, cache, ids.len())?;
+        let span = Span::new(c, cache, ids.len(), rows)?;
+        let pos = &span.pos;
         let bias = |be: &mut B, x: B::Tensor, b: &Option<B::Weight>| match b {
             Some(b) => be.add_bias(&x, b),
             None => Ok(x),
@@ -163,8 +170,8 @@ impl<B: Backend> Llama<B> {
             let v = bias(be, v, &l.bv)?;
             let q = norm(be, q, &l.q_norm)?; // per head
             let k = norm(be, k, &l.k_norm)?; // per head
-            let q = be.rope(&q, &pos, &self.rope)?;
-            let k = be.rope(&k, &pos, &self.rope)?;
+            let q = be.rope(&q, pos, &self.rope)?;
+            let k = be.rope(&k, pos, &self.rope)?;
             let p = AttnParams {
                 n_head: c.n_head,
                 n_head_kv: c.n_head_kv,
@@ -172,7 +179,7 @@ impl<B: Backend> Llama<B> {
                 scale: c.attn_scale,
                 window: c.window(il).unwrap_or(usize::MAX),
             };
-            let a = be.attention(&q, &k, &v, kv, &pos, p)?; // (n_tok, n_head * head_dim)
+            let a = span.attend(be, &q, &k, &v, kv, p)?; // (n_tok, n_head * head_dim)
             let a = be.matmul(&a, &l.wo)?; // (n_tok, n_embd)
             x = be.add(&x, &a)?; // residual
                                  // feed-forward
@@ -183,7 +190,7 @@ impl<B: Backend> Llama<B> {
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
             x = be.add(&x, &f)?; // residual
         }
-        cache.n_past += ids.len();
+        span.done(cache);
         be.rms_norm(&x, &self.output_norm, c.rms_eps)
     }
 

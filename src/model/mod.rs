@@ -6,7 +6,7 @@ pub mod bert;
 pub mod gemma3;
 pub mod llama;
 
-use crate::backend::Backend;
+use crate::backend::{AttnParams, Backend};
 use crate::config::{Family, ModelConfig};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, Gguf, TensorInfo};
@@ -73,9 +73,31 @@ impl<B: Backend> Model<B> {
 
     /// Run `ids` after what `cache` holds: the hidden states `(ids.len(), n_embd)`.
     pub fn forward(&self, be: &mut B, ids: &[u32], cache: &mut Cache<B>) -> Result<B::Tensor> {
+        self.forward_rows(be, ids, Rows::Next, cache)
+    }
+
+    /// Run `ids` as branches of `lens` ids, each continuing what `cache` holds, which keeps
+    /// only that: the hidden states `(ids.len(), n_embd)`, a branch's rows together.
+    pub fn forward_branches(
+        &self,
+        be: &mut B,
+        ids: &[u32],
+        lens: &[usize],
+        cache: &mut Cache<B>,
+    ) -> Result<B::Tensor> {
+        self.forward_rows(be, ids, Rows::Branches(lens), cache)
+    }
+
+    fn forward_rows(
+        &self,
+        be: &mut B,
+        ids: &[u32],
+        rows: Rows,
+        cache: &mut Cache<B>,
+    ) -> Result<B::Tensor> {
         match self {
-            Self::Gemma3(m) => m.forward(be, ids, cache),
-            Self::Llama(m) => m.forward(be, ids, cache),
+            Self::Gemma3(m) => m.forward(be, ids, rows, cache),
+            Self::Llama(m) => m.forward(be, ids, rows, cache),
             Self::Bert(_) => Err(not_a_decoder()),
         }
     }
@@ -107,17 +129,82 @@ fn not_a_decoder() -> Error {
     )
 }
 
-/// The positions of `n` tokens after what `cache` holds, or the typed error when they pass
-/// the context; `cache.n_past` becomes the end once the forward pass has run.
-pub fn positions<B: Backend>(cfg: &ModelConfig, cache: &Cache<B>, n: usize) -> Result<Vec<usize>> {
-    let needed = cache.n_past + n;
-    if needed > cfg.n_ctx {
-        return Err(Error::ContextFull {
-            needed,
-            n_ctx: cfg.n_ctx,
-        });
+/// Where a forward pass's rows go.
+#[derive(Clone, Copy, Debug)]
+pub enum Rows<'a> {
+    /// After what the cache holds, and into it.
+    Next,
+    /// Consecutive runs of `lens` rows, each continuing what the cache holds (which keeps
+    /// only that prefix): many continuations of one prompt in one pass.
+    Branches(&'a [usize]),
+}
+
+/// The positions of a forward pass's rows and how they attend, checked against the context.
+pub struct Span<'a> {
+    pub pos: Vec<usize>,
+    first: usize,
+    branches: Option<&'a [usize]>,
+}
+
+impl<'a> Span<'a> {
+    /// The span of `n` rows placed by `rows` after what `cache` holds, or the typed error
+    /// when they pass the context.
+    pub fn new<B: Backend>(
+        cfg: &ModelConfig,
+        cache: &Cache<B>,
+        n: usize,
+        rows: Rows<'a>,
+    ) -> Result<Self> {
+        let first = cache.n_past;
+        let (pos, branches) = match rows {
+            Rows::Next => ((first..first + n).collect::<Vec<_>>(), None),
+            Rows::Branches(lens) => {
+                if lens.iter().sum::<usize>() != n {
+                    return Err(Error::Backend(
+                        "forward: the branches' lengths disagree with the rows".into(),
+                    ));
+                }
+                let pos = lens.iter().flat_map(|&len| first..first + len).collect();
+                (pos, Some(lens))
+            }
+        };
+        let needed = pos.iter().map(|&p| p + 1).max().unwrap_or(first);
+        if needed > cfg.n_ctx {
+            return Err(Error::ContextFull {
+                needed,
+                n_ctx: cfg.n_ctx,
+            });
+        }
+        Ok(Self {
+            pos,
+            first,
+            branches,
+        })
     }
-    Ok((cache.n_past..needed).collect())
+
+    /// One layer's attention of the span's rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attend<B: Backend>(
+        &self,
+        be: &mut B,
+        q: &B::Tensor,
+        k: &B::Tensor,
+        v: &B::Tensor,
+        kv: &mut B::Kv,
+        p: AttnParams,
+    ) -> Result<B::Tensor> {
+        match self.branches {
+            None => be.attention(q, k, v, kv, &self.pos, p),
+            Some(lens) => be.attention_branches(q, k, v, kv, self.first, lens, p),
+        }
+    }
+
+    /// After the pass: the cache holds the rows that entered it.
+    pub fn done<B: Backend>(&self, cache: &mut Cache<B>) {
+        if self.branches.is_none() {
+            cache.n_past += self.pos.len();
+        }
+    }
 }
 
 /// A tensor a family reads: its name, its dims as ggml lists them (fastest first) and

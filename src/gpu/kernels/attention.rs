@@ -1,7 +1,9 @@
 //! Attention of a chunk of queries over the KV cache and the chunk's own keys
 //! (shaders/attention.wgsl: `scores`, then `mix`), then the chunk's keys and values into the
 //! cache (shaders/kv_write.wgsl), and the empty cache (shaders/fill.wgsl); an encoder's
-//! bidirectional attention within packed sequences (shaders/attention_packed.wgsl).
+//! bidirectional attention within packed sequences (shaders/attention_packed.wgsl); branches
+//! after a cached prefix, which read the cache and write nothing to it
+//! (shaders/attention_branches.wgsl).
 
 use super::{grid, Bind, Recorder};
 use crate::error::Result;
@@ -191,6 +193,58 @@ impl AttentionPacked {
             &[q.into(), k.into(), v.into(), bounds, out.into()],
             &words,
             (gx, gy),
+        );
+    }
+}
+
+/// Branches after a cached prefix (many continuations of one prompt in one pass).
+pub struct AttentionBranches {
+    pipeline: wgpu::ComputePipeline,
+}
+
+/// Values per head and query heads per KV head [`AttentionBranches`] takes (HEAD_DIM_MAX and
+/// GMAX in attention_branches.wgsl).
+pub const BRANCHES_HEAD_DIM_MAX: usize = 256;
+pub const BRANCHES_GROUP_MAX: usize = 8;
+
+/// The buffers of one branches call.
+pub struct BranchBuffers<'a> {
+    pub q: &'a wgpu::Buffer,
+    pub k: &'a wgpu::Buffer,
+    pub v: &'a wgpu::Buffer,
+    pub k_cache: &'a wgpu::Buffer,
+    pub v_cache: &'a wgpu::Buffer,
+    pub slot_pos: &'a wgpu::Buffer,
+    /// Each row's first row of its run (in the arena).
+    pub starts: Bind<'a>,
+    pub out: &'a wgpu::Buffer,
+}
+
+impl AttentionBranches {
+    pub fn new(gpu: &Gpu) -> Result<Self> {
+        let layout = super::layout(gpu, 8, 7, Some(6));
+        Ok(Self {
+            pipeline: super::pipeline(gpu, "attention_branches", None, "main", &layout)?,
+        })
+    }
+
+    /// `b.out` from q, k, v over the cache's first `p.n_cached` slots.
+    pub fn encode(&self, gpu: &Gpu, rec: &mut Recorder, b: BranchBuffers, p: AttnDispatch) {
+        rec.dispatch(
+            gpu,
+            &self.pipeline,
+            &[
+                b.q.into(),
+                b.k.into(),
+                b.v.into(),
+                b.k_cache.into(),
+                b.v_cache.into(),
+                b.slot_pos.into(),
+                b.starts,
+                b.out.into(),
+            ],
+            &p.words(),
+            (p.n_tok, p.n_head_kv),
         );
     }
 }

@@ -384,6 +384,7 @@ pub struct Kernels {
     pub elementwise: elementwise::Elementwise,
     pub attention: attention::Attention,
     pub attention_packed: attention::AttentionPacked,
+    pub attention_branches: attention::AttentionBranches,
     pub topk: topk::TopK,
 }
 
@@ -398,6 +399,7 @@ impl Kernels {
             elementwise: elementwise::Elementwise::new(gpu)?,
             attention: attention::Attention::new(gpu)?,
             attention_packed: attention::AttentionPacked::new(gpu)?,
+            attention_branches: attention::AttentionBranches::new(gpu)?,
             topk: topk::TopK::new(gpu)?,
         })
     }
