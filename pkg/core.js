@@ -15,7 +15,7 @@ const PROGRESS_STEP = 1 << 20;
 /** Option names of generate(), as JS spells them → as the engine spells them. */
 const GENERATE_OPTIONS = {
   maxTokens: 'maxTokens', temperature: 'temperature', topK: 'topK', topP: 'topP', minP: 'minP',
-  repetitionPenalty: 'repetitionPenalty', presencePenalty: 'presencePenalty',
+  repetitionPenalty: 'repetitionPenalty', presencePenalty: 'presencePenalty', frequencyPenalty: 'frequencyPenalty',
   penaltyLastN: 'penaltyLastN', seed: 'seed', stop: 'stop', stopTokens: 'stopTokens',
 };
 
@@ -37,7 +37,7 @@ export function engineOptions(options = {}) {
       throw new KerzeError('InvalidArgumentError', `${k} must be a non-negative integer, got ${out[k]}`);
     }
   }
-  for (const k of ['temperature', 'topP', 'minP', 'repetitionPenalty', 'presencePenalty']) {
+  for (const k of ['temperature', 'topP', 'minP', 'repetitionPenalty', 'presencePenalty', 'frequencyPenalty']) {
     if (k in out && !(typeof out[k] === 'number' && Number.isFinite(out[k]))) {
       throw new KerzeError('InvalidArgumentError', `${k} must be a finite number, got ${out[k]}`);
     }

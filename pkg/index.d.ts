@@ -124,7 +124,7 @@ export interface RouteTag {
 }
 
 export interface EngineInfo {
-  /** 'cloud': the local model does not run (the fallback answers chat completions). */
+  /** 'cloud': the local model does not run (the fallback answers generation and chat). */
   backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' | 'cloud';
   /** Why this backend was chosen. */
   reason: string;
@@ -179,12 +179,21 @@ export interface GenerateOptions {
   stopTokens?: number[];
   /** Stops the generation within one step; the engine stays usable. */
   signal?: AbortSignal;
+  /**
+   * Where it runs: 'auto' (the default: locally, or through the fallback endpoint where its
+   * `when` covers the case, also midway), 'local' or 'cloud'. A plain prompt goes to the
+   * endpoint's `/completions`; token ids stay local.
+   */
+  route?: 'auto' | 'local' | 'cloud';
 }
 
 /** One streamed piece: whole UTF-8 characters. */
 export interface Chunk {
   text: string;
-  tokenId: number;
+  /** Absent on pieces from the fallback endpoint. */
+  tokenId?: number;
+  /** Where this piece came from and why. */
+  kerze: RouteTag;
 }
 
 export interface Usage {
@@ -206,7 +215,10 @@ export type FinishReason = 'stop' | 'length' | 'context_full';
 export interface GenerateResult {
   finishReason: FinishReason | null;
   usage: Usage;
+  /** The generated ids (empty for an answer from the fallback endpoint). */
   ids: number[];
+  /** The route of the end of the answer (the fallback's when it took over midway). */
+  kerze: RouteTag;
 }
 
 export interface Completion extends GenerateResult {

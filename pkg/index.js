@@ -10,86 +10,16 @@ import { KerzeError, abortError, ERROR_NAMES } from './protocol.js';
 import { catalog } from './catalog.js';
 import { engineOptions } from './core.js';
 import { InThreadTransport, WorkerTransport, chooseThreads, _setWorkerUrl } from './transport.js';
-import { openModelCache } from './cache.js';
+import { checkDevice, resolveModel, checkSupport, folderUrl, cache } from './model.js';
 import { SearchIndex } from './search.js';
-import { SIMD_PROBE, beacon, checkProbeOptions, probeSpec } from './probe.js';
-import { Cloud, fallbackOptions } from './route.js';
+import { beacon, checkProbeOptions, probeSpec } from './probe.js';
+import { RemoteTransport, fallbackOptions } from './route.js';
 import {
   chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter,
   embeddingsOptions, embeddingsResponse,
 } from './openai.js';
 
-export { KerzeError, ERROR_NAMES, catalog, ThinkSplitter, _setWorkerUrl };
-
-const DEVICES = ['auto', 'cpu', 'webgpu'];
-const SHA256 = /^[0-9a-f]{64}$/;
-
-function baseUrl() {
-  return globalThis.document?.baseURI ?? globalThis.location?.href;
-}
-
-/**
- * A model option → what the loader needs: { key, url, sha256, bytes, name } or { data }.
- * Catalog ids resolve to the catalog's URL; `{ url, sha256 }` works for any GGUF.
- */
-export function resolveModel(model) {
-  if (typeof model === 'string') {
-    const e = catalog[model];
-    if (!e) {
-      throw new KerzeError('InvalidArgumentError',
-        `unknown model id '${model}': known ids are ${Object.keys(catalog).join(', ')}; or pass { url, sha256 }`);
-    }
-    if (!e.url) {
-      throw new KerzeError('InvalidArgumentError',
-        `catalog model '${model}' has no public URL kerze verified: host ${e.file} yourself and pass { id: '${model}', url } (its size and sha256 come from the catalog)`);
-    }
-    return {
-      key: e.sha256, url: e.url, sha256: e.sha256, bytes: e.bytes, name: model,
-      peakBytes: e.peakBytes, largestTensorBytes: e.largestTensorBytes,
-    };
-  }
-  if (model instanceof ArrayBuffer || ArrayBuffer.isView(model)) {
-    const data = model instanceof ArrayBuffer ? new Uint8Array(model)
-      : new Uint8Array(model.buffer, model.byteOffset, model.byteLength);
-    return { data, name: 'bytes' };
-  }
-  if (model && typeof model === 'object' && typeof model.url === 'string') {
-    let url;
-    try {
-      url = new URL(model.url, baseUrl()).href;
-    } catch {
-      throw new KerzeError('InvalidArgumentError', `model.url '${model.url}' is not a URL`);
-    }
-    const known = model.id != null ? catalog[model.id] : null;
-    const sha256 = (model.sha256 ?? known?.sha256 ?? null)?.toLowerCase() ?? null;
-    if (sha256 != null && !SHA256.test(sha256)) {
-      throw new KerzeError('InvalidArgumentError', 'model.sha256 must be 64 hex digits');
-    }
-    const bytes = model.bytes ?? known?.bytes ?? null;
-    if (bytes != null && !(Number.isSafeInteger(bytes) && bytes > 0)) {
-      throw new KerzeError('InvalidArgumentError', 'model.bytes must be a positive integer');
-    }
-    const name = model.name ?? model.id ?? decodeURIComponent(new URL(url).pathname.split('/').pop() || url);
-    const same = known && (sha256 == null || sha256 === known.sha256);
-    return {
-      key: sha256 ?? url, url, sha256, bytes, name,
-      peakBytes: same ? known.peakBytes : undefined, largestTensorBytes: same ? known.largestTensorBytes : undefined,
-    };
-  }
-  throw new KerzeError('InvalidArgumentError',
-    "model must be a catalog id (e.g. 'gemma-3-270m'), { url, sha256 }, or the file's bytes");
-}
-
-/** Throws UnsupportedDeviceError where the engine cannot run at all. */
-export function checkSupport() {
-  if (typeof WebAssembly !== 'object' || typeof WebAssembly.validate !== 'function') {
-    throw new KerzeError('UnsupportedDeviceError', 'this browser has no WebAssembly');
-  }
-  if (!WebAssembly.validate(SIMD_PROBE)) {
-    throw new KerzeError('UnsupportedDeviceError',
-      'this browser lacks WebAssembly SIMD (Chrome 91+, Firefox 89+, Safari 16.4+ have it)');
-  }
-}
+export { KerzeError, ERROR_NAMES, catalog, ThinkSplitter, _setWorkerUrl, resolveModel, checkSupport, cache };
 
 // ---------------------------------------------------------------------------------------
 
@@ -112,6 +42,67 @@ function closing(outer, inner) {
     return ret(v);
   };
   return outer;
+}
+
+/**
+ * The pieces of one `generate` request on transport `t` as an async generator whose result is
+ * the request's; ending it early aborts the request and waits until the engine is free.
+ */
+async function* pieces(t, args, outer) {
+  const link = linkSignals(outer);
+  const queue = [];
+  let wake = null;
+  let done = false;
+  let error = null;
+  let result;
+  const running = t.request('generate', args, {
+    signal: link.signal,
+    onChunk: (c) => {
+      queue.push(c);
+      wake?.();
+    },
+  }).then((r) => {
+    result = r;
+  }, (e) => {
+    error = e;
+  }).finally(() => {
+    done = true;
+    wake?.();
+  });
+  try {
+    for (;;) {
+      if (link.signal.aborted) {
+        // Chunks the worker produced before it saw the abort are dropped; wait until the
+        // engine is free, so the next call finds it idle.
+        await running;
+        throw abortError(link.signal);
+      }
+      if (queue.length) {
+        yield queue.shift();
+        continue;
+      }
+      if (done) {
+        if (error) throw error;
+        return result;
+      }
+      await new Promise((r) => {
+        wake = r;
+      });
+      wake = null;
+    }
+  } finally {
+    if (!done) {
+      // Stopped early (the consumer, or a switch of route): stop this request too.
+      link.abort();
+      await running;
+    }
+    link.unlink();
+  }
+}
+
+/** Whether the endpoint can continue a generation of `input` (token ids cannot go there). */
+function canContinue(input) {
+  return Boolean(input.messages) || typeof input.prompt === 'string';
 }
 
 function promptInput(prompt) {
@@ -271,9 +262,12 @@ export class Engine {
     }
   }
 
-  /** Where a chat request goes, and why (`asked`: the request's route). */
-  #decide(asked) {
+  /** Where a request goes, and why (`asked`: the request's route). */
+  #decide(asked = 'auto') {
     const cloud = this.#cloud;
+    if (!['auto', 'local', 'cloud'].includes(asked)) {
+      throw new KerzeError('InvalidArgumentError', `route must be 'auto', 'local' or 'cloud', not '${asked}'`);
+    }
     if (asked === 'cloud') {
       if (!cloud) throw new KerzeError('InvalidArgumentError', "route 'cloud' needs a fallback endpoint (createEngine({ fallback }))");
       return { route: 'cloud', reason: "route 'cloud' was asked for" };
@@ -288,216 +282,153 @@ export class Engine {
     return { route: 'local', reason: `on this device (${this.info.backend})` };
   }
 
+  /** The route of a generation: waits for a loading model when 'local' is asked for. */
+  async #routeOf(asked) {
+    if (this.#disposed) throw new KerzeError('DisposedError', 'this engine was disposed');
+    if (this.#notLocal?.startsWith('loading') && asked === 'local') await this.#ready;
+    return this.#decide(asked);
+  }
+
   #check() {
     if (this.#disposed) throw new KerzeError('DisposedError', 'this engine was disposed');
     if (!this.#t) {
       throw new KerzeError('UnsupportedDeviceError',
-        `the local model does not run here (${this.#notLocal}); the fallback answers chat.completions.create only`);
+        `the local model does not run here (${this.#notLocal}); the fallback answers generation only`);
     }
   }
 
-  /** Stream the continuation of `prompt`: an AsyncIterable of { text, tokenId }. */
-  generate(prompt, options = {}) {
-    return this.#stream(prompt, options, null);
+  /**
+   * Stream the continuation of `prompt`: an AsyncIterable of { text, tokenId, kerze }, whose
+   * result is { finishReason, usage, ids, kerze }. `route: 'auto' | 'local' | 'cloud'`.
+   */
+  generate(prompt, { route = 'auto', ...options } = {}) {
+    return this.#generate(prompt, route, options);
   }
 
-  async *#stream(prompt, options, input) {
-    this.#check();
+  async *#generate(prompt, route, options) {
+    const input = promptInput(prompt);
     const opts = engineOptions(options);
-    input ??= promptInput(prompt);
-    const link = linkSignals(options.signal);
-    const queue = [];
-    let wake = null;
-    let done = false;
-    let error = null;
-    let result;
-    const running = this.#t.request('generate', { input, options: opts }, {
-      signal: link.signal,
-      onChunk: (c) => {
-        queue.push(c);
-        wake?.();
-      },
-    }).then((r) => {
-      result = r;
-    }, (e) => {
-      error = e;
-    }).finally(() => {
-      done = true;
-      wake?.();
-    });
+    return yield* this.#stream(this.#routeOf(route), input, opts, options.signal, null);
+  }
+
+  /**
+   * The one generation path of every answer. It starts on route `d` (a promise); when the
+   * local run fails, also midway, or decodes under the `slow` threshold, and the fallback
+   * covers that, the endpoint continues from the text so far. Each piece says its route.
+   */
+  async *#stream(d, input, opts, signal, wire) {
+    let at = await d;
+    const link = linkSignals(signal);
+    let text = '';
+    let done = 0;
     try {
       for (;;) {
-        if (link.signal.aborted) {
-          // Chunks the worker produced before it saw the abort are dropped; wait until the
-          // engine is free, so the next call finds it idle.
-          await running;
-          throw abortError(link.signal);
+        const local = at.route === 'local';
+        const t = local ? this.#t : this.#cloud;
+        if (local) this.#check();
+        this.#report(at);
+        const kerze = Object.freeze({ route: at.route, reason: at.reason });
+        const args = local ? { input, options: opts } : { input, options: opts, wire, prefix: text, done };
+        const it = pieces(t, args, link.signal);
+        let first = null;
+        let n = 0;
+        let next = null;
+        try {
+          for (;;) {
+            const r = await it.next();
+            if (r.done) {
+              const usage = done ? { ...r.value.usage, completionTokens: (r.value.usage?.completionTokens ?? 0) + done } : r.value.usage;
+              if (local) this.#noteSpeed(usage);
+              return { ...r.value, usage, kerze };
+            }
+            text += r.value.text ?? '';
+            n += 1;
+            yield { ...r.value, kerze };
+            if (local && this.#cloud?.when.has('slow')) {
+              first ??= performance.now();
+              const tps = n > 8 ? (n - 1) / ((performance.now() - first) / 1000) : Infinity;
+              if (tps < this.#cloud.slowTokensPerS && canContinue(input)) {
+                this.#slow = `slow: the local model decoded ${tps.toFixed(1)} tokens/s here (under ${this.#cloud.slowTokensPerS})`;
+                next = { route: 'cloud', reason: this.#slow };
+                break;
+              }
+            }
+          }
+        } catch (e) {
+          const why = local && this.#cloud && canContinue(input) ? this.#takeOver(e) : null;
+          if (!why) throw e;
+          next = { route: 'cloud', reason: why };
+        } finally {
+          await it.return(undefined);
         }
-        if (queue.length) {
-          yield queue.shift();
-          continue;
-        }
-        if (done) {
-          if (error) throw error;
-          return result;
-        }
-        await new Promise((r) => {
-          wake = r;
-        });
-        wake = null;
+        done += n;
+        at = next;
       }
     } finally {
-      if (!done) {
-        // The consumer stopped early: stop the engine too, and wait until it is free.
-        link.abort();
-        await running;
-      }
       link.unlink();
     }
   }
 
-  /** Generate to the end: { text, finishReason, usage, ids }. */
-  async complete(prompt, options = {}) {
-    return this.#collect(this.#stream(prompt, options, null));
+  /** Why the fallback takes over from a local failure, or null when it does not. */
+  #takeOver(e) {
+    const cloud = this.#cloud;
+    if (['AbortError', 'InvalidArgumentError', 'DisposedError'].includes(e?.name)) return null;
+    if (e?.name === 'ContextFullError') return cloud.when.has('context') ? `context: ${e.message}` : null;
+    return cloud.when.has('error') ? `error: the local answer failed (${e?.name}: ${e?.message})` : null;
   }
 
-  async #collect(it, onText = null) {
+  /** After a local answer: a device under the `slow` threshold sends the next ones away. */
+  #noteSpeed(usage) {
+    const cloud = this.#cloud;
+    const tps = usage?.decodeTokensPerS;
+    if (cloud?.when.has('slow') && usage?.completionTokens >= 8 && tps != null && tps < cloud.slowTokensPerS) {
+      this.#slow = `slow: the local model decoded ${tps.toFixed(1)} tokens/s here (under ${cloud.slowTokensPerS})`;
+    }
+  }
+
+  /** Generate to the end: { text, finishReason, usage, ids, kerze }. */
+  async complete(prompt, options = {}) {
+    return this.#collect(this.generate(prompt, options));
+  }
+
+  async #collect(it) {
     let text = '';
     for (;;) {
       const r = await it.next();
-      if (r.done) return { text, finishReason: r.value.finishReason, usage: r.value.usage, ids: r.value.ids };
+      if (r.done) return { text, finishReason: r.value.finishReason, usage: r.value.usage, ids: r.value.ids, kerze: r.value.kerze };
       text += r.value.text;
-      onText?.(r.value.text);
     }
   }
 
+  /** OpenAI's chat completion, whole or streamed, on whichever route answers. */
   async #chatCreate(body, req = {}) {
     if (this.#disposed) throw new KerzeError('DisposedError', 'this engine was disposed');
-    if (!body || typeof body !== 'object') return this.#localChat(body, req);
-    const { route: asked = 'auto', ...rest } = body;
-    if (!['auto', 'local', 'cloud'].includes(asked)) {
-      throw new KerzeError('InvalidArgumentError', `route must be 'auto', 'local' or 'cloud', not '${asked}'`);
+    if (!body || typeof body !== 'object' || Array.isArray(body)) chatOptions(body); // throws
+    const { route = 'auto', ...rest } = body;
+    const options = { ...chatOptions(rest), signal: req.signal ?? rest.signal }; // the same checks on both routes
+    const input = { messages: rest.messages, chat: chatTemplateOptions(rest) };
+    const d = await this.#routeOf(route);
+    const { signal: _s, ...wire } = rest;
+    const model = d.route === 'cloud' ? this.#cloud.model : this.info.model;
+    const meta = { id: completionId(), created: Math.floor(Date.now() / 1000), model };
+    const opts = engineOptions(options);
+    const inner = this.#stream(d, input, opts, options.signal, wire);
+    if (!rest.stream) {
+      const r = await this.#collect(inner);
+      return Object.assign(chatCompletion(meta, r.text, r.finishReason, r.usage), { kerze: r.kerze });
     }
-    chatOptions(rest); // the same checks on both routes
-    if (this.#notLocal?.startsWith('loading') && asked === 'local') await this.#ready;
-    const d = this.#decide(asked);
-    if (d.route === 'cloud') return this.#cloudChat(rest, req, d, '');
-    if (!this.#cloud) return this.#tag(await this.#localChat(rest, req), d, rest.stream);
-    return this.#guarded(rest, req, d);
-  }
-
-  /** `kerze: { route, reason }` on a completion, or on every chunk of a stream. */
-  #tag(r, d, stream) {
-    this.#report(d);
-    const kz = Object.freeze({ route: d.route, reason: d.reason });
-    if (!stream) return Object.assign(r, { kerze: kz });
-    const it = r;
-    const next = it.next.bind(it);
-    it.next = async (...a) => {
-      const x = await next(...a);
-      if (!x.done && x.value) x.value.kerze = kz;
-      return x;
-    };
-    return it;
-  }
-
-  /** The cloud's answer (`prefix`: the local answer so far, which the cloud continues). */
-  async #cloudChat(body, req, d, prefix) {
-    const { signal: _s, ...send } = body;
-    const signal = req.signal ?? body.signal;
-    const wire = prefix
-      ? { ...send, messages: [...send.messages, { role: 'assistant', content: prefix }], continue_final_message: true }
-      : send;
-    this.#report(d);
-    const kz = Object.freeze({ route: 'cloud', reason: d.reason });
-    if (!body.stream) {
-      const r = await this.#cloud.complete(wire, signal);
-      if (prefix && r.choices?.[0]?.message) r.choices[0].message.content = prefix + (r.choices[0].message.content ?? '');
-      return Object.assign(r, { kerze: kz });
-    }
-    const inner = this.#cloud.stream(wire, signal);
+    const frames = new ChatStream(meta, streamOptions(rest).includeUsage);
+    const tagged = (list, kerze) => list.map((f) => Object.assign(f, { kerze }));
+    const start = Object.freeze({ route: d.route, reason: d.reason });
     async function* chunks() {
-      for await (const c of inner) {
-        // A continuation's role frame was sent already by the local part.
-        if (prefix && c.choices?.[0]?.delta?.role && !c.choices[0].delta.content) continue;
-        c.kerze = kz;
-        yield c;
-      }
-    }
-    return chunks();
-  }
-
-  /** The local answer, with the fallback taking over when it cannot give it (`context`,
-   * `error`, also midway) and noting a slow device (`slow`). */
-  async #guarded(body, req, d) {
-    const cloud = this.#cloud;
-    const takeOver = (e) => {
-      if (e?.name === 'AbortError' || e?.name === 'InvalidArgumentError' || e?.name === 'DisposedError') return null;
-      if (e?.name === 'ContextFullError') return cloud.when.has('context') ? `context: ${e.message}` : null;
-      return cloud.when.has('error') ? `error: the local answer failed (${e?.name}: ${e?.message})` : null;
-    };
-    const noteSpeed = (usage) => {
-      const tps = usage?.decodeTokensPerS;
-      if (cloud.when.has('slow') && usage?.completionTokens >= 8 && tps != null && tps < cloud.slowTokensPerS) {
-        this.#slow = `slow: the local model decoded ${tps.toFixed(1)} tokens/s here (under ${cloud.slowTokensPerS})`;
-      }
-    };
-    if (!body.stream) {
-      let text = '';
-      const r = await this.#localChat(body, req, (t) => { text += t; }, noteSpeed).catch((e) => ({ failed: e }));
-      if (!r.failed) return this.#tag(r, d, false);
-      const why = takeOver(r.failed);
-      if (!why) throw r.failed;
-      return this.#cloudChat(body, req, { route: 'cloud', reason: why }, text);
-    }
-    const local = await this.#localChat(body, req, null, noteSpeed);
-    const self = this;
-    const kzLocal = Object.freeze({ route: 'local', reason: d.reason });
-    this.#report(d);
-    async function* chunks() {
-      let text = '';
-      for (;;) {
-        let x;
-        try {
-          x = await local.next();
-        } catch (e) {
-          const why = takeOver(e);
-          if (!why) throw e;
-          yield* await self.#cloudChat(body, req, { route: 'cloud', reason: why }, text);
-          return;
-        }
-        if (x.done) return;
-        text += x.value.choices?.[0]?.delta?.content ?? '';
-        x.value.kerze = kzLocal;
-        yield x.value;
-      }
-    }
-    return closing(chunks(), local);
-  }
-
-  /** The local chat completion (`onText`: each piece as it comes; `onUsage`: at the end). */
-  async #localChat(body, req = {}, onText = null, onUsage = null) {
-    this.#check();
-    const options = { ...chatOptions(body), signal: req.signal ?? body.signal };
-    const input = { messages: body.messages, chat: chatTemplateOptions(body) };
-    const meta = { id: completionId(), created: Math.floor(Date.now() / 1000), model: this.info.model };
-    if (!body.stream) {
-      const r = await this.#collect(this.#stream(null, options, input), onText);
-      onUsage?.(r.usage);
-      return chatCompletion(meta, r.text, r.finishReason, r.usage);
-    }
-    const frames = new ChatStream(meta, streamOptions(body).includeUsage);
-    const inner = this.#stream(null, options, input);
-    async function* chunks() {
-      yield frames.start();
+      yield tagged([frames.start()], start)[0];
       for (;;) {
         const r = await inner.next();
         if (r.done) {
-          onUsage?.(r.value.usage);
-          yield* frames.finish(r.value.finishReason, r.value.usage);
+          yield* tagged(frames.finish(r.value.finishReason, r.value.usage), r.value.kerze);
           return;
         }
-        if (r.value.text) yield* frames.push(r.value.text);
+        if (r.value.text) yield* tagged(frames.push(r.value.text), r.value.kerze);
       }
     }
     return closing(chunks(), inner);
@@ -560,9 +491,7 @@ export class Engine {
 export async function probe(options = {}) {
   checkProbeOptions(options);
   const { model = 'gemma-3-270m', device = 'auto', signal, overrides } = options;
-  if (!DEVICES.includes(device)) {
-    throw new KerzeError('InvalidArgumentError', `device must be one of ${DEVICES.join(', ')}, got '${device}'`);
-  }
+  checkDevice(device);
   return probeSpec(resolveModel(model), { device, signal, overrides });
 }
 
@@ -575,15 +504,13 @@ export async function createEngine(options = {}) {
     model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
     threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides,
   } = options;
-  if (!DEVICES.includes(device)) {
-    throw new KerzeError('InvalidArgumentError', `device must be one of ${DEVICES.join(', ')}, got '${device}'`);
-  }
+  checkDevice(device);
   if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
     throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
   }
   if (onRoute != null && typeof onRoute !== 'function') throw new KerzeError('InvalidArgumentError', 'onRoute must be a function');
   const f = fallbackOptions(fallback);
-  const cloud = f ? new Cloud(f) : null;
+  const cloud = f ? new RemoteTransport(f) : null;
   if (signal?.aborted) throw abortError(signal);
   const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
   // An engine that answers through the fallback only (the local model cannot), and why.
@@ -661,42 +588,5 @@ export async function createEngine(options = {}) {
   }
   return new Engine(transport, { ...info, worker: transport.kind }, warn, { cloud, onRoute });
 }
-
-/** `assetsUrl` as a folder URL (a trailing slash added), or InvalidArgumentError. */
-function folderUrl(url) {
-  let u;
-  try {
-    u = new URL(String(url), baseUrl());
-  } catch {
-    throw new KerzeError('InvalidArgumentError', `assetsUrl '${url}' is not a URL`);
-  }
-  if (!u.pathname.endsWith('/')) u.pathname += '/';
-  return u;
-}
-
-function cacheKeyOf(model) {
-  if (typeof model === 'string' && SHA256.test(model)) return model;
-  if (typeof model === 'string' && !(model in catalog)) return model;
-  return resolveModel(model).key;
-}
-
-/** The model cache of this origin: what is stored, and removing it. */
-export const cache = Object.freeze({
-  /** @returns {Promise<Array<{ key, url, sha256, bytes, name, storedAt }>>} */
-  async list() {
-    const { store } = await openModelCache();
-    return store ? store.list() : [];
-  },
-  /** Remove one model (catalog id, { url, sha256 }, or a key from list()). */
-  async delete(model) {
-    const { store } = await openModelCache();
-    return store ? store.delete(cacheKeyOf(model)) : false;
-  },
-  /** Remove every cached model; resolves to how many were removed. */
-  async clear() {
-    const { store } = await openModelCache();
-    return store ? store.clear() : 0;
-  },
-});
 
 export default { createEngine, probe, cache, catalog, KerzeError, Engine };

@@ -53,7 +53,7 @@ async function headBytes(url, signal) {
 }
 
 /**
- * `spec` is a resolved model (index.js resolveModel): { key, url, sha256, bytes, peakBytes?,
+ * `spec` is a resolved model (model.js resolveModel): { key, url, sha256, bytes, peakBytes?,
  * largestTensorBytes? } or { data }. `device` as createEngine's. `overrides` (tests, the demo's
  * "weak device" switch): { deviceMemory, gpu: false, storage: { quota, usage } }.
  */

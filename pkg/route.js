@@ -2,10 +2,16 @@
 // hyperscaler's chat completions) that answers what the local model cannot — this device
 // cannot run it (`unsupported`), it is still downloading (`loading`), the prompt passes its
 // context (`context`), its load or generation failed (`error`, also midway through a stream:
-// the partial answer goes along as the assistant's start, `continue_final_message`, so the
-// answer continues), or it decodes too slowly here (`slow`). Nothing leaves the page unless
-// configured; `consent()` is asked before a visitor's text first does; `budget` caps cloud
-// requests per page session; `getToken()` fetches a short-lived token per request.
+// the partial answer goes along as the assistant's start, `continue_final_message`, or after
+// the prompt of a plain completion, so the answer continues), or it decodes too slowly here
+// (`slow`). Nothing leaves the page unless configured; `consent()` is asked before a
+// visitor's text first does; `budget` caps cloud requests per page session; `getToken()`
+// fetches a short-lived token per request.
+//
+// RemoteTransport is a Transport (transport.js) like the local ones: it answers the engine's
+// `generate` op — a chat (`input.messages`) through `${baseURL}/chat/completions`, a text
+// prompt through `${baseURL}/completions` — with the same pieces ({ text }) and result
+// ({ finishReason, usage, ids }), so the Engine builds every answer, local or not, one way.
 
 import { KerzeError } from './protocol.js';
 
@@ -34,7 +40,7 @@ export function fallbackOptions(f) {
   const slow = f.slowTokensPerS ?? 3;
   if (!(typeof slow === 'number' && slow >= 0)) throw bad('slowTokensPerS must be a non-negative number');
   return {
-    url: `${base.href.replace(/\/+$/, '')}/chat/completions`,
+    base: base.href.replace(/\/+$/, ''),
     model: f.model,
     headers: { ...(f.headers ?? {}) },
     getToken: f.getToken ?? null,
@@ -45,8 +51,23 @@ export function fallbackOptions(f) {
   };
 }
 
-/** A cloud endpoint's chat completions, the same shapes as the local ones. */
-export class Cloud {
+/** Engine options (core.js engineOptions) → the OpenAI request's sampling fields. */
+const WIRE = {
+  maxTokens: 'max_tokens', temperature: 'temperature', topP: 'top_p', topK: 'top_k', minP: 'min_p',
+  seed: 'seed', stop: 'stop', presencePenalty: 'presence_penalty', frequencyPenalty: 'frequency_penalty',
+  repetitionPenalty: 'repetition_penalty',
+};
+
+function wireOptions(options) {
+  const out = {};
+  for (const [k, v] of Object.entries(options ?? {})) if (k in WIRE && v !== undefined) out[WIRE[k]] = v;
+  return out;
+}
+
+/** The endpoint as a Transport: the `generate` op, streamed. */
+export class RemoteTransport {
+  kind = 'remote';
+  onInfo = null;
   #f;
   #sent = 0;
   #consent = null;
@@ -63,10 +84,61 @@ export class Cloud {
     return this.#f.slowTokensPerS;
   }
 
+  /** The endpoint's model name. */
+  get model() {
+    return this.#f.model;
+  }
+
   /** Requests sent so far. */
   get sent() {
     return this.#sent;
   }
+
+  /**
+   * `generate`: `{ input, options, wire?, prefix?, done? }` — `wire` the caller's own OpenAI
+   * chat body (its sampling fields are sent as given), `prefix` the answer so far (`done`
+   * tokens of it) that the endpoint continues. Each piece of text goes to `onChunk`.
+   */
+  async request(op, args, { onChunk, signal } = {}) {
+    if (op !== 'generate') {
+      throw new KerzeError('UnsupportedDeviceError', `the fallback endpoint answers generation only, not ${op}`);
+    }
+    const { input, options = {}, wire = null, prefix = '', done = 0 } = args;
+    const left = options.maxTokens != null ? Math.max(1, options.maxTokens - done) : undefined;
+    let path;
+    let body;
+    if (input.messages) {
+      const base = wire ?? { ...wireOptions(options), messages: input.messages };
+      const { signal: _s, stream: _st, stream_options: _so, ...send } = base;
+      path = '/chat/completions';
+      body = prefix
+        ? { ...send, messages: [...input.messages, { role: 'assistant', content: prefix }], continue_final_message: true }
+        : { ...send, messages: input.messages };
+      if (prefix && left != null) {
+        delete body.max_completion_tokens;
+        body.max_tokens = left;
+      }
+    } else if (typeof input.prompt === 'string') {
+      path = '/completions';
+      body = { ...wireOptions(options), prompt: input.prompt + prefix, ...(left != null ? { max_tokens: left } : {}) };
+    } else {
+      throw new KerzeError('UnsupportedDeviceError', 'token ids cannot go to the fallback endpoint: give the prompt as text');
+    }
+    const r = await this.#post(path, { ...body, stream: true, stream_options: { include_usage: true } }, signal);
+    let finish = null;
+    let usage = null;
+    for await (const c of this.#events(r, signal)) {
+      if (c.usage) usage = { promptTokens: c.usage.prompt_tokens ?? 0, completionTokens: c.usage.completion_tokens ?? 0 };
+      const ch = c.choices?.[0];
+      if (!ch) continue;
+      const text = ch.delta?.content ?? ch.text ?? '';
+      if (text) onChunk?.({ text });
+      if (ch.finish_reason) finish = ch.finish_reason;
+    }
+    return { finishReason: finish ?? 'stop', usage: usage ?? { promptTokens: 0, completionTokens: 0 }, ids: [] };
+  }
+
+  terminate() {}
 
   async #permit() {
     if (this.#f.consent) {
@@ -96,18 +168,19 @@ export class Cloud {
     return h;
   }
 
-  /** POST the chat request; the Response (ok) or a typed error. */
-  async #post(body, signal) {
+  /** POST a request to `path`; the Response (ok) or a typed error. */
+  async #post(path, body, signal) {
     await this.#permit();
+    const url = this.#f.base + path;
     let r;
     try {
-      r = await fetch(this.#f.url, {
+      r = await fetch(url, {
         method: 'POST', headers: await this.#headers(), signal,
         body: JSON.stringify({ ...body, model: this.#f.model }),
       });
     } catch (e) {
       if (signal?.aborted) throw new KerzeError('AbortError', 'aborted');
-      throw new KerzeError('CloudError', `the fallback endpoint ${this.#f.url} cannot be reached: ${e?.message ?? e}`);
+      throw new KerzeError('CloudError', `the fallback endpoint ${url} cannot be reached: ${e?.message ?? e}`);
     }
     if (!r.ok) {
       let msg = `${r.status} ${r.statusText}`;
@@ -121,15 +194,8 @@ export class Cloud {
     return r;
   }
 
-  /** A whole chat completion. */
-  async complete(body, signal) {
-    const r = await this.#post({ ...body, stream: false }, signal);
-    return r.json();
-  }
-
-  /** The chunks of a streamed chat completion (`chat.completion.chunk` objects). */
-  async *stream(body, signal) {
-    const r = await this.#post({ ...body, stream: true }, signal);
+  /** The JSON events of a streamed answer. */
+  async *#events(r, signal) {
     const reader = r.body.getReader();
     const dec = new TextDecoder();
     let buf = '';

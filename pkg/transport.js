@@ -2,8 +2,8 @@
 // (InThreadTransport) or in a Web Worker (WorkerTransport: the package's worker script, the
 // bundler's copy, a blob: trampoline to another origin, or the inline copy), and where that
 // worker comes from. Both have `request(op, args, { onProgress, onChunk, signal })`,
-// `terminate()`, `kind` and `onInfo`. The cloud route (route.js) answers chat completions only
-// and sits beside them, not behind this interface: its requests are OpenAI's, not these ops.
+// `terminate()`, `kind` and `onInfo`. The third, route.js RemoteTransport, answers the
+// `generate` op through the fallback endpoint, with the same pieces and result.
 
 import { KerzeError, deserializeError, abortError } from './protocol.js';
 import { Core, dispatch, wasmUrl } from './core.js';

@@ -1009,9 +1009,17 @@ try {
           const whole = await e.chat.completions.create(ask);
           const chunks = await collect(await e.chat.completions.create({ ...ask, stream: true }));
           let local = null;
-          try { await e.generate('x').next(); } catch (x) { local = x.name; }
-          return { info: e.info, whole: { kerze: whole.kerze, text: whole.choices[0].message.content }, tags: tags(chunks), text: text(chunks), routes, local };`);
-        assertEq([r.info.backend, r.whole.kerze.route, r.local], ['cloud', 'cloud', 'UnsupportedDeviceError'], `unsupported: ${JSON.stringify(r)}`);
+          try { await e.generate('x', { route: 'local' }).next(); } catch (x) { local = x.name; }
+          let ids = null;
+          try { await e.complete([1, 2, 3]); } catch (x) { ids = x.name; }
+          const pieces = [];
+          for await (const c of e.generate('The capital of France is', { maxTokens: 8, temperature: 0 })) pieces.push(c.kerze.route);
+          const done = await e.complete('The capital of France is', { maxTokens: 8, temperature: 0 });
+          return { info: e.info, whole: { kerze: whole.kerze, text: whole.choices[0].message.content }, tags: tags(chunks), text: text(chunks), routes, local,
+            ids, pieces, done: { route: done.kerze.route, text: done.text, finish: done.finishReason, tokens: done.usage.completionTokens } };`);
+        assertEq([r.info.backend, r.whole.kerze.route, r.local, r.ids], ['cloud', 'cloud', 'UnsupportedDeviceError', 'UnsupportedDeviceError'], `unsupported: ${JSON.stringify(r)}`);
+        assert(r.pieces.length > 0 && r.pieces.every((x) => x === 'cloud') && r.done.route === 'cloud' && r.done.text.length > 0
+          && r.done.tokens > 0 && r.done.finish === 'length', `generate and complete through the endpoint's /completions: ${JSON.stringify(r)}`);
         assert(/^unsupported: .*0.25 GB/.test(r.whole.kerze.reason), `reason: ${r.whole.kerze.reason}`);
         assert(r.tags.every((t) => t === 'cloud') && r.text === r.whole.text && r.text.length > 0, `stream: ${JSON.stringify(r)}`);
         assertEq(r.routes.map((x) => x.route), ['cloud'], 'onRoute once');
@@ -1090,10 +1098,14 @@ try {
           names.push((await one.chat.completions.create({ ...ask, route: 'cloud', max_tokens: 4 })).kerze.route);
           try { await one.chat.completions.create({ ...ask, route: 'cloud' }); names.push(null); } catch (x) { names.push(x.name); }
           // slow: a device under the threshold sends the next answers to the endpoint.
+          // slow: a device under the threshold continues on the endpoint after 8 local tokens, and
+          // sends the next answers there.
           const slow = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['slow'], slowTokensPerS: 1e9 }) });
-          const s1 = await slow.chat.completions.create({ ...ask, max_tokens: 12 });
+          const s1 = await collect(await slow.chat.completions.create({ ...ask, max_tokens: 12, stream: true }));
           const s2 = await slow.chat.completions.create({ ...ask, max_tokens: 4 });
-          names.push(s1.kerze.route, s2.kerze.route + ': ' + s2.kerze.reason.split(':')[0]);
+          const switched = tags(s1).indexOf('cloud');
+          names.push(switched > 1 && tags(s1).slice(0, switched).every((t) => t === 'local') ? 'local, then cloud' : JSON.stringify(tags(s1)),
+            s2.kerze.route + ': ' + s2.kerze.reason.split(':')[0]);
           // Abort on the cloud route: an AbortError, as locally.
           const ctl = new AbortController();
           const st = await slow.chat.completions.create({ ...ask, route: 'cloud', stream: true, max_tokens: 64, signal: ctl.signal });
@@ -1105,9 +1117,9 @@ try {
           await one.dispose();
           return names;`);
       }, { allowed, expectErrors: /ERR_CONNECTION_REFUSED|Failed to load resource/ });
-      assertEq(bad, ['CloudError', 'local', 'ConsentError', 'cloud', 'BudgetError', 'local', 'cloud: slow', 'AbortError',
+      assertEq(bad, ['CloudError', 'local', 'ConsentError', 'cloud', 'BudgetError', 'local, then cloud', 'cloud: slow', 'AbortError',
         'InvalidArgumentError', 'InvalidArgumentError', 'InvalidArgumentError'], 'errors, slow, abort');
-      assertEq(sentNow.filter((u) => u.startsWith(base)).length, 3, 'refused consent and a spent budget sent nothing (1 budgeted, 1 slow, 1 aborted)');
+      assertEq(sentNow.filter((u) => u.startsWith(base)).length, 4, 'refused consent and a spent budget sent nothing (1 budgeted, 2 slow, 1 aborted)');
       // The demo: the device check, the weak-device switch, and the route of each answer.
       await withPage(`${A}/www/`, async (page) => {
         await page.waitForFunction(() => window.kerzeDemo?.probe);
