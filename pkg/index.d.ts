@@ -157,6 +157,12 @@ export interface EngineInfo {
    * that emit no file the package names: one thread), null (`worker: false`).
    */
   worker: 'script' | 'inline' | null;
+  /**
+   * Who answers now: 'local', or 'cloud' while the local model does not (it cannot run here,
+   * failed to load, or is still downloading: then `reason` says so and the model fields are
+   * absent, `model` naming the endpoint's).
+   */
+  route: 'local' | 'cloud';
 }
 
 export interface GenerateOptions {

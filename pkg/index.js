@@ -133,31 +133,37 @@ export class Engine {
    * `transport` null: the local model cannot run (the fallback answers); `route.ready` a
    * promise of the local load still running (the fallback answers meanwhile).
    */
-  constructor(transport, info, warn = (m) => console.warn(`kerze: ${m}`), route = {}) {
+  /**
+   * `loaded`: the local model's info (core.js load), or null while it does not answer (the
+   * fallback does: `route.notLocal` says why, `route.ready` the load still running).
+   */
+  constructor(transport, loaded, warn = (m) => console.warn(`kerze: ${m}`), route = {}) {
     this.#t = transport;
     this.#warn = warn;
     this.#cloud = route.cloud ?? null;
     this.#onRoute = route.onRoute ?? null;
     this.#notLocal = route.notLocal ?? null;
     /**
-     * What runs and why: { backend, reason, model, nCtx, ... }. Replaced when the engine
-     * moves from the GPU to the CPU (the device was lost; generation goes on there).
+     * What runs and why: { backend, reason, model, nCtx, ..., worker, route }. Replaced when
+     * the engine moves from the GPU to the CPU (the device was lost; generation goes on
+     * there), and when a model loading in the background is ready.
      */
-    this.info = Object.freeze(info);
+    this.info = this.#describe(loaded);
     if (transport) {
       transport.onInfo = (next) => {
         this.info = Object.freeze({ ...this.info, ...next });
       };
     }
     if (route.ready) {
-      this.#ready = route.ready.then((loaded) => {
-        this.info = Object.freeze({ ...loaded, worker: transport.kind });
+      this.#ready = route.ready.then((ready) => {
         this.#notLocal = null;
-        this.#report({ route: 'local', reason: `the model is ready (${loaded.backend})` });
+        this.info = this.#describe(ready);
+        this.#report({ route: 'local', reason: `the model is ready (${ready.backend})` });
       }, (e) => {
         this.#notLocal = `error: the model did not load (${e?.name}: ${e?.message})`;
         this.#t = null;
         transport.terminate();
+        this.info = this.#describe(null);
         this.#report({ route: 'cloud', reason: this.#notLocal });
       });
     }
@@ -166,6 +172,13 @@ export class Engine {
     });
     /** OpenAI's embeddings API on an encoder model: `create({ input, encoding_format })`. */
     this.embeddings = Object.freeze({ create: (body) => this.#embeddingsCreate(body) });
+  }
+
+  /** The engine info: the local model's, or the fallback's while the local one does not answer. */
+  #describe(loaded) {
+    const worker = this.#t?.kind ?? null;
+    if (loaded) return Object.freeze({ ...loaded, worker, route: 'local' });
+    return Object.freeze({ backend: 'cloud', reason: this.#notLocal, model: this.#cloud?.model ?? null, worker, route: 'cloud' });
   }
 
   /**
@@ -514,8 +527,7 @@ export async function createEngine(options = {}) {
   if (signal?.aborted) throw abortError(signal);
   const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
   // An engine that answers through the fallback only (the local model cannot), and why.
-  const cloudOnly = (reason) => new Engine(null, { backend: 'cloud', reason, model: f.model, route: 'cloud' }, warn,
-    { cloud, onRoute, notLocal: reason });
+  const cloudOnly = (reason) => new Engine(null, null, warn, { cloud, onRoute, notLocal: reason });
   const spec = resolveModel(model);
   // The device check before any download (bytes given: nothing to download).
   let check = null;
@@ -573,8 +585,7 @@ export async function createEngine(options = {}) {
   // First visit with `loading`: the fallback answers while the model downloads.
   if (cloud?.when.has('loading') && check && !check.cached) {
     const mb = check.downloadBytes != null ? ` (${Math.round(check.downloadBytes / 1e6)} MB)` : '';
-    return new Engine(transport, { backend: 'cloud', reason: 'loading', model: f.model, route: 'cloud', worker: transport.kind },
-      warn, { cloud, onRoute, notLocal: `loading: the model is downloading${mb}`, ready: load() });
+    return new Engine(transport, null, warn, { cloud, onRoute, notLocal: `loading: the model is downloading${mb}`, ready: load() });
   }
   let info;
   try {
@@ -586,7 +597,7 @@ export async function createEngine(options = {}) {
     }
     throw e;
   }
-  return new Engine(transport, { ...info, worker: transport.kind }, warn, { cloud, onRoute });
+  return new Engine(transport, info, warn, { cloud, onRoute });
 }
 
 export default { createEngine, probe, cache, catalog, KerzeError, Engine };

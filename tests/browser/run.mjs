@@ -361,10 +361,13 @@ try {
       for await (const f of stream) frames.push(f);
       let bad = null;
       try { await e.chat.completions.create({ messages: [{ role: 'assistant', content: 'x' }] }); } catch (x) { bad = x.name; }
+      const penalised = await e.chat.completions.create({ messages, max_tokens: 6, temperature: 0, frequency_penalty: 0.5, presence_penalty: 0.1 });
       const ids = await e.tokenize('<start_of_turn>user\\nYou answer briefly.\\n\\nName a color.<end_of_turn>\\n<start_of_turn>model\\n', { special: true, bos: true });
       await e.dispose();
-      return { full, frames, bad, ids };`));
+      return { full, frames, bad, ids, penalised: penalised.choices[0].message.content, route: full.kerze };`));
     assertEq(r.full.object, 'chat.completion', 'object');
+    assert(r.penalised.length > 0, 'frequency_penalty and presence_penalty reach the engine');
+    assertEq(r.route.route, 'local', 'kerze.route without a fallback');
     assertEq(r.full.choices[0].message.role, 'assistant', 'role');
     assertEq(r.full.usage.prompt_tokens, r.ids.length, 'prompt tokens = the template rendered with special tokens');
     const streamed = r.frames.filter((f) => f.choices.length).map((f) => f.choices[0].delta.content ?? '').join('');
@@ -1029,14 +1032,18 @@ try {
         // loading: a first visit answers from the endpoint while the model downloads, then goes local.
         const l = await run(page, `
           const e = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['loading'] }), onRoute: (x) => routes.push(x) });
-          const first = await e.chat.completions.create(ask);
+          // Both asked at once, while the model downloads.
+          const [first, plain] = await Promise.all([e.chat.completions.create(ask),
+            e.complete('Three rivers in Europe are', { maxTokens: 6, temperature: 0 })]);
           await new Promise((res) => { const t = setInterval(() => { if (routes.some((x) => x.route === 'local')) { clearInterval(t); res(); } }, 50); });
+          const plainLater = await e.complete('Three rivers in Europe are', { maxTokens: 6, temperature: 0 });
           const later = await e.chat.completions.create(ask);
           await e.dispose();
           const again = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['loading'] }) });
           const cached = await again.chat.completions.create(ask);
           await again.dispose();
-          return { first: first.kerze, later: later.kerze, cached: cached.kerze, routes };`);
+          return { first: first.kerze, later: later.kerze, cached: cached.kerze, routes, plain: plain.kerze, plainLater: plainLater.kerze };`);
+        assert(l.plain.route === 'cloud' && /^loading/.test(l.plain.reason) && l.plainLater.route === 'local', `complete while loading, then local: ${JSON.stringify(l)}`);
         assert(l.first.route === 'cloud' && /^loading/.test(l.first.reason), `first visit: ${JSON.stringify(l.first)}`);
         assertEq([l.later.route, l.cached.route], ['local', 'local'], `after the download, and on a later visit: ${JSON.stringify(l)}`);
         assertEq(l.routes.map((x) => x.route), ['cloud', 'local', 'local'].slice(0, l.routes.length), `onRoute: ${JSON.stringify(l.routes)}`);
