@@ -168,3 +168,119 @@ class EmbeddingStore {
     });
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Answers to deterministic requests (temperature 0, or a fixed seed), across visits:
+// IndexedDB `kerze-responses-v1`, one record per request key (the sha256 of the answering
+// model's identity and the canonical request) → the answer's pieces and result, with its
+// expiry and size. Entries past their TTL are dropped when met; beyond `maxBytes` the least
+// recently used go first. Without IndexedDB or crypto.subtle `openResponseStore` returns null
+// and every request is answered afresh.
+
+const RESPONSE_DB = 'kerze-responses-v1';
+const RESPONSE_STORE = 'responses';
+
+/** Default TTL and size cap of the response cache. */
+export const RESPONSE_DEFAULTS = Object.freeze({ ttlMs: 24 * 3600 * 1000, maxBytes: 8 * 1024 * 1024 });
+
+/** The store, or null with the reason. */
+export async function openResponseStore(limits = RESPONSE_DEFAULTS) {
+  if (typeof indexedDB === 'undefined') return { store: null, reason: 'IndexedDB is not available here' };
+  if (!globalThis.crypto?.subtle) return { store: null, reason: 'crypto.subtle is not available (an insecure context)' };
+  try {
+    const open = indexedDB.open(RESPONSE_DB, 1);
+    open.onupgradeneeded = () => {
+      const st = open.result.createObjectStore(RESPONSE_STORE, { keyPath: 'key' });
+      st.createIndex('used', 'used');
+    };
+    return { store: new ResponseStore(await idbRequest(open), { ...RESPONSE_DEFAULTS, ...limits }), reason: null };
+  } catch (e) {
+    return { store: null, reason: `IndexedDB refused to open: ${e?.message ?? e}` };
+  }
+}
+
+/** JSON with every object's keys sorted: the same request gives the same text. */
+export function canonicalJson(v) {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  if (v && typeof v === 'object') {
+    return `{${Object.keys(v).filter((k) => v[k] !== undefined).sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson(v[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v ?? null);
+}
+
+function done(tx) {
+  return new Promise((resolve, reject) => {
+    tx.oncomplete = resolve;
+    tx.onerror = () => reject(tx.error);
+    tx.onabort = () => reject(tx.error ?? new Error('aborted'));
+  });
+}
+
+class ResponseStore {
+  constructor(db, limits) {
+    this.db = db;
+    this.limits = limits;
+  }
+
+  /** The live entry for `key` ({ pieces, result, stored }), or null; an expired one is dropped. */
+  async get(key) {
+    const tx = this.db.transaction(RESPONSE_STORE, 'readwrite');
+    const st = tx.objectStore(RESPONSE_STORE);
+    const e = await idbRequest(st.get(key));
+    let out = null;
+    if (e && e.expires > Date.now()) {
+      e.used = Date.now();
+      st.put(e);
+      out = { pieces: e.pieces, result: e.result, stored: e.stored };
+    } else if (e) {
+      st.delete(key);
+    }
+    await done(tx);
+    return out;
+  }
+
+  /** Store an answer; then the least recently used go until the store is under `maxBytes`. */
+  async put(key, pieces, result) {
+    const bytes = canonicalJson({ pieces, result }).length + key.length;
+    if (bytes > this.limits.maxBytes) return;
+    const now = Date.now();
+    const tx = this.db.transaction(RESPONSE_STORE, 'readwrite');
+    const st = tx.objectStore(RESPONSE_STORE);
+    st.put({ key, pieces, result, bytes, stored: now, used: now, expires: now + this.limits.ttlMs });
+    await done(tx);
+    await this.#evict();
+  }
+
+  async #evict() {
+    const tx = this.db.transaction(RESPONSE_STORE, 'readwrite');
+    const st = tx.objectStore(RESPONSE_STORE);
+    const all = await idbRequest(st.index('used').getAll());
+    let total = all.reduce((n, e) => n + e.bytes, 0);
+    const now = Date.now();
+    for (const e of all) {
+      if (e.expires <= now || total > this.limits.maxBytes) {
+        st.delete(e.key);
+        total -= e.bytes;
+      }
+    }
+    await done(tx);
+  }
+
+  /** { entries, bytes } of the live entries. */
+  async size() {
+    const all = await idbRequest(this.db.transaction(RESPONSE_STORE, 'readonly').objectStore(RESPONSE_STORE).getAll());
+    const live = all.filter((e) => e.expires > Date.now());
+    return { entries: live.length, bytes: live.reduce((n, e) => n + e.bytes, 0) };
+  }
+
+  /** Remove every entry; resolves to how many there were. */
+  async clear() {
+    const tx = this.db.transaction(RESPONSE_STORE, 'readwrite');
+    const st = tx.objectStore(RESPONSE_STORE);
+    const n = await idbRequest(st.count());
+    st.clear();
+    await done(tx);
+    return n;
+  }
+}

@@ -94,6 +94,14 @@ export interface CreateEngineOptions {
   onRoute?: (r: RouteTag) => void;
   /** Simulate a weaker device in the device check (demos, tests): see ProbeOptions.overrides. */
   probeOverrides?: ProbeOptions['overrides'];
+  /**
+   * Answers to deterministic requests (temperature 0, or a fixed seed) kept in IndexedDB and
+   * given again, streamed like fresh ones and tagged `kerze.cached`: keyed by the answering
+   * model (sha256, backend and context; the endpoint for cloud answers) and the canonical
+   * request. Default `{ ttlMs: 86400000, maxBytes: 8 MiB }`, least recently used out first;
+   * `false`: off. Per request `cache: false`.
+   */
+  responseCache?: false | { ttlMs?: number; maxBytes?: number };
 }
 
 export type FallbackReason = 'unsupported' | 'loading' | 'context' | 'error' | 'slow';
@@ -121,6 +129,8 @@ export interface RouteTag {
   route: 'local' | 'cloud';
   /** e.g. 'on this device (cpu-simd)', 'unsupported: …', 'loading: …', 'context: …', 'error: …', 'slow: …'. */
   reason: string;
+  /** The answer came from the response cache (no forward pass, no request). */
+  cached?: boolean;
 }
 
 export interface EngineInfo {
@@ -191,6 +201,8 @@ export interface GenerateOptions {
    * endpoint's `/completions`; token ids stay local.
    */
   route?: 'auto' | 'local' | 'cloud';
+  /** false: neither read nor store this request in the response cache. */
+  cache?: boolean;
 }
 
 /** One streamed piece: whole UTF-8 characters. */
@@ -271,6 +283,8 @@ export interface ChatCompletionCreateParams {
   continue_final_message?: boolean;
   /** 'auto' (default): local unless a fallback reason holds; 'local' or 'cloud' to choose. */
   route?: 'auto' | 'local' | 'cloud';
+  /** false: neither read nor store this request in the response cache. */
+  cache?: boolean;
 }
 
 export interface ChatCompletionUsage {
@@ -494,8 +508,9 @@ export declare const cache: {
   list(): Promise<CachedModel[]>;
   /** A catalog id, `{ url, sha256 }`, or a key from list(). */
   delete(model: string | ModelUrl): Promise<boolean>;
-  /** Resolves to how many models were removed. */
-  clear(): Promise<number>;
+  /** Everything, or what is named: resolves to how many entries were removed. */
+  clear(what?: { models?: boolean; responses?: boolean }): Promise<number>;
+  size(): Promise<{ models: { entries: number; bytes: number }; responses: { entries: number; bytes: number } }>;
 };
 
 /** @internal */

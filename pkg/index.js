@@ -11,6 +11,7 @@ import { catalog } from './catalog.js';
 import { engineOptions } from './core.js';
 import { InThreadTransport, WorkerTransport, chooseThreads, _setWorkerUrl } from './transport.js';
 import { checkDevice, resolveModel, checkSupport, folderUrl, cache } from './model.js';
+import { openResponseStore, canonicalJson, textHash, RESPONSE_DEFAULTS } from './cache.js';
 import { SearchIndex } from './search.js';
 import { beacon, checkProbeOptions, probeSpec } from './probe.js';
 import { RemoteTransport, fallbackOptions } from './route.js';
@@ -100,6 +101,23 @@ async function* pieces(t, args, outer) {
   }
 }
 
+/** Whether options (engine names, as given) make the answer deterministic: greedy or seeded. */
+function deterministic(o) {
+  return o.temperature === 0 || Number.isSafeInteger(o.seed);
+}
+
+/** The `responseCache` option checked: its limits, or null (off). */
+function responseLimits(o) {
+  if (o === false) return null;
+  if (o == null || o === true) return { ...RESPONSE_DEFAULTS };
+  if (typeof o !== 'object' || Array.isArray(o)) throw new KerzeError('InvalidArgumentError', 'responseCache must be false or { ttlMs, maxBytes }');
+  for (const k of Object.keys(o)) {
+    if (!(k in RESPONSE_DEFAULTS)) throw new KerzeError('InvalidArgumentError', `responseCache: unknown option '${k}': known are ttlMs, maxBytes`);
+    if (!(Number.isSafeInteger(o[k]) && o[k] > 0)) throw new KerzeError('InvalidArgumentError', `responseCache.${k} must be a positive integer`);
+  }
+  return { ...RESPONSE_DEFAULTS, ...o };
+}
+
 /** Whether the endpoint can continue a generation of `input` (token ids cannot go there). */
 function canContinue(input) {
   return Boolean(input.messages) || typeof input.prompt === 'string';
@@ -128,6 +146,9 @@ export class Engine {
   #ready = null;
   #slow = null;
   #lastRoute = null;
+  /** The response cache's limits ({ ttlMs, maxBytes }), or null: off. */
+  #responseLimits = null;
+  #responses = null;
 
   /**
    * `transport` null: the local model cannot run (the fallback answers); `route.ready` a
@@ -143,6 +164,7 @@ export class Engine {
     this.#cloud = route.cloud ?? null;
     this.#onRoute = route.onRoute ?? null;
     this.#notLocal = route.notLocal ?? null;
+    this.#responseLimits = route.responses ?? null;
     /**
      * What runs and why: { backend, reason, model, nCtx, ..., worker, route }. Replaced when
      * the engine moves from the GPU to the CPU (the device was lost; generation goes on
@@ -314,14 +336,81 @@ export class Engine {
    * Stream the continuation of `prompt`: an AsyncIterable of { text, tokenId, kerze }, whose
    * result is { finishReason, usage, ids, kerze }. `route: 'auto' | 'local' | 'cloud'`.
    */
-  generate(prompt, { route = 'auto', ...options } = {}) {
-    return this.#generate(prompt, route, options);
+  generate(prompt, { route = 'auto', cache = true, ...options } = {}) {
+    return this.#generate(prompt, route, cache, options);
   }
 
-  async *#generate(prompt, route, options) {
+  async *#generate(prompt, route, cache, options) {
     const input = promptInput(prompt);
+    const given = { ...options };
     const opts = engineOptions(options);
-    return yield* this.#stream(this.#routeOf(route), input, opts, options.signal, null);
+    return yield* this.#answer(await this.#routeOf(route), input, opts, options.signal, null, cache && deterministic(given));
+  }
+
+  /**
+   * An answer from the response cache when this deterministic request was answered before
+   * (`cacheable`), streamed as a fresh one and tagged `cached: true`; else the generation,
+   * stored when it ends.
+   */
+  async *#answer(d, input, opts, signal, wire, cacheable) {
+    const key = cacheable ? await this.#responseKey(d, input, opts) : null;
+    const store = key ? await this.#responseStore() : null;
+    if (store) {
+      const hit = await store.get(key).catch((e) => {
+        this.#warn(`the response cache could not be read (${e?.message ?? e}): answering afresh`);
+        return null;
+      });
+      if (hit) {
+        const was = hit.result.kerze ?? d;
+        const kerze = Object.freeze({ route: was.route, reason: `cached: this request was answered before (${was.reason})`, cached: true });
+        for (const p of hit.pieces) {
+          if (signal?.aborted) throw abortError(signal);
+          yield { ...p, kerze };
+        }
+        const u = hit.result.usage ?? {};
+        const usage = { ...u, prefillTokens: 0, prefillMs: 0, decodeMs: 0 };
+        return { ...hit.result, usage, kerze };
+      }
+    }
+    const it = this.#stream(d, input, opts, signal, wire);
+    const pieces = [];
+    try {
+      for (;;) {
+        const r = await it.next();
+        if (r.done) {
+          if (store) {
+            const { finishReason, usage, ids, kerze } = r.value;
+            await store.put(key, pieces, { finishReason, usage, ids, kerze }).catch((e) => {
+              this.#warn(`the answer was not cached (${e?.message ?? e})`);
+            });
+          }
+          return r.value;
+        }
+        if (store) pieces.push(r.value.tokenId != null ? { text: r.value.text, tokenId: r.value.tokenId } : { text: r.value.text });
+        yield r.value;
+      }
+    } finally {
+      await it.return(undefined);
+    }
+  }
+
+  /** The response cache's key of a request on route `d`, or null when it has no identity. */
+  async #responseKey(d, input, opts) {
+    const who = d.route === 'cloud' ? this.#cloud?.identity
+      : this.info.sha256 && `${this.info.sha256}|${this.info.backend}|${this.info.nCtx}`;
+    if (!who || !globalThis.crypto?.subtle) return null;
+    const { seed, ...rest } = opts;
+    const sampling = opts.temperature === 0 ? rest : opts;
+    return textHash(canonicalJson({ v: 1, who, input, sampling }));
+  }
+
+  async #responseStore() {
+    if (!this.#responseLimits) return null;
+    this.#responses ??= openResponseStore(this.#responseLimits).then(({ store, reason }) => {
+      if (!store) this.#warn(`answers are not cached: ${reason}`);
+      return store;
+    });
+    return this.#responses;
   }
 
   /**
@@ -417,26 +506,27 @@ export class Engine {
   async #chatCreate(body, req = {}) {
     if (this.#disposed) throw new KerzeError('DisposedError', 'this engine was disposed');
     if (!body || typeof body !== 'object' || Array.isArray(body)) chatOptions(body); // throws
-    const { route = 'auto', ...rest } = body;
+    const { route = 'auto', cache = true, ...rest } = body;
     const options = { ...chatOptions(rest), signal: req.signal ?? rest.signal }; // the same checks on both routes
+    const cacheable = cache !== false && deterministic(options);
     const input = { messages: rest.messages, chat: chatTemplateOptions(rest) };
     const d = await this.#routeOf(route);
     const { signal: _s, ...wire } = rest;
     const model = d.route === 'cloud' ? this.#cloud.model : this.info.model;
     const meta = { id: completionId(), created: Math.floor(Date.now() / 1000), model };
     const opts = engineOptions(options);
-    const inner = this.#stream(d, input, opts, options.signal, wire);
+    const inner = this.#answer(d, input, opts, options.signal, wire, cacheable);
     if (!rest.stream) {
       const r = await this.#collect(inner);
       return Object.assign(chatCompletion(meta, r.text, r.finishReason, r.usage), { kerze: r.kerze });
     }
     const frames = new ChatStream(meta, streamOptions(rest).includeUsage);
     const tagged = (list, kerze) => list.map((f) => Object.assign(f, { kerze }));
-    const start = Object.freeze({ route: d.route, reason: d.reason });
     async function* chunks() {
-      yield tagged([frames.start()], start)[0];
-      for (;;) {
-        const r = await inner.next();
+      // The role frame carries the first piece's tag (a cached answer says so from the start).
+      let r = await inner.next();
+      yield tagged([frames.start()], r.value.kerze)[0];
+      for (;; r = await inner.next()) {
         if (r.done) {
           yield* tagged(frames.finish(r.value.finishReason, r.value.usage), r.value.kerze);
           return;
@@ -515,8 +605,9 @@ export async function probe(options = {}) {
 export async function createEngine(options = {}) {
   const {
     model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
-    threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides,
+    threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides, responseCache,
   } = options;
+  const responses = responseLimits(responseCache);
   checkDevice(device);
   if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
     throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
@@ -527,7 +618,7 @@ export async function createEngine(options = {}) {
   if (signal?.aborted) throw abortError(signal);
   const warn = onWarning ?? ((m) => console.warn(`kerze: ${m}`));
   // An engine that answers through the fallback only (the local model cannot), and why.
-  const cloudOnly = (reason) => new Engine(null, null, warn, { cloud, onRoute, notLocal: reason });
+  const cloudOnly = (reason) => new Engine(null, null, warn, { cloud, onRoute, notLocal: reason, responses });
   const spec = resolveModel(model);
   // The device check before any download (bytes given: nothing to download).
   let check = null;
@@ -585,7 +676,7 @@ export async function createEngine(options = {}) {
   // First visit with `loading`: the fallback answers while the model downloads.
   if (cloud?.when.has('loading') && check && !check.cached) {
     const mb = check.downloadBytes != null ? ` (${Math.round(check.downloadBytes / 1e6)} MB)` : '';
-    return new Engine(transport, null, warn, { cloud, onRoute, notLocal: `loading: the model is downloading${mb}`, ready: load() });
+    return new Engine(transport, null, warn, { cloud, onRoute, notLocal: `loading: the model is downloading${mb}`, ready: load(), responses });
   }
   let info;
   try {
@@ -597,7 +688,7 @@ export async function createEngine(options = {}) {
     }
     throw e;
   }
-  return new Engine(transport, info, warn, { cloud, onRoute });
+  return new Engine(transport, info, warn, { cloud, onRoute, responses });
 }
 
 export default { createEngine, probe, cache, catalog, KerzeError, Engine };

@@ -4,7 +4,7 @@
 
 import { KerzeError } from './protocol.js';
 import { catalog } from './catalog.js';
-import { openModelCache } from './cache.js';
+import { openModelCache, openResponseStore } from './cache.js';
 import { SIMD_PROBE } from './probe.js';
 
 export const DEVICES = ['auto', 'cpu', 'webgpu'];
@@ -104,9 +104,12 @@ function cacheKeyOf(model) {
   return resolveModel(model).key;
 }
 
-/** The model cache of this origin: what is stored, and removing it. */
+/**
+ * What kerze keeps in this origin: the model files (Cache API) and the answers to
+ * deterministic requests (IndexedDB): what is stored, how much, and removing it.
+ */
 export const cache = Object.freeze({
-  /** @returns {Promise<Array<{ key, url, sha256, bytes, name, storedAt }>>} */
+  /** The cached models. @returns {Promise<Array<{ key, url, sha256, bytes, name, storedAt }>>} */
   async list() {
     const { store } = await openModelCache();
     return store ? store.list() : [];
@@ -116,10 +119,30 @@ export const cache = Object.freeze({
     const { store } = await openModelCache();
     return store ? store.delete(cacheKeyOf(model)) : false;
   },
-  /** Remove every cached model; resolves to how many were removed. */
-  async clear() {
-    const { store } = await openModelCache();
-    return store ? store.clear() : 0;
+  /**
+   * Remove what is cached: everything, or what `{ models, responses }` names (true); resolves
+   * to how many entries were removed.
+   */
+  async clear(what) {
+    const all = what == null;
+    let n = 0;
+    if (all || what.models === true) {
+      const { store } = await openModelCache();
+      n += store ? await store.clear() : 0;
+    }
+    if (all || what.responses === true) {
+      const { store } = await openResponseStore();
+      n += store ? await store.clear() : 0;
+    }
+    return n;
+  },
+  /** `{ models: { entries, bytes }, responses: { entries, bytes } }`. */
+  async size() {
+    const models = await this.list();
+    const { store } = await openResponseStore();
+    return {
+      models: { entries: models.length, bytes: models.reduce((t, m) => t + (m.bytes ?? 0), 0) },
+      responses: store ? await store.size() : { entries: 0, bytes: 0 },
+    };
   },
 });
-

@@ -84,6 +84,11 @@ export class RemoteTransport {
     return this.#f.slowTokensPerS;
   }
 
+  /** Which endpoint and model answer (the response cache keys cloud answers by it). */
+  get identity() {
+    return `${this.#f.base}|${this.#f.model}`;
+  }
+
   /** The endpoint's model name. */
   get model() {
     return this.#f.model;

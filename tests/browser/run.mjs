@@ -379,6 +379,83 @@ try {
     assertEq(r.bad, 'InvalidArgumentError', 'roles must alternate');
   });
 
+  await test('response cache: a repeated greedy or seeded request is answered from IndexedDB (no forward pass, across a reload), streamed and tagged cached; sampled never; another model, the TTL and the size cap evict', async () => {
+    const smol = catalog.models.find((m) => m.id === 'smollm2-135m-instruct');
+    const SMOL = { id: smol.id, url: `${A}/models/${smol.file}`, sha256: smol.sha256 };
+    const common = `
+      const ask = { messages: [{ role: 'user', content: 'Name a river.' }], max_tokens: 8, temperature: 0 };
+      const text = (c) => c.choices[0].message.content;
+      const collect = async (s) => { const out = []; for await (const c of s) out.push(c); return out; };
+      const streamed = (frames) => frames.map((f) => f.choices?.[0]?.delta?.content ?? '').join('');`;
+    await withPage(`${A}/www/`, async (page) => {
+      const a = await inPage(page, `${common}
+        await k.cache.clear({ responses: true });
+        const e = await k.createEngine({ model: arg.SMOL, threads: 1 });
+        const first = await e.chat.completions.create(ask);
+        const again = await e.chat.completions.create(ask);
+        const frames = await collect(await e.chat.completions.create({ ...ask, stream: true }));
+        const fresh = await e.chat.completions.create({ ...ask, cache: false });
+        const seeded = { ...ask, temperature: 0.9, seed: 7 };
+        const s1 = await e.chat.completions.create(seeded);
+        const s2 = await e.chat.completions.create(seeded);
+        const sampled = { ...ask, temperature: 0.9 };
+        const r1 = await e.chat.completions.create(sampled);
+        const r2 = await e.chat.completions.create(sampled);
+        const g1 = await e.complete('The sea is', { maxTokens: 6, temperature: 0 });
+        const gPieces = [];
+        for await (const c of e.generate('The sea is', { maxTokens: 6, temperature: 0 })) gPieces.push(c);
+        const size = await k.cache.size();
+        // No forward pass: the engine's worker is gone, and the answer still comes.
+        e._crash();
+        const dead = await e.chat.completions.create(ask);
+        let other = null;
+        try { await e.chat.completions.create({ ...ask, max_tokens: 9 }); } catch (x) { other = x.name; }
+        return { first: [text(first), first.kerze], again: [text(again), again.kerze, again.usage], stream: [streamed(frames), frames.map((f) => f.kerze.cached === true)],
+          fresh: fresh.kerze.cached ?? false, seeded: [s1.kerze.cached ?? false, s2.kerze.cached, text(s1) === text(s2)], sampled: [r1.kerze.cached ?? false, r2.kerze.cached ?? false],
+          gen: [g1.kerze.cached ?? false, gPieces.map((c) => c.text).join('') === g1.text, gPieces.every((c) => c.kerze.cached)], size: size.responses,
+          dead: [text(dead), dead.kerze.cached], other };`, { SMOL });
+      assertEq([a.first[1].cached ?? false, a.again[1].cached, a.again[0]], [false, true, a.first[0]], `the second answer is the cached first: ${JSON.stringify(a)}`);
+      assert(/^cached: /.test(a.again[1].reason) && a.again[1].route === 'local', `reason: ${a.again[1].reason}`);
+      assertEq(a.again[2].prompt_tokens_details.cached_tokens, a.again[2].prompt_tokens, 'a cached answer computed no prompt token');
+      assert(a.stream[0] === a.first[0] && a.stream[1].every(Boolean), `streamed from the cache, every frame tagged: ${JSON.stringify(a.stream)}`);
+      assertEq([a.fresh, a.seeded, a.sampled], [false, [false, true, true], [false, false]], 'cache: false, a fixed seed, no seed');
+      assertEq(a.gen, [false, true, true], 'generate after complete with the same prompt and options: cached');
+      assert(a.size.entries === 3 && a.size.bytes > 0, `size: ${JSON.stringify(a.size)}`);
+      assertEq(a.dead, [a.first[0], true], 'answered with the worker gone');
+      assert(a.other !== null, `a request not seen before needs the (dead) engine: ${a.other}`);
+      // After a reload: still there; another model, a short TTL, a small size cap.
+      await page.reload();
+      const b = await inPage(page, `${common}
+        const e = await k.createEngine({ model: arg.SMOL, threads: 1 });
+        const back = await e.chat.completions.create(ask);
+        await e.dispose();
+        const g = await k.createEngine({ model, threads: 1 });
+        const gemma = await g.chat.completions.create(ask);
+        await g.dispose();
+        const t = await k.createEngine({ model: arg.SMOL, threads: 1, responseCache: { ttlMs: 1 } });
+        const t1 = await t.chat.completions.create({ ...ask, max_tokens: 5 });
+        await new Promise((r) => setTimeout(r, 20));
+        const t2 = await t.chat.completions.create({ ...ask, max_tokens: 5 });
+        await t.dispose();
+        await k.cache.clear({ responses: true });
+        const one = await k.createEngine({ model: arg.SMOL, threads: 1 });
+        await one.chat.completions.create({ ...ask, max_tokens: 4 });
+        const entry = (await k.cache.size()).responses.bytes;
+        await one.dispose();
+        const c = await k.createEngine({ model: arg.SMOL, threads: 1, responseCache: { maxBytes: Math.floor(entry * 1.5) } });
+        await c.chat.completions.create({ ...ask, max_tokens: 3 });
+        const keptB = await c.chat.completions.create({ ...ask, max_tokens: 3 });
+        const evictedA = await c.chat.completions.create({ ...ask, max_tokens: 4 });
+        const left = await k.cache.size();
+        await c.dispose();
+        let bad = null;
+        try { await k.createEngine({ model: arg.SMOL, responseCache: { ttl: 5 } }); } catch (x) { bad = x.name; }
+        return { back: back.kerze.cached, gemma: gemma.kerze.cached ?? false, ttl: [t1.kerze.cached ?? false, t2.kerze.cached ?? false],
+          cap: [keptB.kerze.cached, evictedA.kerze.cached ?? false], left: left.responses.entries, bad };`, { SMOL });
+      assertEq(b, { back: true, gemma: false, ttl: [false, false], cap: [true, false], left: 1, bad: 'InvalidArgumentError' }, 'reload, model, TTL, cap');
+    }, { expectErrors: /./ });
+  });
+
   await test('embeddings in the page: all-MiniLM-L6-v2 gives the native CLI\'s vectors and the sentence-transformers similarities; embeddings.create in the OpenAI shape', async () => {
     const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
     const texts = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.',
@@ -1018,7 +1095,9 @@ try {
           const pieces = [];
           for await (const c of e.generate('The capital of France is', { maxTokens: 8, temperature: 0 })) pieces.push(c.kerze.route);
           const done = await e.complete('The capital of France is', { maxTokens: 8, temperature: 0 });
+          const fresh = await e.chat.completions.create({ ...ask, cache: false });
           return { info: e.info, whole: { kerze: whole.kerze, text: whole.choices[0].message.content }, tags: tags(chunks), text: text(chunks), routes, local,
+            cached: chunks.every((c) => c.kerze.cached === true), fresh: [fresh.kerze.cached ?? false, fresh.choices[0].message.content === whole.choices[0].message.content],
             ids, pieces, done: { route: done.kerze.route, text: done.text, finish: done.finishReason, tokens: done.usage.completionTokens } };`);
         assertEq([r.info.backend, r.whole.kerze.route, r.local, r.ids], ['cloud', 'cloud', 'UnsupportedDeviceError', 'UnsupportedDeviceError'], `unsupported: ${JSON.stringify(r)}`);
         assert(r.pieces.length > 0 && r.pieces.every((x) => x === 'cloud') && r.done.route === 'cloud' && r.done.text.length > 0
@@ -1026,6 +1105,10 @@ try {
         assert(/^unsupported: .*0.25 GB/.test(r.whole.kerze.reason), `reason: ${r.whole.kerze.reason}`);
         assert(r.tags.every((t) => t === 'cloud') && r.text === r.whole.text && r.text.length > 0, `stream: ${JSON.stringify(r)}`);
         assertEq(r.routes.map((x) => x.route), ['cloud'], 'onRoute once');
+        // The streamed request repeats the whole one (greedy): the cloud's answer came from the
+        // response cache, with no request; `cache: false` asked the endpoint again.
+        assert(r.cached && r.whole.kerze.cached === undefined, `the cloud answer cached: ${JSON.stringify(r)}`);
+        assertEq(r.fresh, [false, true], 'cache: false: a fresh cloud answer, the same text');
       }, { allowed: [...allowed], expectErrors: null });
       assert(posts.length === 2 && posts.every((p) => p.model === 'SmolLM2-135M-Instruct.Q4_1'), `requests: ${posts.length}`);
       await withPage(`${A}/www/`, async (page) => {
@@ -1059,7 +1142,7 @@ try {
         // error at load: a 404 model resolves to an engine that answers through the endpoint.
         const er = await run(page, `
           const e = await k.createEngine({ model: { url: arg.A + '/models/no-such-model.gguf' }, fallback: fb({ when: ['error'] }) });
-          const r = await e.chat.completions.create(ask);
+          const r = await e.chat.completions.create({ ...ask, cache: false }); // the endpoint answered \`ask\` above: cached
           return [e.info.backend, r.kerze];`);
         assert(er[0] === 'cloud' && er[1].route === 'cloud' && /DownloadError/.test(er[1].reason), `error at load: ${JSON.stringify(er)}`);
       }, { allowed, expectErrors: /status of 404/ });
@@ -1109,7 +1192,7 @@ try {
           // sends the next answers there.
           const slow = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['slow'], slowTokensPerS: 1e9 }) });
           const s1 = await collect(await slow.chat.completions.create({ ...ask, max_tokens: 12, stream: true }));
-          const s2 = await slow.chat.completions.create({ ...ask, max_tokens: 4 });
+          const s2 = await slow.chat.completions.create({ ...ask, max_tokens: 4, cache: false }); // \`one\` asked the same
           const switched = tags(s1).indexOf('cloud');
           names.push(switched > 1 && tags(s1).slice(0, switched).every((t) => t === 'local') ? 'local, then cloud' : JSON.stringify(tags(s1)),
             s2.kerze.route + ': ' + s2.kerze.reason.split(':')[0]);
