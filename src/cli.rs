@@ -256,6 +256,16 @@ struct ServeArgs {
     /// The largest request body in bytes (413 past it)
     #[arg(long, default_value_t = 2 << 20)]
     max_body: usize,
+    /// Keep answers to deterministic requests (temperature 0 or a seed) in this folder and
+    /// answer repeats from it, with no forward pass (`"cache": false` in a request: not that one)
+    #[arg(long, value_name = "DIR")]
+    response_cache: Option<std::path::PathBuf>,
+    /// Seconds a kept answer stays valid
+    #[arg(long, default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
+    response_cache_ttl: u64,
+    /// Megabytes the kept answers may take (the least recently used go first)
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    response_cache_mb: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -395,6 +405,13 @@ fn cmd_serve(a: &ServeArgs) -> Result<()> {
         queue: a.queue,
         timeout: std::time::Duration::from_secs(a.timeout),
         max_body: a.max_body,
+        response_cache: a.response_cache.clone().map(|dir| {
+            crate::server::responses::ResponseCacheOptions {
+                dir,
+                ttl: std::time::Duration::from_secs(a.response_cache_ttl),
+                max_bytes: a.response_cache_mb << 20,
+            }
+        }),
     })
 }
 

@@ -62,7 +62,7 @@ pub struct Chunk {
 }
 
 /// Why a generation ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// An end-of-sequence token or a stop string.
@@ -74,7 +74,7 @@ pub enum FinishReason {
 }
 
 /// Counts and speeds of a generation.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     pub prompt_tokens: usize,

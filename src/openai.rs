@@ -120,6 +120,8 @@ const COMMON: &[&str] = &[
     "repetition_penalty",
     "n",
     "user",
+    // kerze: `false` keeps a deterministic request out of `serve`'s response cache.
+    "cache",
 ];
 const CHAT: &[&str] = &[
     "messages",
@@ -263,6 +265,7 @@ impl<'a> Fields<'a> {
         }
         self.string("user")?;
         let stream = self.flag("stream")?.unwrap_or(false);
+        self.flag("cache")?; // a boolean; serve's response cache reads it
         let include_usage = match self.get("stream_options") {
             None => false,
             Some(Value::Object(o)) => {

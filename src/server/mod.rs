@@ -12,6 +12,7 @@
 //! Shutdown (SIGTERM, Ctrl-C): new requests get 503, streams in flight finish (up to the
 //! request timeout), then the process exits.
 
+pub mod responses;
 pub mod slots;
 
 use crate::engine::{EngineInfo, LoadOptions};
@@ -54,6 +55,8 @@ pub struct ServeOptions {
     pub timeout: Duration,
     /// The largest request body.
     pub max_body: usize,
+    /// Keep answers to deterministic requests here (None: no response cache).
+    pub response_cache: Option<responses::ResponseCacheOptions>,
 }
 
 /// Slots by default: 2 when the machine has 2 cores or more (a burst interleaves instead of
@@ -75,6 +78,7 @@ struct AppState {
     draining: AtomicBool,
     created: u64,
     ids: AtomicU64,
+    responses: Option<Arc<responses::ResponseCache>>,
 }
 
 /// An HTTP error with an OpenAI error body.
@@ -149,6 +153,19 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         .await
         .map_err(|e| Error::InvalidArgument(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr()?;
+    let responses = match &opts.response_cache {
+        Some(rc) => {
+            let sha = responses::file_sha256(&opts.path)?;
+            let c = responses::ResponseCache::open(rc.clone(), sha).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "the response cache {} cannot be used: {e}",
+                    rc.dir.display()
+                ))
+            })?;
+            Some(Arc::new(c))
+        }
+        None => None,
+    };
     let (pool, ready) = Pool::start(opts.path.clone(), opts.load.clone(), opts.slots.max(1));
     let state = Arc::new(AppState {
         admission: Admission::new(opts.slots.max(1) + opts.queue),
@@ -160,6 +177,7 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         pool: Arc::clone(&pool),
         draining: AtomicBool::new(false),
         ids: AtomicU64::new(0),
+        responses,
     });
     eprintln!(
         "kerze serve: listening on http://{local} (loading {})",
@@ -415,6 +433,71 @@ impl AppState {
 
     /// Admit and queue a generation; wait until its slot has checked it (the status is known
     /// then).
+    /// The events of an answer, and whether the response cache had it (None: not cacheable).
+    /// A hit needs no slot: its pieces and end come from the file. A miss runs in a slot, and
+    /// its answer is kept when it ends.
+    async fn answer(
+        &self,
+        endpoint: &str,
+        body: &serde_json::Value,
+        input: Input,
+        generate: &openai::GenerateRequest,
+        arrived: Instant,
+    ) -> ApiResult<(UnboundedReceiver<Event>, Option<bool>)> {
+        let loaded = self.ready()?;
+        let cache = self.responses.clone();
+        let scope = format!("{endpoint}|{}|{}", loaded.info.backend, loaded.info.n_ctx);
+        let Some((cache, key)) = cache.and_then(|c| c.key(&scope, body, generate).map(|k| (c, k)))
+        else {
+            return Ok((self.submit(input, generate, arrived).await?, None));
+        };
+        let (c, k) = (Arc::clone(&cache), key.clone());
+        if let Some(e) = tokio::task::spawn_blocking(move || c.get(&k))
+            .await
+            .ok()
+            .flatten()
+        {
+            let (tx, rx) = unbounded_channel();
+            for p in e.pieces {
+                let _ = tx.send(Event::Chunk(p));
+            }
+            let usage = Usage {
+                prefill_tokens: 0,
+                prefill_ms: 0.0,
+                decode_ms: 0.0,
+                ..e.usage
+            };
+            let _ = tx.send(Event::Done {
+                finish: e.finish,
+                usage,
+            });
+            return Ok((rx, Some(true)));
+        }
+        let mut inner = self.submit(input, generate, arrived).await?;
+        let (tx, rx) = unbounded_channel();
+        tokio::spawn(async move {
+            let mut pieces = Vec::new();
+            while let Some(ev) = inner.recv().await {
+                if let Event::Chunk(t) = &ev {
+                    pieces.push(t.clone());
+                }
+                if let Event::Done { finish, usage } = &ev {
+                    let (finish, usage) = (*finish, usage.clone());
+                    let pieces = std::mem::take(&mut pieces);
+                    let c = Arc::clone(&cache);
+                    let k = key.clone();
+                    let _ =
+                        tokio::task::spawn_blocking(move || c.put(&k, pieces, finish, usage)).await;
+                }
+                // The client went away: dropping `inner` tells the slot.
+                if tx.send(ev).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok((rx, Some(false)))
+    }
+
     async fn submit(
         &self,
         input: Input,
@@ -539,18 +622,30 @@ async fn chat_completions(State(st): State<Arc<AppState>>, body: Body) -> ApiRes
         messages: req.messages,
         chat: req.chat,
     };
-    let rx = st.submit(input, &req.generate, arrived).await?;
+    let (rx, hit) = st.answer("chat", &v, input, &req.generate, arrived).await?;
     let meta = st.meta("chatcmpl");
     if !req.stream {
         let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
-        return Ok(Json(openai::chat_completion(&meta, &text, finish, &usage)).into_response());
+        let r = Json(openai::chat_completion(&meta, &text, finish, &usage)).into_response();
+        return Ok(tagged(r, hit));
     }
     let frames = ChatStream::new(meta, req.include_usage);
     let first = vec![sse_json(&frames.start())];
-    Ok(sse(first, rx, frames, st.opts.timeout, |f, ev| match ev {
+    let r = sse(first, rx, frames, st.opts.timeout, |f, ev| match ev {
         Piece::Text(t) => f.push(&t).iter().map(sse_json).collect(),
         Piece::End(finish, usage) => f.finish(finish, &usage).iter().map(sse_json).collect(),
-    }))
+    });
+    Ok(tagged(r, hit))
+}
+
+/// `x-kerze-cache: hit | miss` on an answer the response cache may hold (none when it is off
+/// or the request is not deterministic).
+fn tagged(mut r: Response, hit: Option<bool>) -> Response {
+    if let Some(h) = hit {
+        let v = HeaderValue::from_static(if h { "hit" } else { "miss" });
+        r.headers_mut().insert("x-kerze-cache", v);
+    }
+    r
 }
 
 async fn completions(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {
@@ -563,20 +658,23 @@ async fn completions(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<R
         openai::Prompt::Text(t) => Input::Text(t),
         openai::Prompt::Ids(ids) => Input::Ids(ids),
     };
-    let rx = st.submit(input, &req.generate, arrived).await?;
+    let (rx, hit) = st
+        .answer("completions", &v, input, &req.generate, arrived)
+        .await?;
     let meta = st.meta("cmpl");
     if !req.stream {
         let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
-        return Ok(Json(openai::text_completion(
+        let r = Json(openai::text_completion(
             &meta,
             Some(&text),
             Some(finish),
             Some(&usage),
         ))
-        .into_response());
+        .into_response();
+        return Ok(tagged(r, hit));
     }
     let include_usage = req.include_usage;
-    Ok(sse(
+    let r = sse(
         Vec::new(),
         rx,
         meta,
@@ -601,7 +699,8 @@ async fn completions(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<R
                 out
             }
         },
-    ))
+    );
+    Ok(tagged(r, hit))
 }
 
 async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {

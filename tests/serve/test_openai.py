@@ -211,6 +211,70 @@ try:
         enc.terminate()
         assert enc.wait(30) == 0
 
+    @test("openai PyPI: --response-cache answers a repeated greedy or seeded request from disk, with no slot; sampled never; TTL, another model and a corrupt file miss")
+    def _():
+        import shutil
+        import tempfile
+        d = tempfile.mkdtemp(prefix="kerze-responses-")
+        try:
+            rc, rbase = start(["--slots", "1", "--queue", "0", "--response-cache", d])
+            c = openai.OpenAI(base_url=f"{rbase}/v1", api_key="none", max_retries=0)
+            messages = [{"role": "user", "content": "Name a river."}]
+            ask = dict(model=MODEL_ID, messages=messages, temperature=0, max_tokens=12)
+            first = c.chat.completions.with_raw_response.create(**ask)
+            again = c.chat.completions.with_raw_response.create(**ask)
+            assert (first.headers["x-kerze-cache"], again.headers["x-kerze-cache"]) == ("miss", "hit")
+            a, b = first.parse(), again.parse()
+            assert a.choices[0].message.content == b.choices[0].message.content
+            assert b.usage.prompt_tokens_details.cached_tokens == b.usage.prompt_tokens == a.usage.prompt_tokens
+            assert b.usage.completion_tokens == a.usage.completion_tokens
+            streamed = "".join(x.choices[0].delta.content or "" for x in c.chat.completions.create(**ask, stream=True) if x.choices)
+            assert streamed == a.choices[0].message.content, streamed
+            # No slot, no forward pass: the one slot is held by a stream and the queue is 0,
+            # yet the cached answer comes; a request not seen before gets 429.
+            long = c.completions.create(model=MODEL_ID, prompt="Once upon a time", max_tokens=3000,
+                                        temperature=0.8, seed=1, stream=True, extra_body={"cache": False})
+            chunks = iter(long)
+            next(chunks)
+            held = c.chat.completions.with_raw_response.create(**ask)
+            assert held.headers["x-kerze-cache"] == "hit" and held.parse().choices[0].message.content == a.choices[0].message.content
+            expect(openai.RateLimitError, 429, lambda: c.chat.completions.create(**{**ask, "max_tokens": 5}))
+            long.close()
+            time.sleep(0.5)
+            # Sampled without a seed: never cached (no header); seeded: cached; cache: false: neither.
+            sampled = c.chat.completions.with_raw_response.create(model=MODEL_ID, messages=messages, temperature=0.9, max_tokens=4)
+            assert "x-kerze-cache" not in sampled.headers
+            s1 = c.completions.with_raw_response.create(model=MODEL_ID, prompt="The sea", temperature=0.9, seed=5, max_tokens=6)
+            s2 = c.completions.with_raw_response.create(model=MODEL_ID, prompt="The sea", temperature=0.9, seed=5, max_tokens=6)
+            assert (s1.headers["x-kerze-cache"], s2.headers["x-kerze-cache"]) == ("miss", "hit")
+            assert s1.parse().choices[0].text == s2.parse().choices[0].text
+            off = c.chat.completions.with_raw_response.create(**ask, extra_body={"cache": False})
+            assert "x-kerze-cache" not in off.headers
+            expect(openai.BadRequestError, 400, lambda: c.chat.completions.create(**ask, extra_body={"cache": "no"}))
+            rc.terminate()
+            assert rc.wait(30) == 0
+            # A corrupt entry is a miss (and is removed); a short TTL expires; another model misses.
+            for f in os.listdir(d):
+                with open(os.path.join(d, f), "w") as fh:
+                    fh.write("{not json")
+            rc2, rbase2 = start(["--response-cache", d, "--response-cache-ttl", "1"])
+            c2 = openai.OpenAI(base_url=f"{rbase2}/v1", api_key="none", max_retries=0)
+            r = c2.chat.completions.with_raw_response.create(**ask)
+            assert r.headers["x-kerze-cache"] == "miss" and r.parse().choices[0].message.content == a.choices[0].message.content
+            assert c2.chat.completions.with_raw_response.create(**ask).headers["x-kerze-cache"] == "hit"
+            time.sleep(2.1)
+            assert c2.chat.completions.with_raw_response.create(**ask).headers["x-kerze-cache"] == "miss"
+            rc2.terminate()
+            assert rc2.wait(30) == 0
+            g, gbase = start(["--response-cache", d], model=GEMMA)
+            gc = openai.OpenAI(base_url=f"{gbase}/v1", api_key="none", max_retries=0)
+            gask = {**ask, "model": gc.models.list().data[0].id}
+            assert gc.chat.completions.with_raw_response.create(**gask).headers["x-kerze-cache"] == "miss"
+            g.terminate()
+            assert g.wait(30) == 0
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
     proc.terminate()
     code = proc.wait(30)
     if code != 0:

@@ -1,0 +1,349 @@
+//! The response cache of `kerze serve`: answers to deterministic requests (temperature 0, or
+//! a fixed seed) kept as files, one per request key — the sha256 of the model file's sha256,
+//! the endpoint, backend and context, and the canonical request (its JSON with sorted keys, less `stream`,
+//! `stream_options`, `user`, `model`, `cache`, and `seed` when greedy). A hit answers with no
+//! slot and no forward pass, streamed like a fresh answer, its usage saying every prompt token
+//! was cached. Entries live `ttl`; past `max_bytes` the least recently used files go first; a
+//! file that does not parse is removed, never used.
+
+use crate::generate::{FinishReason, Usage};
+use crate::openai::GenerateRequest;
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+/// Where and how long answers are kept.
+#[derive(Clone, Debug)]
+pub struct ResponseCacheOptions {
+    pub dir: PathBuf,
+    pub ttl: Duration,
+    pub max_bytes: u64,
+}
+
+/// A kept answer.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Entry {
+    /// The format's version: another one is not read.
+    pub v: u32,
+    pub pieces: Vec<String>,
+    pub finish: FinishReason,
+    pub usage: Usage,
+    /// Seconds since the epoch when it was stored.
+    pub stored: u64,
+}
+
+const VERSION: u32 = 1;
+
+pub struct ResponseCache {
+    opts: ResponseCacheOptions,
+    /// The model file's sha256, hex.
+    model: String,
+}
+
+/// JSON with every object's keys sorted.
+pub fn canonical(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let parts: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:{}", Value::String((*k).clone()), canonical(&m[*k])))
+                .collect();
+            format!("{{{}}}", parts.join(","))
+        }
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(canonical).collect::<Vec<_>>().join(",")
+        ),
+        other => other.to_string(),
+    }
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl ResponseCache {
+    /// The cache in `opts.dir` (made if missing) for the model whose sha256 is `model`.
+    pub fn open(opts: ResponseCacheOptions, model: String) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&opts.dir)?;
+        Ok(Self { opts, model })
+    }
+
+    /// The key of a request with body `body` in `scope` (the endpoint, the backend and the
+    /// context: what else decides the answer), or None when it is not deterministic or asks
+    /// for no caching (`"cache": false`).
+    pub fn key(
+        &self,
+        scope: &str,
+        body: &serde_json::Value,
+        g: &GenerateRequest,
+    ) -> Option<String> {
+        let greedy = g.temperature == Some(0.0);
+        if !(greedy || g.seed.is_some())
+            || body.get("cache") == Some(&serde_json::Value::Bool(false))
+        {
+            return None;
+        }
+        let mut b = body.clone();
+        if let Some(m) = b.as_object_mut() {
+            for k in ["stream", "stream_options", "user", "model", "cache"] {
+                m.remove(k);
+            }
+            if greedy {
+                m.remove("seed");
+            }
+        }
+        let mut h = Sha256::new();
+        h.update(format!("v{VERSION}|{}|{scope}|", self.model));
+        h.update(canonical(&b));
+        Some(format!("{:x}", h.finalize()))
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
+        self.opts.dir.join(format!("{key}.json"))
+    }
+
+    /// The live entry for `key`; an expired or unreadable one is removed.
+    pub fn get(&self, key: &str) -> Option<Entry> {
+        let p = self.path(key);
+        let bytes = std::fs::read(&p).ok()?;
+        match serde_json::from_slice::<Entry>(&bytes) {
+            Ok(e) if e.v == VERSION && e.stored + self.opts.ttl.as_secs() > now_s() => {
+                // Recently used: the size cap removes the files least recently touched first.
+                if let Ok(f) = std::fs::File::options().append(true).open(&p) {
+                    let _ = f.set_modified(SystemTime::now());
+                }
+                Some(e)
+            }
+            _ => {
+                let _ = std::fs::remove_file(&p);
+                None
+            }
+        }
+    }
+
+    /// Keep an answer (written whole, then renamed: a reader never sees half a file), then
+    /// remove the least recently used files past the size cap.
+    pub fn put(&self, key: &str, pieces: Vec<String>, finish: FinishReason, usage: Usage) {
+        let e = Entry {
+            v: VERSION,
+            pieces,
+            finish,
+            usage,
+            stored: now_s(),
+        };
+        let Ok(bytes) = serde_json::to_vec(&e) else {
+            return;
+        };
+        if bytes.len() as u64 > self.opts.max_bytes {
+            return;
+        }
+        let tmp = self
+            .opts
+            .dir
+            .join(format!(".{key}.{}.tmp", std::process::id()));
+        if std::fs::write(&tmp, &bytes).is_ok() && std::fs::rename(&tmp, self.path(key)).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        self.evict();
+    }
+
+    fn evict(&self) {
+        let Ok(dir) = std::fs::read_dir(&self.opts.dir) else {
+            return;
+        };
+        let mut files: Vec<(SystemTime, u64, PathBuf)> = dir
+            .flatten()
+            .filter(|d| d.file_name().to_string_lossy().ends_with(".json"))
+            .filter_map(|d| {
+                let m = d.metadata().ok()?;
+                Some((m.modified().ok()?, m.len(), d.path()))
+            })
+            .collect();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        files.sort();
+        for (_, len, p) in files {
+            if total <= self.opts.max_bytes {
+                break;
+            }
+            if std::fs::remove_file(&p).is_ok() {
+                total -= len;
+            }
+        }
+    }
+}
+
+/// The sha256 of a file, hex.
+pub fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", h.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache(dir: &std::path::Path, max_bytes: u64, ttl: u64) -> ResponseCache {
+        ResponseCache::open(
+            ResponseCacheOptions {
+                dir: dir.to_path_buf(),
+                ttl: Duration::from_secs(ttl),
+                max_bytes,
+            },
+            "ab".repeat(32),
+        )
+        .unwrap()
+    }
+
+    fn req(v: &serde_json::Value) -> GenerateRequest {
+        serde_json::from_value(v.clone()).unwrap_or_default()
+    }
+
+    #[test]
+    fn keys_are_canonical_and_only_for_deterministic_requests() {
+        let dir = std::env::temp_dir().join(format!("kerze-rc-keys-{}", std::process::id()));
+        let c = cache(&dir, 1 << 20, 60);
+        let a = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 4, "stream": true, "seed": 3});
+        let b = serde_json::json!({"max_tokens": 4, "temperature": 0, "messages": [{"content": "hi", "role": "user"}], "seed": 9});
+        let ka = c.key(
+            "chat",
+            &a,
+            &GenerateRequest {
+                temperature: Some(0.0),
+                seed: Some(3),
+                ..Default::default()
+            },
+        );
+        let kb = c.key(
+            "chat",
+            &b,
+            &GenerateRequest {
+                temperature: Some(0.0),
+                seed: Some(9),
+                ..Default::default()
+            },
+        );
+        assert!(ka.is_some());
+        assert_eq!(
+            ka, kb,
+            "key order, stream and a greedy request's seed do not matter"
+        );
+        assert_ne!(
+            ka,
+            c.key(
+                "completions",
+                &a,
+                &GenerateRequest {
+                    temperature: Some(0.0),
+                    ..Default::default()
+                }
+            )
+        );
+        let sampled = serde_json::json!({"messages": [], "temperature": 0.7});
+        assert_eq!(
+            c.key("chat", &sampled, &req(&sampled)),
+            None,
+            "sampled without a seed"
+        );
+        let seeded = serde_json::json!({"messages": [], "temperature": 0.7, "seed": 1});
+        let other = serde_json::json!({"messages": [], "temperature": 0.7, "seed": 2});
+        assert_ne!(
+            c.key(
+                "chat",
+                &seeded,
+                &GenerateRequest {
+                    temperature: Some(0.7),
+                    seed: Some(1),
+                    ..Default::default()
+                }
+            ),
+            c.key(
+                "chat",
+                &other,
+                &GenerateRequest {
+                    temperature: Some(0.7),
+                    seed: Some(2),
+                    ..Default::default()
+                }
+            ),
+            "a sampled request's seed matters"
+        );
+        let off = serde_json::json!({"messages": [], "temperature": 0, "cache": false});
+        assert_eq!(
+            c.key(
+                "chat",
+                &off,
+                &GenerateRequest {
+                    temperature: Some(0.0),
+                    ..Default::default()
+                }
+            ),
+            None
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn entries_expire_are_capped_and_corrupt_files_are_dropped() {
+        let dir = std::env::temp_dir().join(format!("kerze-rc-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let c = cache(&dir, 1 << 20, 60);
+        c.put(
+            "k1",
+            vec!["a".into(), "b".into()],
+            FinishReason::Length,
+            Usage::default(),
+        );
+        let e = c.get("k1").unwrap();
+        assert_eq!(
+            (e.pieces.concat(), e.finish),
+            ("ab".to_string(), FinishReason::Length)
+        );
+        std::fs::write(c.path("k2"), b"{not json").unwrap();
+        assert!(
+            c.get("k2").is_none() && !c.path("k2").exists(),
+            "a corrupt file is removed"
+        );
+        let gone = cache(&dir, 1 << 20, 0);
+        assert!(gone.get("k1").is_none(), "past its TTL");
+        let one = std::fs::metadata(c.path("k1"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert_eq!(one, 0, "an expired entry is removed");
+        c.put(
+            "a",
+            vec!["x".repeat(60)],
+            FinishReason::Stop,
+            Usage::default(),
+        );
+        let len = std::fs::metadata(c.path("a")).unwrap().len();
+        let small = cache(&dir, len * 3 / 2, 60);
+        std::thread::sleep(Duration::from_millis(20));
+        small.put(
+            "b",
+            vec!["y".repeat(60)],
+            FinishReason::Stop,
+            Usage::default(),
+        );
+        assert!(
+            small.get("a").is_none() && small.get("b").is_some(),
+            "the cap removes the older"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
