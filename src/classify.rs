@@ -511,33 +511,35 @@ impl<B: Backend> Session<B> {
         self.keep_common_prefix(prompt);
         let last = self.rows_after(prompt, p - 1, usage).await?;
         let mut out: Vec<f64> = labels.iter().map(|l| log_prob(&last, l[0])).collect();
-        let n_vocab = self.model.cfg().n_vocab;
-        let mut group: Vec<usize> = Vec::new();
+        // Labels of more than one id, in groups of at most PREFILL_CHUNK continuation rows.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
         let mut rows = 0;
-        for i in 0..=labels.len() {
-            let len = labels.get(i).map_or(0, |l| l.len() - 1);
-            if i == labels.len() || (rows + len > PREFILL_CHUNK && !group.is_empty()) {
-                let ids: Vec<u32> = group
-                    .iter()
-                    .flat_map(|&g| labels[g][..labels[g].len() - 1].iter().copied())
-                    .collect();
-                let lens: Vec<usize> = group.iter().map(|&g| labels[g].len() - 1).collect();
-                let logits = self.branch_rows(&ids, &lens, usage).await?;
-                let mut at = 0;
-                for (&g, &len) in group.iter().zip(&lens) {
-                    out[g] += logits[at * n_vocab..(at + len) * n_vocab]
-                        .chunks_exact(n_vocab)
-                        .zip(&labels[g][1..])
-                        .map(|(row, &id)| log_prob(row, id))
-                        .sum::<f64>();
-                    at += len;
-                }
-                group.clear();
+        for (i, l) in labels.iter().enumerate().filter(|(_, l)| l.len() > 1) {
+            if groups.is_empty() || rows + l.len() - 1 > PREFILL_CHUNK {
+                groups.push(Vec::new());
                 rows = 0;
             }
-            if len > 0 {
-                group.push(i);
-                rows += len;
+            if let Some(g) = groups.last_mut() {
+                g.push(i);
+            }
+            rows += l.len() - 1;
+        }
+        let n_vocab = self.model.cfg().n_vocab;
+        for group in groups {
+            let ids: Vec<u32> = group
+                .iter()
+                .flat_map(|&g| labels[g][..labels[g].len() - 1].iter().copied())
+                .collect();
+            let lens: Vec<usize> = group.iter().map(|&g| labels[g].len() - 1).collect();
+            let logits = self.branch_rows(&ids, &lens, usage).await?;
+            let mut at = 0;
+            for (&g, &len) in group.iter().zip(&lens) {
+                out[g] += logits[at * n_vocab..(at + len) * n_vocab]
+                    .chunks_exact(n_vocab)
+                    .zip(&labels[g][1..])
+                    .map(|(row, &id)| log_prob(row, id))
+                    .sum::<f64>();
+                at += len;
             }
         }
         Ok(out)

@@ -5,7 +5,9 @@
 
 use std::rc::Rc;
 
-use super::kernels::attention::{AttnBuffers, AttnDispatch};
+use super::kernels::attention::{
+    AttnBuffers, AttnDispatch, BranchBuffers, GROUP_MAX, HEAD_DIM_MAX,
+};
 use super::kernels::elementwise::Op;
 use super::kernels::embed;
 use super::kernels::norm::NormParams;
@@ -45,8 +47,6 @@ pub struct GpuKv {
 
 /// The most candidates the GPU top-k gives (more: the logits are read whole).
 pub const TOPK_MAX: usize = 128;
-/// Query heads per KV head the attention kernels take (GMAX in attention.wgsl).
-const ATTN_GROUP_MAX: usize = 8;
 
 pub struct GpuBackend {
     pub gpu: Gpu,
@@ -206,6 +206,20 @@ fn bytes_of<T: Copy>(v: &[T], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
     v.iter().flat_map(|&x| f(x)).collect()
 }
 
+/// `q`, `k`, `v` have `n_tok` rows laid out as `p`'s heads (query heads a whole number of
+/// groups per KV head): what every attention kernel assumes.
+fn heads_fit(q: &GpuTensor, k: &GpuTensor, v: &GpuTensor, n_tok: usize, p: AttnParams) -> bool {
+    let kv_w = p.n_head_kv * p.head_dim;
+    q.width == p.n_head * p.head_dim
+        && k.width == kv_w
+        && v.width == kv_w
+        && q.n_tok == n_tok
+        && k.n_tok == n_tok
+        && v.n_tok == n_tok
+        && p.n_head_kv != 0
+        && p.n_head.is_multiple_of(p.n_head_kv)
+}
+
 impl Backend for GpuBackend {
     type Tensor = GpuTensor;
     type Weight = GpuWeight;
@@ -362,17 +376,9 @@ impl Backend for GpuBackend {
         p: AttnParams,
     ) -> Result<GpuTensor> {
         let n_tok = pos.len();
-        let kv_w = p.n_head_kv * p.head_dim;
-        if q.width != p.n_head * p.head_dim
-            || k.width != kv_w
-            || v.width != kv_w
-            || kv.width != kv_w
-            || q.n_tok != n_tok
-            || k.n_tok != n_tok
-            || v.n_tok != n_tok
-            || p.n_head_kv == 0
-            || !p.n_head.is_multiple_of(p.n_head_kv)
-            || p.n_head / p.n_head_kv > ATTN_GROUP_MAX
+        if !heads_fit(q, k, v, n_tok, p)
+            || kv.width != p.n_head_kv * p.head_dim
+            || p.n_head / p.n_head_kv > GROUP_MAX
         {
             return Err(Error::Backend("attention: shapes disagree".into()));
         }
@@ -446,22 +452,11 @@ impl Backend for GpuBackend {
         lens: &[usize],
         p: AttnParams,
     ) -> Result<GpuTensor> {
-        use crate::gpu::kernels::attention::{
-            BranchBuffers, BRANCHES_GROUP_MAX, BRANCHES_HEAD_DIM_MAX,
-        };
         let n_tok: usize = lens.iter().sum();
-        let kv_w = p.n_head_kv * p.head_dim;
-        if q.width != p.n_head * p.head_dim
-            || k.width != kv_w
-            || v.width != kv_w
-            || kv.width != kv_w
-            || q.n_tok != n_tok
-            || k.n_tok != n_tok
-            || v.n_tok != n_tok
-            || p.n_head_kv == 0
-            || !p.n_head.is_multiple_of(p.n_head_kv)
-            || p.n_head / p.n_head_kv > BRANCHES_GROUP_MAX
-            || p.head_dim > BRANCHES_HEAD_DIM_MAX
+        if !heads_fit(q, k, v, n_tok, p)
+            || kv.width != p.n_head_kv * p.head_dim
+            || p.n_head / p.n_head_kv > GROUP_MAX
+            || p.head_dim > HEAD_DIM_MAX
             || n_tok == 0
             || n_tok > 65_535
             || p.n_head_kv > 65_535
@@ -511,18 +506,7 @@ impl Backend for GpuBackend {
         p: AttnParams,
     ) -> Result<GpuTensor> {
         let n_tok: usize = lens.iter().sum();
-        let kv_w = p.n_head_kv * p.head_dim;
-        if q.width != p.n_head * p.head_dim
-            || k.width != kv_w
-            || v.width != kv_w
-            || q.n_tok != n_tok
-            || k.n_tok != n_tok
-            || v.n_tok != n_tok
-            || p.n_head_kv == 0
-            || !p.n_head.is_multiple_of(p.n_head_kv)
-            || p.head_dim > crate::gpu::kernels::attention::PACKED_HEAD_DIM_MAX
-            || n_tok == 0
-        {
+        if !heads_fit(q, k, v, n_tok, p) || p.head_dim > HEAD_DIM_MAX || n_tok == 0 {
             return Err(Error::Backend("attention_packed: shapes disagree".into()));
         }
         self.gpu.check()?;

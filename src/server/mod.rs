@@ -155,7 +155,7 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
     let local = listener.local_addr()?;
     let responses = match &opts.response_cache {
         Some(rc) => {
-            let sha = responses::file_sha256(&opts.path)?;
+            let sha = crate::catalog::sha256_file(&opts.path)?;
             let c = responses::ResponseCache::open(rc.clone(), sha).map_err(|e| {
                 Error::InvalidArgument(format!(
                     "the response cache {} cannot be used: {e}",

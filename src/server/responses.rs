@@ -178,22 +178,6 @@ impl ResponseCache {
     }
 }
 
-/// The sha256 of a file, hex.
-pub fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(format!("{:x}", h.finalize()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

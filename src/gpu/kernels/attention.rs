@@ -9,6 +9,13 @@ use super::{grid, Bind, Recorder};
 use crate::error::Result;
 use crate::gpu::Gpu;
 
+/// Query heads per KV head the attention kernels take (GMAX in attention.wgsl and
+/// attention_branches.wgsl).
+pub const GROUP_MAX: usize = 8;
+/// Values per head the one-invocation-per-row kernels take (HEAD_DIM_MAX in
+/// attention_packed.wgsl and attention_branches.wgsl).
+pub const HEAD_DIM_MAX: usize = 256;
+
 /// The attention shaders' `Params`.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDispatch {
@@ -151,9 +158,6 @@ pub struct AttentionPacked {
     pipeline: wgpu::ComputePipeline,
 }
 
-/// Values per head [`AttentionPacked`] takes (HEAD_DIM_MAX in attention_packed.wgsl).
-pub const PACKED_HEAD_DIM_MAX: usize = 256;
-
 impl AttentionPacked {
     pub fn new(gpu: &Gpu) -> Result<Self> {
         let layout = super::layout(gpu, 5, 4, Some(3));
@@ -201,11 +205,6 @@ impl AttentionPacked {
 pub struct AttentionBranches {
     pipeline: wgpu::ComputePipeline,
 }
-
-/// Values per head and query heads per KV head [`AttentionBranches`] takes (HEAD_DIM_MAX and
-/// GMAX in attention_branches.wgsl).
-pub const BRANCHES_HEAD_DIM_MAX: usize = 256;
-pub const BRANCHES_GROUP_MAX: usize = 8;
 
 /// The buffers of one branches call.
 pub struct BranchBuffers<'a> {
