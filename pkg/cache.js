@@ -242,7 +242,7 @@ class ResponseStore {
 
   /** Store an answer; then the least recently used go until the store is under `maxBytes`. */
   async put(key, pieces, result) {
-    const bytes = canonicalJson({ pieces, result }).length + key.length;
+    const bytes = JSON.stringify({ pieces, result }).length + key.length;
     if (bytes > this.limits.maxBytes) return;
     const now = Date.now();
     const tx = this.db.transaction(RESPONSE_STORE, 'readwrite');

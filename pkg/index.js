@@ -353,9 +353,9 @@ export class Engine {
    * stored when it ends.
    */
   async *#answer(d, input, opts, signal, wire, cacheable) {
-    const key = cacheable ? await this.#responseKey(d, input, opts) : null;
-    const store = key ? await this.#responseStore() : null;
-    if (store) {
+    const store = cacheable ? await this.#responseStore() : null;
+    const key = store ? await this.#responseKey(d, input, opts) : null;
+    if (key) {
       const hit = await store.get(key).catch((e) => {
         this.#warn(`the response cache could not be read (${e?.message ?? e}): answering afresh`);
         return null;
@@ -378,7 +378,7 @@ export class Engine {
       for (;;) {
         const r = await it.next();
         if (r.done) {
-          if (store) {
+          if (key) {
             const { finishReason, usage, ids, kerze } = r.value;
             await store.put(key, pieces, { finishReason, usage, ids, kerze }).catch((e) => {
               this.#warn(`the answer was not cached (${e?.message ?? e})`);
@@ -386,7 +386,7 @@ export class Engine {
           }
           return r.value;
         }
-        if (store) pieces.push(r.value.tokenId != null ? { text: r.value.text, tokenId: r.value.tokenId } : { text: r.value.text });
+        if (key) pieces.push(r.value.tokenId != null ? { text: r.value.text, tokenId: r.value.tokenId } : { text: r.value.text });
         yield r.value;
       }
     } finally {

@@ -13,7 +13,7 @@
 // prompt through `${baseURL}/completions` — with the same pieces ({ text }) and result
 // ({ finishReason, usage, ids }), so the Engine builds every answer, local or not, one way.
 
-import { KerzeError } from './protocol.js';
+import { KerzeError, abortError } from './protocol.js';
 
 export const WHEN = Object.freeze(['unsupported', 'loading', 'context', 'error', 'slow']);
 const KNOWN = new Set(['baseURL', 'model', 'headers', 'getToken', 'when', 'consent', 'budget', 'slowTokensPerS']);
@@ -184,7 +184,7 @@ export class RemoteTransport {
         body: JSON.stringify({ ...body, model: this.#f.model }),
       });
     } catch (e) {
-      if (signal?.aborted) throw new KerzeError('AbortError', 'aborted');
+      if (signal?.aborted) throw abortError(signal);
       throw new KerzeError('CloudError', `the fallback endpoint ${url} cannot be reached: ${e?.message ?? e}`);
     }
     if (!r.ok) {
@@ -210,7 +210,7 @@ export class RemoteTransport {
         try {
           step = await reader.read();
         } catch (e) {
-          if (signal?.aborted) throw new KerzeError('AbortError', 'aborted');
+          if (signal?.aborted) throw abortError(signal);
           throw new KerzeError('CloudError', `the fallback's stream broke off: ${e?.message ?? e}`);
         }
         if (step.done) return;
