@@ -4,7 +4,7 @@
 export type KerzeErrorName =
   | 'GgufError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelTooLargeError' | 'ModelConfigError'
   | 'TokenizerError' | 'ContextFullError' | 'InvalidArgumentError' | 'AbortError' | 'ModelError'
-  | 'BackendError' | 'DeviceError' | 'IoError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
+  | 'BackendError' | 'DeviceError' | 'IoError' | 'SnapshotError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
   | 'UnsupportedDeviceError' | 'WorkerError' | 'DisposedError' | 'EngineCrashedError'
   | 'CloudError' | 'ConsentError' | 'BudgetError';
 

@@ -16,7 +16,7 @@
 export const ERROR_NAMES = Object.freeze([
   'GgufError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelTooLargeError', 'ModelConfigError',
   'TokenizerError', 'ContextFullError', 'InvalidArgumentError', 'AbortError', 'ModelError',
-  'BackendError', 'DeviceError', 'IoError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
+  'BackendError', 'DeviceError', 'IoError', 'SnapshotError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
   'UnsupportedDeviceError', 'WorkerError', 'DisposedError', 'EngineCrashedError',
   'CloudError', 'ConsentError', 'BudgetError',
 ]);

@@ -76,6 +76,31 @@ impl Rope {
     }
 }
 
+/// One layer's cached keys and values as a prefix snapshot holds them: the first `k.len() /
+/// width` slots of a cache of `n_slots` (a ring's slot `s` holds the last position `p` with
+/// `p % n_slots == s`), f32 as the backend computed them, so a restored prefix is bit for bit
+/// the computed one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvRows {
+    pub n_slots: usize,
+    pub width: usize,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+}
+
+impl KvRows {
+    /// Slots held.
+    pub fn used(&self) -> usize {
+        self.k.len() / self.width.max(1)
+    }
+
+    /// The position slot `s` holds after `n_past` positions were written in order.
+    pub fn position(&self, s: usize, n_past: usize) -> usize {
+        let last = n_past - 1;
+        last - (last + self.n_slots - s) % self.n_slots
+    }
+}
+
 /// Each row's first row of its run, for runs of `lens` consecutive rows.
 pub fn branch_starts(lens: &[usize]) -> Vec<usize> {
     let mut starts = Vec::with_capacity(lens.iter().sum());
@@ -103,6 +128,12 @@ pub trait Backend {
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<Self::Kv>;
     /// Forget every cached position.
     fn clear_kv(&mut self, kv: &mut Self::Kv);
+    /// The keys and values of `kv` after exactly `n_past` positions were written (a GPU reads
+    /// them back).
+    async fn save_kv(&mut self, kv: &Self::Kv, n_past: usize) -> Result<KvRows>;
+    /// Put saved rows back: afterwards `kv` is what it was when [`Backend::save_kv`] read it
+    /// after `n_past` positions (the shapes must match).
+    fn load_kv(&mut self, kv: &mut Self::Kv, rows: &KvRows, n_past: usize) -> Result<()>;
 
     /// Rows of `table` for `ids`, times `scale`: `(n_tok, n_embd)`.
     fn embed(&mut self, table: &Self::Weight, ids: &[u32], scale: f32) -> Result<Self::Tensor>;

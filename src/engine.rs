@@ -472,6 +472,16 @@ impl Engine {
         recovering!(self, s => s.logits_top_k(ids, k, first).await)
     }
 
+    /// See [`Session::logits_from`]: teacher-forced after what the KV cache holds.
+    pub async fn logits_from(
+        &mut self,
+        ids: &[u32],
+        k: usize,
+        first: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
+        recovering!(self, s => s.logits_from(ids, k, first).await)
+    }
+
     /// One vector per text from an encoder model (see [`crate::embed`]). If the GPU fails,
     /// the call runs again on the CPU.
     pub async fn embed(
@@ -496,6 +506,47 @@ impl Engine {
     /// Forget the KV cache.
     pub fn reset(&mut self) {
         on_session!(&mut self.run, s => s.reset())
+    }
+
+    /// How many of `ids` the KV cache holds already.
+    pub fn cached_common(&self, ids: &[u32]) -> usize {
+        on_session!(&self.run, s => s.cached_common(ids))
+    }
+
+    /// Who may use a snapshot this engine makes: the model named `model`, this backend.
+    fn identity<'a>(&self, model: &'a str) -> crate::prefix::Identity<'a> {
+        crate::prefix::Identity {
+            model,
+            backend: self.info.backend,
+        }
+    }
+
+    /// Put a saved prefix (see [`crate::prefix`]) into the KV cache for a prompt of
+    /// `prompt_ids`, which must start with it and go on past it: the number of ids restored.
+    /// A snapshot of another model (`model`: its sha256), engine or backend, or a damaged one,
+    /// is a [`Error::Snapshot`] and the cache is left empty.
+    pub fn restore_prefix(
+        &mut self,
+        bytes: &[u8],
+        model: &str,
+        prompt_ids: &[u32],
+    ) -> Result<usize> {
+        let p = crate::prefix::Prefix::from_bytes(bytes, self.identity(model))?;
+        if p.ids.len() >= prompt_ids.len() || !prompt_ids.starts_with(&p.ids) {
+            return Err(Error::Snapshot(format!(
+                "its {} ids are not the start of this prompt of {}",
+                p.ids.len(),
+                prompt_ids.len()
+            )));
+        }
+        on_session!(&mut self.run, s => s.restore_prefix(&p))?;
+        Ok(p.ids.len())
+    }
+
+    /// The snapshot `g` made where [`Generation::save_prefix_at`] asked, as bytes for
+    /// [`Engine::restore_prefix`] (None: not made, e.g. the prefix came from the cache).
+    pub fn take_prefix(&self, g: &mut Generation, model: &str) -> Option<Vec<u8>> {
+        g.take_prefix().map(|p| p.to_bytes(self.identity(model)))
     }
 
     /// A second engine on the same weights with its own KV cache (a server slot), as a

@@ -58,6 +58,10 @@ pub enum Error {
     /// File system or process I/O (native only).
     #[error("io: {0}")]
     Io(String),
+    /// A saved prompt prefix (its keys and values) that is truncated, corrupt, or made by
+    /// another model, engine version or backend: the caller drops it and computes the prefix.
+    #[error("prefix snapshot: {0}")]
+    Snapshot(String),
 }
 
 impl Error {
@@ -78,6 +82,7 @@ impl Error {
         "BackendError",
         "DeviceError",
         "IoError",
+        "SnapshotError",
     ];
 
     /// The error's numbers and names beyond its message, camelCase, for JS to carry
@@ -115,6 +120,7 @@ impl Error {
             Error::Backend(_) => "BackendError",
             Error::Device(_) => "DeviceError",
             Error::Io(_) => "IoError",
+            Error::Snapshot(_) => "SnapshotError",
         }
     }
 }
@@ -168,6 +174,7 @@ mod tests {
             Error::Backend(String::new()),
             Error::Device(String::new()),
             Error::Io(String::new()),
+            Error::Snapshot(String::new()),
         ];
         let kinds: Vec<&str> = all.iter().map(Error::kind).collect();
         assert_eq!(kinds, Error::KINDS);

@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::model::{Cache, Model};
+use crate::prefix::Prefix;
 use crate::sampler::{top_k, Sampler, SamplerConfig};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::sync::Arc;
@@ -109,6 +110,10 @@ pub struct Generation {
     stash: Option<Chunk>,
     /// Running `ids` again on a new backend (see [`Generation::replay`]).
     replaying: bool,
+    /// Where a prefill chunk ends so that the cache is saved there (see
+    /// [`Generation::save_prefix_at`]), and the snapshot once made.
+    save_at: Option<usize>,
+    saved: Option<Prefix>,
     pub finish: Option<FinishReason>,
     pub usage: Usage,
 }
@@ -125,6 +130,19 @@ impl Generation {
         self.prefilled = 0;
         self.next = None;
         self.replaying = true;
+        self.save_at = None;
+    }
+
+    /// Save the cache once the prompt's first `n` ids are in it (a fixed system prompt or
+    /// few-shot prefix): a prefill chunk ends there, and [`Generation::take_prefix`] gives the
+    /// snapshot. Ignored unless `n` ids are still to be computed and at least one follows.
+    pub fn save_prefix_at(&mut self, n: usize) {
+        self.save_at = (n > self.prefilled && n < self.prompt_len).then_some(n);
+    }
+
+    /// The snapshot [`Generation::save_prefix_at`] asked for, once the prefill passed it.
+    pub fn take_prefix(&mut self) -> Option<Prefix> {
+        self.saved.take()
     }
 }
 
@@ -199,6 +217,72 @@ impl<B: Backend> Session<B> {
     /// How many ids the cache holds.
     pub(crate) fn cached_len(&self) -> usize {
         self.cached_ids.len()
+    }
+
+    /// How many of `ids` the cache holds already (a generation of them would not compute
+    /// those again, as far as [`Session::keep_common_prefix`] can keep them).
+    pub fn cached_common(&self, ids: &[u32]) -> usize {
+        self.cached_ids
+            .iter()
+            .zip(ids)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(ids.len().saturating_sub(1))
+    }
+
+    /// The cache as it is, every layer's keys and values read out.
+    pub async fn save_prefix(&mut self) -> Result<Prefix> {
+        let n = self.cache.n_past;
+        if n == 0 || n != self.cached_ids.len() {
+            return Err(Error::InvalidArgument(
+                "nothing to save: the cache holds no prompt".into(),
+            ));
+        }
+        let mut layers = Vec::with_capacity(self.cache.layers.len());
+        for kv in &self.cache.layers {
+            layers.push(self.be.save_kv(kv, n).await?);
+        }
+        Ok(Prefix {
+            ids: self.cached_ids.clone(),
+            layers,
+        })
+    }
+
+    /// Put `p` into the cache (it was saved by this backend from this model, see
+    /// [`crate::prefix`]): a prompt that starts with `p.ids` computes only the rest. On a
+    /// mismatch the cache is left empty.
+    pub fn restore_prefix(&mut self, p: &Prefix) -> Result<()> {
+        let cfg = self.model.cfg();
+        if p.layers.len() != self.cache.layers.len() {
+            return Err(Error::Snapshot(format!(
+                "{} layers, the model has {}",
+                p.layers.len(),
+                self.cache.layers.len()
+            )));
+        }
+        if p.ids.is_empty() || p.ids.len() > cfg.n_ctx {
+            return Err(Error::Snapshot(format!(
+                "{} ids do not fit a context of {}",
+                p.ids.len(),
+                cfg.n_ctx
+            )));
+        }
+        if let Some(bad) = p.ids.iter().find(|&&id| id as usize >= cfg.n_vocab) {
+            return Err(Error::Snapshot(format!(
+                "token id {bad} is outside the vocabulary"
+            )));
+        }
+        self.reset();
+        let n = p.ids.len();
+        for (kv, rows) in self.cache.layers.iter_mut().zip(&p.layers) {
+            if let Err(e) = self.be.load_kv(kv, rows, n) {
+                self.reset();
+                return Err(e);
+            }
+        }
+        self.cache.n_past = n;
+        self.cached_ids = p.ids.clone();
+        Ok(())
     }
 
     /// Run `ids` as branches of `lens` ids, each after what the cache holds (which keeps only
@@ -345,6 +429,8 @@ impl<B: Backend> Session<B> {
             next: None,
             stash: None,
             replaying: false,
+            save_at: None,
+            saved: None,
             finish: None,
             usage: Usage {
                 prompt_tokens: 0,
@@ -366,7 +452,10 @@ impl<B: Backend> Session<B> {
                 "the session ran something else since this generation began".into(),
             ));
         }
-        let end = (g.prefilled + PREFILL_CHUNK).min(target);
+        let mut end = (g.prefilled + PREFILL_CHUNK).min(target);
+        if let Some(at) = g.save_at.filter(|&at| at > g.prefilled && at < end) {
+            end = at;
+        }
         let chunk = g.ids[g.prefilled..end].to_vec();
         let t0 = now_ms();
         let h = self.forward_chunk(&chunk)?;
@@ -393,6 +482,11 @@ impl<B: Backend> Session<B> {
             g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens - g.prompt_len)
                 as f64
                 / (g.usage.prefill_ms / 1000.0).max(1e-9);
+        }
+        if g.save_at == Some(end) {
+            // Outside the prefill's time: a GPU reads the cache back here.
+            g.save_at = None;
+            g.saved = Some(self.save_prefix().await?);
         }
         Ok(done)
     }
@@ -513,15 +607,28 @@ impl<B: Backend> Session<B> {
         k: usize,
         first: usize,
     ) -> Result<Vec<Vec<(u32, f32)>>> {
+        self.reset();
+        self.logits_from(ids, k, first).await
+    }
+
+    /// [`Session::logits_top_k`] computing only what the cache does not hold of `ids`
+    /// before `first` (a restored prefix, an earlier call's ids).
+    pub async fn logits_from(
+        &mut self,
+        ids: &[u32],
+        k: usize,
+        first: usize,
+    ) -> Result<Vec<Vec<(u32, f32)>>> {
         if ids.len() > self.model.cfg().n_ctx {
             return Err(Error::ContextFull {
                 needed: ids.len(),
                 n_ctx: self.model.cfg().n_ctx,
             });
         }
-        self.reset();
+        self.keep_common_prefix(&ids[..(first + 1).min(ids.len())]);
+        let start = self.cache.n_past;
         let mut out = Vec::with_capacity(ids.len().saturating_sub(first));
-        for chunk in ids.chunks(PREFILL_CHUNK / 2) {
+        for chunk in ids[start..].chunks(PREFILL_CHUNK / 2) {
             let start = self.cache.n_past;
             let h = self.forward_chunk(chunk)?;
             if start + chunk.len() <= first {

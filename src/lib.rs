@@ -30,6 +30,7 @@ pub mod gguf;
 pub mod gpu;
 pub mod model;
 pub mod openai;
+pub mod prefix;
 pub mod sampler;
 pub mod synth;
 pub mod tokenizer;

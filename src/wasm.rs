@@ -233,6 +233,68 @@ impl WasmEngine {
         })
     }
 
+    /// How many of a chat's prompt ids (`ids`, from `chatPrompt` with the same `messages` and
+    /// `options`) stay the same while its last user message changes: the part a prefix cache
+    /// keeps (see `chat::shared_prefix_len`).
+    #[wasm_bindgen(js_name = sharedPrefixLen)]
+    pub fn shared_prefix_len(
+        &self,
+        messages: &str,
+        options: Option<String>,
+        ids: Vec<u32>,
+    ) -> std::result::Result<usize, JsValue> {
+        let messages: Vec<Message> = parse("messages", messages)?;
+        let opts: chat::ChatOptions = match options.as_deref() {
+            None | Some("") => chat::ChatOptions::default(),
+            Some(o) => parse("chat options", o)?,
+        };
+        self.with(|st| chat::shared_prefix_len(st.engine.tokenizer(), &messages, &opts, &ids))
+    }
+
+    /// How many of `ids` the KV cache holds already (a generation would not compute them).
+    #[wasm_bindgen(js_name = cachedCommon)]
+    pub fn cached_common(&self, ids: Vec<u32>) -> std::result::Result<usize, JsValue> {
+        self.with(|st| Ok(st.engine.cached_common(&ids)))
+    }
+
+    /// Put a saved prefix (bytes `takePrefix` gave, for the model whose sha256 is `model`)
+    /// into the KV cache for a prompt of `ids`: the number of ids restored. A damaged or
+    /// foreign snapshot throws SnapshotError and leaves the cache empty.
+    #[wasm_bindgen(js_name = restorePrefix)]
+    pub fn restore_prefix(
+        &self,
+        bytes: &[u8],
+        model: &str,
+        ids: Vec<u32>,
+    ) -> std::result::Result<usize, JsValue> {
+        self.with(|st| {
+            st.generation = None;
+            st.engine.restore_prefix(bytes, model, &ids)
+        })
+    }
+
+    /// After `begin`: save the KV cache once the prompt's first `n` ids are in it.
+    #[wasm_bindgen(js_name = savePrefixAt)]
+    pub fn save_prefix_at(&self, n: usize) -> std::result::Result<(), JsValue> {
+        self.with(|st| {
+            st.generation
+                .as_mut()
+                .ok_or_else(no_generation)?
+                .save_prefix_at(n);
+            Ok(())
+        })
+    }
+
+    /// The snapshot `savePrefixAt` asked for once the prefill passed it (for the model whose
+    /// sha256 is `model`), else `undefined`.
+    #[wasm_bindgen(js_name = takePrefix)]
+    pub fn take_prefix(&self, model: &str) -> std::result::Result<Option<Vec<u8>>, JsValue> {
+        self.with(|st| {
+            let g = st.generation.as_mut().ok_or_else(no_generation)?;
+            Ok(st.engine.take_prefix(g, model))
+        })
+    }
+
     /// Run the next prompt chunk (or, after a move from the GPU to the CPU, the next chunk of
     /// the tokens so far); resolves to `true` once there is nothing left to run.
     #[wasm_bindgen(js_name = prefillStep)]

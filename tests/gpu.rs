@@ -1183,3 +1183,71 @@ fn generative_classification_on_the_gpu_equals_the_cpu() {
         }
     }
 }
+
+/// A prefix snapshot on the GPU: the keys and values read back and written into a fresh GPU
+/// session give the teacher-forced logits of the session that computed them, bit for bit (the
+/// tiny Gemma 3's rings wrap inside the prefix), and read back the same once restored.
+#[test]
+fn a_restored_prefix_on_the_gpu_gives_the_computed_logits_bit_for_bit() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut a = gpu_session(&bytes);
+    let prefix = a
+        .tok
+        .encode_user(
+            "the cat is in the garden and the dog is on the sofa, then the rain falls on the hills",
+            true,
+        )
+        .unwrap();
+    let mut ids = prefix.clone();
+    ids.extend(
+        a.tok
+            .encode_user(" and the river runs to the sea", false)
+            .unwrap(),
+    );
+    let p = prefix.len();
+    assert!(p > 2 * kerze::synth::SLIDING_WINDOW);
+    pollster::block_on(a.logits_from(&prefix, 1, p - 1)).unwrap();
+    let snap = pollster::block_on(a.save_prefix()).unwrap();
+    assert_eq!(snap.ids, prefix);
+    let n_vocab = a.model.cfg().n_vocab;
+    let want = pollster::block_on(a.logits_from(&ids, n_vocab, p)).unwrap();
+    let mut b = gpu_session(&bytes);
+    b.restore_prefix(&snap).unwrap();
+    assert_eq!(pollster::block_on(b.save_prefix()).unwrap(), snap);
+    let got = pollster::block_on(b.logits_from(&ids, n_vocab, p)).unwrap();
+    assert_eq!(got.len(), ids.len() - p);
+    let bits = |v: &[(u32, f32)]| {
+        v.iter()
+            .map(|&(id, l)| (id, l.to_bits()))
+            .collect::<Vec<_>>()
+    };
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(bits(g), bits(w), "position {}", p + i);
+    }
+    // The CPU's snapshot of the same prefix has the GPU's shapes and near its values.
+    let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
+    let mut g = cpu
+        .begin(ids.clone(), &kerze::GenerateOptions::greedy_tokens(1))
+        .unwrap();
+    g.save_prefix_at(p);
+    while !pollster::block_on(cpu.prefill_step(&mut g)).unwrap() {}
+    let c = g.take_prefix().unwrap();
+    assert_eq!(c.layers.len(), snap.layers.len());
+    for (x, y) in c.layers.iter().zip(&snap.layers) {
+        assert_eq!(
+            (x.n_slots, x.width, x.used()),
+            (y.n_slots, y.width, y.used())
+        );
+        let (mut num, mut den) = (0f64, 0f64);
+        for (a, b) in x.k.iter().chain(&x.v).zip(y.k.iter().chain(&y.v)) {
+            num += (f64::from(*a) - f64::from(*b)).powi(2);
+            den += f64::from(*b).powi(2);
+        }
+        // A whole model's rounding, not an exact kernel's (NMSE_MAX).
+        assert!(
+            num / den < 1e-7,
+            "CPU vs GPU prefix: NMSE {:.2e}",
+            num / den
+        );
+    }
+}

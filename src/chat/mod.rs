@@ -165,6 +165,31 @@ pub fn prompt_ids_with(
     }
 }
 
+/// How many of the prompt ids of `messages` (`ids`, from [`prompt_ids_with`]) stay the same
+/// while the last user message changes: the system prompt, few-shot turns and the conversation
+/// before that turn, as the template renders them. What a prefix cache saves and looks up
+/// (0: no user message). Found by rendering the chat again with other text in that message,
+/// so it holds for any template, also one that folds the system prompt into the first turn.
+pub fn shared_prefix_len(
+    tok: &Tokenizer,
+    messages: &[Message],
+    opts: &ChatOptions,
+    ids: &[u32],
+) -> Result<usize> {
+    let Some(at) = messages.iter().rposition(|m| m.role == "user") else {
+        return Ok(0);
+    };
+    let mut other = messages.to_vec();
+    let text = other[at].content.text(false)?;
+    other[at].content = Content::Text(if text.starts_with('\u{1}') {
+        "\u{2}".into()
+    } else {
+        "\u{1}".into()
+    });
+    let alt = prompt_ids_with(tok, &other, opts)?;
+    Ok(ids.iter().zip(&alt).take_while(|(a, b)| a == b).count())
+}
+
 /// A reply that opens with `<think>…</think>` (Qwen3 and other reasoning models) as
 /// (reasoning, answer), as llama-server's `reasoning_content` does: the newlines next to the
 /// tags dropped. Any other reply is all answer. (The JS package's ThinkSplitter does the same

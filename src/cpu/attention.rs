@@ -4,7 +4,7 @@
 
 use super::ops::{axpy, dot};
 use super::Act;
-use crate::backend::AttnParams;
+use crate::backend::{AttnParams, KvRows};
 use crate::error::{Error, Result};
 
 /// One layer's cached keys and values, `n_slots` rows of `n_head_kv · head_dim`.
@@ -29,6 +29,49 @@ impl KvCache {
 
     pub fn clear(&mut self) {
         self.pos.iter_mut().for_each(|p| *p = None);
+    }
+
+    /// The slots holding positions below `n_past` (all of them once a ring wrapped).
+    pub fn save(&self, n_past: usize) -> Result<KvRows> {
+        let n_slots = self.pos.len();
+        let used = n_past.min(n_slots);
+        let rows = KvRows {
+            n_slots,
+            width: self.width,
+            k: self.k[..used * self.width].to_vec(),
+            v: self.v[..used * self.width].to_vec(),
+        };
+        if (0..used).any(|s| self.pos[s] != Some(rows.position(s, n_past))) {
+            return Err(Error::Backend(format!(
+                "the KV cache does not hold exactly {n_past} positions"
+            )));
+        }
+        Ok(rows)
+    }
+
+    /// Put back what [`KvCache::save`] gave after `n_past` positions.
+    pub fn load(&mut self, rows: &KvRows, n_past: usize) -> Result<()> {
+        let used = n_past.min(self.pos.len());
+        if rows.n_slots != self.pos.len()
+            || rows.width != self.width
+            || rows.used() != used
+            || rows.v.len() != rows.k.len()
+        {
+            return Err(Error::Snapshot(format!(
+                "a layer of {} slots × {} values for {n_past} positions does not fit a cache of {} slots × {}",
+                rows.n_slots,
+                rows.width,
+                self.pos.len(),
+                self.width
+            )));
+        }
+        self.clear();
+        self.k[..rows.k.len()].copy_from_slice(&rows.k);
+        self.v[..rows.v.len()].copy_from_slice(&rows.v);
+        for s in 0..used {
+            self.pos[s] = Some(rows.position(s, n_past));
+        }
+        Ok(())
     }
 
     fn write(&mut self, p: usize, k: &[f32], v: &[f32]) {

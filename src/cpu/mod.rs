@@ -8,7 +8,7 @@ mod attention;
 pub mod int8;
 mod ops;
 
-use crate::backend::{AttnParams, Backend, Glu, Rope};
+use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 use candle_core::quantized::k_quants::GgmlType as Block;
@@ -154,6 +154,14 @@ impl Backend for CpuBackend {
 
     fn clear_kv(&mut self, kv: &mut KvCache) {
         kv.clear();
+    }
+
+    async fn save_kv(&mut self, kv: &KvCache, n_past: usize) -> Result<KvRows> {
+        kv.save(n_past)
+    }
+
+    fn load_kv(&mut self, kv: &mut KvCache, rows: &KvRows, n_past: usize) -> Result<()> {
+        kv.load(rows, n_past)
     }
 
     fn embed(&mut self, table: &CpuWeight, ids: &[u32], scale: f32) -> Result<Act> {

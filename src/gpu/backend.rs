@@ -16,7 +16,7 @@ use super::kernels::topk::{TopKStage, TOPK_BLOCK};
 use super::kernels::{Kernels, Pool, Recorder};
 use super::weights::GpuWeight;
 use super::{Gpu, GpuOptions};
-use crate::backend::{AttnParams, Backend, Glu, Rope};
+use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 
@@ -247,6 +247,72 @@ impl Backend for GpuBackend {
         self.k
             .attention
             .clear(&self.gpu, &mut self.rec, &kv.pos_buf, kv.n_slots as u32);
+    }
+
+    async fn save_kv(&mut self, kv: &GpuKv, n_past: usize) -> Result<KvRows> {
+        let used = n_past.min(kv.n_slots);
+        let enc = self.take_enc();
+        let mut kvw = self
+            .gpu
+            .read_words(enc, &[&kv.k, &kv.v], used * kv.width)
+            .await?;
+        let enc = self.take_enc();
+        let pos = self.gpu.read_words(enc, &[&kv.pos_buf], used).await?;
+        let to_f32 = |w: Vec<u32>| w.into_iter().map(f32::from_bits).collect::<Vec<f32>>();
+        let v = to_f32(kvw.pop().unwrap_or_default());
+        let k = to_f32(kvw.pop().unwrap_or_default());
+        let rows = KvRows {
+            n_slots: kv.n_slots,
+            width: kv.width,
+            k,
+            v,
+        };
+        let held = pos.first().map_or(&[][..], Vec::as_slice);
+        if held.len() != used || (0..used).any(|s| held[s] as usize != rows.position(s, n_past)) {
+            return Err(Error::Backend(format!(
+                "the KV cache does not hold exactly {n_past} positions"
+            )));
+        }
+        Ok(rows)
+    }
+
+    fn load_kv(&mut self, kv: &mut GpuKv, rows: &KvRows, n_past: usize) -> Result<()> {
+        let used = n_past.min(kv.n_slots);
+        if rows.n_slots != kv.n_slots
+            || rows.width != kv.width
+            || rows.used() != used
+            || rows.v.len() != rows.k.len()
+        {
+            return Err(Error::Snapshot(format!(
+                "a layer of {} slots × {} values for {n_past} positions does not fit a cache of {} slots × {}",
+                rows.n_slots, rows.width, kv.n_slots, kv.width
+            )));
+        }
+        self.gpu.check()?;
+        // What was recorded runs first (a clear of this cache among it): queue writes land
+        // before the next submission, so the recorder must be empty.
+        self.flush();
+        let pos: Vec<i32> = (0..kv.n_slots)
+            .map(|s| {
+                if s < used {
+                    rows.position(s, n_past) as i32
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        let le = |w: &mut dyn Iterator<Item = [u8; 4]>| w.flatten().collect::<Vec<u8>>();
+        let q = &self.gpu.queue;
+        if used > 0 {
+            q.write_buffer(&kv.k, 0, &le(&mut rows.k.iter().map(|x| x.to_le_bytes())));
+            q.write_buffer(&kv.v, 0, &le(&mut rows.v.iter().map(|x| x.to_le_bytes())));
+        }
+        q.write_buffer(
+            &kv.pos_buf,
+            0,
+            &le(&mut pos.iter().map(|x| x.to_le_bytes())),
+        );
+        Ok(())
     }
 
     fn embed(&mut self, table: &GpuWeight, ids: &[u32], scale: f32) -> Result<GpuTensor> {
