@@ -284,3 +284,109 @@ class ResponseStore {
     return n;
   }
 }
+
+// ---------------------------------------------------------------------------------------
+// Prompt prefixes across visits: the KV snapshot of a fixed system prompt or few-shot prefix
+// (src/prefix.rs), in the Cache API `kerze-prefixes-v1`. An entry's key names the model's
+// sha256, the backend, the engine version, the prefix's length and the sha256 of its ids, so
+// a prompt finds the entries it starts with by hashing its own first ids; the engine checks
+// the snapshot again (its header and digest) before it uses one. Beyond `maxBytes` or
+// `maxEntries` the oldest entries go first.
+
+const PREFIX_CACHE = 'kerze-prefixes-v1';
+const PREFIX_BASE = 'https://kerze.invalid/prefix/';
+
+/** Default limits of the prefix store: prefixes shorter than `minTokens` are not kept. */
+export const PREFIX_DEFAULTS = Object.freeze({ minTokens: 32, maxBytes: 256 * 1024 * 1024, maxEntries: 16 });
+
+/** The store, or null with the reason. `hashIds(ids)` gives the hex sha256 of ids. */
+export async function openPrefixStore(hashIds, limits = PREFIX_DEFAULTS) {
+  if (typeof caches === 'undefined') {
+    return { store: null, reason: 'the Cache API is not available here (insecure context, file: or private mode)' };
+  }
+  try {
+    return { store: new PrefixStore(await caches.open(PREFIX_CACHE), hashIds, { ...PREFIX_DEFAULTS, ...limits }), reason: null };
+  } catch (e) {
+    return { store: null, reason: `the Cache API refused to open: ${e?.message ?? e}` };
+  }
+}
+
+/** The entries of the prefix store: { key, scope, n, idsHash, bytes, stored }. */
+async function prefixEntries(cache) {
+  const out = [];
+  for (const req of await cache.keys()) {
+    const path = req.url.startsWith(PREFIX_BASE) ? req.url.slice(PREFIX_BASE.length).split('/') : [];
+    if (path.length !== 3) continue;
+    const [scope, n, idsHash] = path.map(decodeURIComponent);
+    const res = await cache.match(req);
+    out.push({
+      req, scope, n: Number(n), idsHash,
+      bytes: Number(res?.headers.get('content-length') ?? 0),
+      stored: Number(res?.headers.get('x-kerze-stored') ?? 0),
+    });
+  }
+  return out;
+}
+
+class PrefixStore {
+  constructor(cache, hashIds, limits) {
+    this.cache = cache;
+    this.hashIds = hashIds;
+    this.limits = limits;
+  }
+
+  /** `scope`'s longest entry that `ids` starts with and goes on past: { key, n, bytes } or null. */
+  async find(scope, ids) {
+    const mine = (await prefixEntries(this.cache))
+      .filter((e) => e.scope === scope && e.n > 0 && e.n < ids.length)
+      .sort((a, b) => b.n - a.n);
+    const hashes = new Map();
+    for (const e of mine) {
+      if (!hashes.has(e.n)) hashes.set(e.n, this.hashIds(ids.slice(0, e.n)));
+      if (hashes.get(e.n) !== e.idsHash) continue;
+      const res = await this.cache.match(e.req);
+      if (!res) continue;
+      return { key: e.req, n: e.n, bytes: new Uint8Array(await res.arrayBuffer()) };
+    }
+    return null;
+  }
+
+  /** Keep `bytes`, the snapshot of `ids` in `scope`; then the oldest go past the limits. */
+  async put(scope, ids, bytes) {
+    if (bytes.byteLength > this.limits.maxBytes) return false;
+    const key = PREFIX_BASE + [scope, String(ids.length), this.hashIds(ids)].map(encodeURIComponent).join('/');
+    await this.cache.put(key, new Response(bytes, {
+      headers: {
+        'content-type': 'application/octet-stream',
+        'content-length': String(bytes.byteLength),
+        'x-kerze-stored': String(Date.now()),
+      },
+    }));
+    const all = (await prefixEntries(this.cache)).sort((a, b) => b.stored - a.stored);
+    let total = 0;
+    for (const [i, e] of all.entries()) {
+      total += e.bytes;
+      if (i >= this.limits.maxEntries || total > this.limits.maxBytes) await this.cache.delete(e.req);
+    }
+    return true;
+  }
+
+  async delete(key) {
+    return this.cache.delete(key);
+  }
+
+  /** { entries, bytes }. */
+  async size() {
+    const all = await prefixEntries(this.cache);
+    return { entries: all.length, bytes: all.reduce((n, e) => n + e.bytes, 0) };
+  }
+
+  /** Remove every entry; resolves to how many there were. */
+  async clear() {
+    let n = 0;
+    for (const req of await this.cache.keys()) {
+      if (await this.cache.delete(req)) n += 1;
+    }
+    return n;
+  }
+}

@@ -5,7 +5,7 @@
 // the thread never blocks for longer than one step.
 
 import { KerzeError, abortError } from './protocol.js';
-import { openModelCache } from './cache.js';
+import { openModelCache, openPrefixStore, PREFIX_DEFAULTS } from './cache.js';
 
 /** The wasm-bindgen glue can address at most 4 GiB; nothing this size fits in a tab anyway. */
 const MAX_MODEL_BYTES = 2 ** 32 - 1;
@@ -255,6 +255,7 @@ export class Core {
     if (this.engine) throw new KerzeError('EngineBusyError', 'this engine already holds a model');
     const t0 = performance.now();
     onProgress({ phase: 'compile', loaded: 0, total: 1 });
+    this.prefixLimits = args.prefixCache === false ? null : { ...PREFIX_DEFAULTS, ...(args.prefixCache ?? {}) };
     const [gpu, noGpu] = await probeGpu(args.device ?? 'auto');
     // The WebGPU backend is in the single-thread build; the threads build is CPU only.
     const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn, this.wasm);
@@ -288,8 +289,13 @@ export class Core {
             } else {
               bytes = await readCached(hit, signal, onProgress);
             }
-            if (bytes) source = 'cache';
-            else await store.delete(spec.key);
+            if (bytes) {
+              source = 'cache';
+              // Checked when it was stored: the model's identity, for what is kept per model.
+              spec.sha256 ??= hit.meta.sha256 ?? null;
+            } else {
+              await store.delete(spec.key);
+            }
           }
         } catch (e) {
           if (e?.name === 'AbortError') throw e;
@@ -363,8 +369,99 @@ export class Core {
   }
 
   /**
-   * Generate: yields { text, tokenId } chunks; returns { finishReason, usage, ids }.
-   * `options` are already checked by engineOptions().
+   * How many of `ids` stay the same from request to request: a chat's messages before its
+   * last user message (as the template renders them), or a prompt's `prefix` option.
+   */
+  #sharedPrefix(engine, input, ids) {
+    if (Array.isArray(input.messages)) {
+      return engine.sharedPrefixLen(JSON.stringify(input.messages), JSON.stringify(input.chat ?? {}), Uint32Array.from(ids));
+    }
+    if (typeof input.prefixText === 'string' && typeof input.prompt === 'string') {
+      if (!input.prompt.startsWith(input.prefixText)) {
+        throw new KerzeError('InvalidArgumentError', 'prefix: the prompt does not start with it');
+      }
+      const p = engine.tokenize(input.prefixText, false, true);
+      let n = 0;
+      while (n < p.length && n < ids.length && p[n] === ids[n]) n += 1;
+      return n;
+    }
+    if (Number.isSafeInteger(input.prefixTokens) && Array.isArray(input.ids)) return Math.min(input.prefixTokens, ids.length);
+    return 0;
+  }
+
+  /** The prefix store (opened once), or null: off, no Cache API, or a model without sha256. */
+  async #prefixStore() {
+    if (this.prefixes !== undefined) return this.prefixes;
+    this.prefixes = null;
+    if (!this.prefixLimits) return null;
+    if (!this.info?.sha256) {
+      this.warn('prompt prefixes are not kept across visits: the model was given as bytes, its sha256 unknown');
+      return null;
+    }
+    const hasher = new this.glue.Sha256();
+    const hashIds = (ids) => {
+      const a = Uint32Array.from(ids);
+      hasher.update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+      return hasher.finishHex();
+    };
+    const opened = await openPrefixStore(hashIds, this.prefixLimits);
+    if (!opened.store) this.warn(`prompt prefixes are not kept across visits: ${opened.reason}`);
+    this.prefixes = opened.store;
+    return this.prefixes;
+  }
+
+  /** Where the entries of this model, backend and engine are. */
+  #prefixScope() {
+    return `${this.info.sha256}.${this.info.backend}.${this.info.version}`;
+  }
+
+  /**
+   * Before a generation of `ids`: the shared prefix (see #sharedPrefix) from the session's
+   * cache, else from the store (restored into the cache). Returns { tokens, from, save }:
+   * `save` when the prefix is computed by this generation and should be kept.
+   */
+  async #prefixBefore(engine, input, ids) {
+    if (!this.prefixLimits || input.prefixCache === false) return null;
+    const n = this.#sharedPrefix(engine, input, ids);
+    if (n < this.prefixLimits.minTokens || n >= ids.length) return null;
+    if (engine.cachedCommon(Uint32Array.from(ids)) >= n) return { tokens: n, from: 'session', save: false };
+    const store = await this.#prefixStore();
+    if (!store) return { tokens: n, from: 'computed', save: false };
+    let found = null;
+    try {
+      found = await store.find(this.#prefixScope(), ids);
+    } catch (e) {
+      this.warn(`the prompt prefix store could not be read (${e?.message ?? e}): computing the prefix`);
+    }
+    if (found) {
+      try {
+        const got = engine.restorePrefix(found.bytes, this.info.sha256, Uint32Array.from(ids));
+        if (got >= n) return { tokens: got, from: 'storage', save: false };
+      } catch (e) {
+        this.warn(`a saved prompt prefix was dropped and is computed again: ${e?.message ?? e}`);
+        await store.delete(found.key).catch(() => {});
+      }
+    }
+    return { tokens: n, from: 'computed', save: true };
+  }
+
+  /** After the prefill: keep the snapshot the engine made at the prefix. */
+  async #prefixAfter(engine, plan, ids) {
+    if (!plan?.save) return;
+    const bytes = engine.takePrefix(this.info.sha256);
+    if (!bytes) return;
+    try {
+      const store = await this.#prefixStore();
+      await store?.put(this.#prefixScope(), ids.slice(0, plan.tokens), bytes);
+    } catch (e) {
+      this.warn(`the prompt prefix was not kept (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it is computed again next visit`);
+    }
+  }
+
+  /**
+   * Generate: yields { text, tokenId } chunks; returns { finishReason, usage, ids, prefix }
+   * (`prefix`: { tokens, from: 'session' | 'storage' | 'computed' } when the prompt has a
+   * shared prefix the prefix cache keeps). `options` are already checked by engineOptions().
    */
   async *generate(input, options, signal) {
     const engine = this.#need();
@@ -376,11 +473,15 @@ export class Core {
     try {
       throwIfAborted(signal);
       const ids = this.promptIds(input);
+      const plan = await this.#prefixBefore(engine, input, ids);
+      throwIfAborted(signal);
       engine.begin(ids, JSON.stringify(options));
+      if (plan?.save) engine.savePrefixAt(plan.tokens);
       while (!(await this.#switched(engine.prefillStep()))) {
         await yieldToEventLoop();
         throwIfAborted(signal);
       }
+      await this.#prefixAfter(engine, plan, ids);
       for (;;) {
         throwIfAborted(signal);
         const c = await this.#switched(engine.step());
@@ -395,7 +496,8 @@ export class Core {
         }
       }
       finished = true;
-      return JSON.parse(engine.finish());
+      const result = JSON.parse(engine.finish());
+      return plan ? { ...result, prefix: { tokens: plan.tokens, from: plan.from } } : result;
     } finally {
       if (!finished && this.engine) {
         try {
@@ -433,10 +535,30 @@ export class Core {
     return this.#need().detokenize(Uint32Array.from(ids), skipSpecial);
   }
 
-  async logitsTopK(ids, k, first) {
+  /** Teacher-forced top-k from `first` on; the first `prefix` ids through the prefix cache. */
+  async logitsTopK(ids, k, first, prefix = 0) {
     const engine = this.#need();
     if (this.busy) throw new KerzeError('EngineBusyError', 'a generation is running on this engine');
-    return JSON.parse(await this.#switched(engine.logitsTopK(Uint32Array.from(ids), k, first)));
+    const all = Uint32Array.from(ids);
+    const plan = prefix > 0 && prefix <= first ? await this.#prefixBefore(engine, { ids, prefixTokens: prefix }, ids) : null;
+    if (!plan) return JSON.parse(await this.#switched(engine.logitsTopK(all, k, first)));
+    this.busy = true;
+    try {
+      if (plan.save) {
+        // The prefix alone first, so that the cache holds exactly it when it is saved.
+        await this.#switched(engine.logitsFrom(all.subarray(0, plan.tokens), 1, plan.tokens - 1));
+        try {
+          const bytes = await this.#switched(engine.savePrefix(this.info.sha256));
+          const store = await this.#prefixStore();
+          await store?.put(this.#prefixScope(), ids.slice(0, plan.tokens), bytes);
+        } catch (e) {
+          this.warn(`the prompt prefix was not kept (${e?.message ?? e}): it is computed again next time`);
+        }
+      }
+      return JSON.parse(await this.#switched(engine.logitsFrom(all, k, first)));
+    } finally {
+      this.busy = false;
+    }
   }
 
   /** Embeddings of `texts` (an encoder model): { dims, data: Float32Array (n × dims), usage }. */
@@ -486,7 +608,7 @@ export async function dispatch(core, op, args, { onProgress, onChunk, signal } =
     }
     case 'tokenize': return core.tokenize(args.text, args.options);
     case 'detokenize': return core.detokenize(args.ids, args.options);
-    case 'logitsTopK': return core.logitsTopK(args.ids, args.k, args.first);
+    case 'logitsTopK': return core.logitsTopK(args.ids, args.k, args.first, args.prefix ?? 0);
     case 'embed': return core.embed(args.texts, args.options);
     case 'classify': return core.classify(args.texts, args.labels, args.options);
     case 'reset': return core.reset();

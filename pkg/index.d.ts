@@ -102,6 +102,16 @@ export interface CreateEngineOptions {
    * `false`: off. Per request `cache: false`.
    */
   responseCache?: false | { ttlMs?: number; maxBytes?: number };
+  /**
+   * The prompt-prefix KV cache: a chat's messages before its last user message (a system
+   * prompt, few-shot turns), or a text prompt's `prefix`, computed once and its keys and
+   * values kept in the Cache API, keyed by the model's sha256, the backend, the engine version
+   * and the prefix's ids; a later request, also in another visit, that starts with it computes
+   * only the rest (`usage.prompt_tokens_details.cached_tokens`). Prefixes under `minTokens`
+   * are not kept. Default `{ minTokens: 32, maxBytes: 256 MiB, maxEntries: 16 }`, oldest out
+   * first; `false`: off. Per request `cache: false`. A damaged entry is dropped with a warning.
+   */
+  prefixCache?: false | { minTokens?: number; maxBytes?: number; maxEntries?: number };
 }
 
 export type FallbackReason = 'unsupported' | 'loading' | 'context' | 'error' | 'slow';
@@ -138,6 +148,8 @@ export interface EngineInfo {
   backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' | 'cloud';
   /** Why this backend was chosen. */
   reason: string;
+  /** The engine's version (a saved prompt prefix is used only by the same one). */
+  version: string;
   model: string;
   arch: string;
   nCtx: number;
@@ -201,8 +213,13 @@ export interface GenerateOptions {
    * endpoint's `/completions`; token ids stay local.
    */
   route?: 'auto' | 'local' | 'cloud';
-  /** false: neither read nor store this request in the response cache. */
+  /** false: neither read nor store this request in the response cache or the prefix cache. */
   cache?: boolean;
+  /**
+   * The start of a string prompt that repeats (a few-shot block), or for a prompt of ids how
+   * many of its first ids do: kept in the prefix cache.
+   */
+  prefix?: string | number;
 }
 
 /** One streamed piece: whole UTF-8 characters. */
@@ -237,6 +254,11 @@ export interface GenerateResult {
   ids: number[];
   /** The route of the end of the answer (the fallback's when it took over midway). */
   kerze: RouteTag;
+  /**
+   * The prompt's shared prefix (see `prefixCache`): its tokens and where they came from — the
+   * engine's KV cache, the store (restored, not computed) or computed here (and kept).
+   */
+  prefix?: { tokens: number; from: 'session' | 'storage' | 'computed' };
 }
 
 export interface Completion extends GenerateResult {
@@ -283,7 +305,7 @@ export interface ChatCompletionCreateParams {
   continue_final_message?: boolean;
   /** 'auto' (default): local unless a fallback reason holds; 'local' or 'cloud' to choose. */
   route?: 'auto' | 'local' | 'cloud';
-  /** false: neither read nor store this request in the response cache. */
+  /** false: neither read nor store this request in the response cache or the prefix cache. */
   cache?: boolean;
 }
 
@@ -471,7 +493,11 @@ export declare class Engine {
   tokenize(text: string, options?: { special?: boolean; bos?: boolean }): Promise<number[]>;
   detokenize(ids: ArrayLike<number>, options?: { skipSpecial?: boolean }): Promise<string>;
   /** Teacher-forced diagnostics: the k best [id, logit] for each position from `first`. */
-  logitsTopK(ids: ArrayLike<number>, options?: { k?: number; first?: number }): Promise<Array<Array<[number, number]>>>;
+  /**
+   * `prefix`: the first ids repeat across calls (at most `first`): they are taken from the
+   * prefix cache when it holds them, and kept in it otherwise.
+   */
+  logitsTopK(ids: ArrayLike<number>, options?: { k?: number; first?: number; prefix?: number }): Promise<Array<Array<[number, number]>>>;
   /** Forget the KV cache. */
   reset(): Promise<void>;
   /** Free the model and stop the worker. */
@@ -509,8 +535,12 @@ export declare const cache: {
   /** A catalog id, `{ url, sha256 }`, or a key from list(). */
   delete(model: string | ModelUrl): Promise<boolean>;
   /** Everything, or what is named: resolves to how many entries were removed. */
-  clear(what?: { models?: boolean; responses?: boolean }): Promise<number>;
-  size(): Promise<{ models: { entries: number; bytes: number }; responses: { entries: number; bytes: number } }>;
+  clear(what?: { models?: boolean; responses?: boolean; prefixes?: boolean }): Promise<number>;
+  size(): Promise<{
+    models: { entries: number; bytes: number };
+    responses: { entries: number; bytes: number };
+    prefixes: { entries: number; bytes: number };
+  }>;
 };
 
 /** @internal */

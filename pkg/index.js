@@ -11,7 +11,7 @@ import { catalog } from './catalog.js';
 import { engineOptions } from './core.js';
 import { InThreadTransport, WorkerTransport, chooseThreads, _setWorkerUrl } from './transport.js';
 import { checkDevice, resolveModel, checkSupport, folderUrl, cache } from './model.js';
-import { openResponseStore, canonicalJson, textHash, RESPONSE_DEFAULTS } from './cache.js';
+import { openResponseStore, canonicalJson, textHash, RESPONSE_DEFAULTS, PREFIX_DEFAULTS } from './cache.js';
 import { SearchIndex } from './search.js';
 import { beacon, checkProbeOptions, probeSpec } from './probe.js';
 import { RemoteTransport, fallbackOptions } from './route.js';
@@ -107,15 +107,37 @@ function deterministic(o) {
 }
 
 /** The `responseCache` option checked: its limits, or null (off). */
-function responseLimits(o) {
+/** A cache's limits from its option: false (off), true/undefined (defaults) or some of them. */
+function limitsOf(name, o, defaults) {
   if (o === false) return null;
-  if (o == null || o === true) return { ...RESPONSE_DEFAULTS };
-  if (typeof o !== 'object' || Array.isArray(o)) throw new KerzeError('InvalidArgumentError', 'responseCache must be false or { ttlMs, maxBytes }');
+  if (o == null || o === true) return { ...defaults };
+  const known = Object.keys(defaults).join(', ');
+  if (typeof o !== 'object' || Array.isArray(o)) throw new KerzeError('InvalidArgumentError', `${name} must be false or { ${known} }`);
   for (const k of Object.keys(o)) {
-    if (!(k in RESPONSE_DEFAULTS)) throw new KerzeError('InvalidArgumentError', `responseCache: unknown option '${k}': known are ttlMs, maxBytes`);
-    if (!(Number.isSafeInteger(o[k]) && o[k] > 0)) throw new KerzeError('InvalidArgumentError', `responseCache.${k} must be a positive integer`);
+    if (!(k in defaults)) throw new KerzeError('InvalidArgumentError', `${name}: unknown option '${k}': known are ${known}`);
+    if (!(Number.isSafeInteger(o[k]) && o[k] > 0)) throw new KerzeError('InvalidArgumentError', `${name}.${k} must be a positive integer`);
   }
-  return { ...RESPONSE_DEFAULTS, ...o };
+  return { ...defaults, ...o };
+}
+
+/**
+ * `input` with the prefix cache's hints: `cache: false` keeps its prompt out of it (nothing
+ * read or saved); `prefix` is the start of a text prompt that repeats (a few-shot block), or
+ * for a prompt of ids, how many of its first ids do.
+ */
+function withCaching(input, cache, prefix) {
+  const out = { ...input };
+  if (cache === false) out.prefixCache = false;
+  if (prefix == null) return out;
+  if (typeof prefix === 'string' && typeof input.prompt === 'string') {
+    if (!input.prompt.startsWith(prefix)) throw new KerzeError('InvalidArgumentError', 'prefix: the prompt does not start with it');
+    out.prefixText = prefix;
+  } else if (Number.isSafeInteger(prefix) && prefix >= 0 && input.ids) {
+    out.prefixTokens = prefix;
+  } else {
+    throw new KerzeError('InvalidArgumentError', 'prefix must be the start of a string prompt, or a number of tokens of an ids prompt');
+  }
+  return out;
 }
 
 /** Whether the endpoint can continue a generation of `input` (token ids cannot go there). */
@@ -336,12 +358,12 @@ export class Engine {
    * Stream the continuation of `prompt`: an AsyncIterable of { text, tokenId, kerze }, whose
    * result is { finishReason, usage, ids, kerze }. `route: 'auto' | 'local' | 'cloud'`.
    */
-  generate(prompt, { route = 'auto', cache = true, ...options } = {}) {
-    return this.#generate(prompt, route, cache, options);
+  generate(prompt, { route = 'auto', cache = true, prefix, ...options } = {}) {
+    return this.#generate(prompt, route, cache, prefix, options);
   }
 
-  async *#generate(prompt, route, cache, options) {
-    const input = promptInput(prompt);
+  async *#generate(prompt, route, cache, prefix, options) {
+    const input = withCaching(promptInput(prompt), cache, prefix);
     const given = { ...options };
     const opts = engineOptions(options);
     return yield* this.#answer(await this.#routeOf(route), input, opts, options.signal, null, cache && deterministic(given));
@@ -401,7 +423,9 @@ export class Engine {
     if (!who || !globalThis.crypto?.subtle) return null;
     const { seed, ...rest } = opts;
     const sampling = opts.temperature === 0 ? rest : opts;
-    return textHash(canonicalJson({ v: 1, who, input, sampling }));
+    // How the prompt is cached does not change the answer.
+    const { prefixText: _p, prefixTokens: _n, prefixCache: _c, ...request } = input;
+    return textHash(canonicalJson({ v: 1, who, input: request, sampling }));
   }
 
   async #responseStore() {
@@ -488,7 +512,7 @@ export class Engine {
     }
   }
 
-  /** Generate to the end: { text, finishReason, usage, ids, kerze }. */
+  /** Generate to the end: { text, finishReason, usage, ids, kerze, prefix? }. */
   async complete(prompt, options = {}) {
     return this.#collect(this.generate(prompt, options));
   }
@@ -497,7 +521,10 @@ export class Engine {
     let text = '';
     for (;;) {
       const r = await it.next();
-      if (r.done) return { text, finishReason: r.value.finishReason, usage: r.value.usage, ids: r.value.ids, kerze: r.value.kerze };
+      if (r.done) {
+        const { finishReason, usage, ids, kerze, prefix } = r.value;
+        return prefix ? { text, finishReason, usage, ids, kerze, prefix } : { text, finishReason, usage, ids, kerze };
+      }
       text += r.value.text;
     }
   }
@@ -509,7 +536,7 @@ export class Engine {
     const { route = 'auto', cache = true, ...rest } = body;
     const options = { ...chatOptions(rest), signal: req.signal ?? rest.signal }; // the same checks on both routes
     const cacheable = cache !== false && deterministic(options);
-    const input = { messages: rest.messages, chat: chatTemplateOptions(rest) };
+    const input = withCaching({ messages: rest.messages, chat: chatTemplateOptions(rest) }, cache);
     const d = await this.#routeOf(route);
     const { signal: _s, ...wire } = rest;
     const model = d.route === 'cloud' ? this.#cloud.model : this.info.model;
@@ -553,9 +580,12 @@ export class Engine {
    * Teacher-forced diagnostics: for every position of `ids` from `first` on, the `k` best
    * [id, logit] pairs of the next token.
    */
-  async logitsTopK(ids, { k = 5, first = 0 } = {}) {
+  async logitsTopK(ids, { k = 5, first = 0, prefix } = {}) {
     this.#check();
-    return this.#t.request('logitsTopK', { ids: Array.from(ids), k, first });
+    if (prefix != null && !(Number.isSafeInteger(prefix) && prefix >= 0)) {
+      throw new KerzeError('InvalidArgumentError', 'prefix must be a number of tokens');
+    }
+    return this.#t.request('logitsTopK', { ids: Array.from(ids), k, first, prefix });
   }
 
   /** Forget the KV cache (the next prompt is computed from scratch). */
@@ -605,9 +635,10 @@ export async function probe(options = {}) {
 export async function createEngine(options = {}) {
   const {
     model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
-    threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides, responseCache,
+    threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides, responseCache, prefixCache,
   } = options;
-  const responses = responseLimits(responseCache);
+  const responses = limitsOf('responseCache', responseCache, RESPONSE_DEFAULTS);
+  const prefixes = limitsOf('prefixCache', prefixCache, PREFIX_DEFAULTS);
   checkDevice(device);
   if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
     throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
@@ -662,7 +693,7 @@ export async function createEngine(options = {}) {
     // Set while loading: a tab killed meanwhile leaves it, and the next probe says so.
     if (spec.key) beacon.set(spec.key);
     try {
-      const info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache },
+      const info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache, prefixCache: prefixes ?? false },
         { onProgress: report, signal });
       report({ phase: 'ready', loaded: 1, total: 1 });
       return info;

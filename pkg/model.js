@@ -4,7 +4,7 @@
 
 import { KerzeError } from './protocol.js';
 import { catalog } from './catalog.js';
-import { openModelCache, openResponseStore } from './cache.js';
+import { openModelCache, openResponseStore, openPrefixStore } from './cache.js';
 import { SIMD_PROBE } from './probe.js';
 
 export const DEVICES = ['auto', 'cpu', 'webgpu'];
@@ -105,8 +105,9 @@ function cacheKeyOf(model) {
 }
 
 /**
- * What kerze keeps in this origin: the model files (Cache API) and the answers to
- * deterministic requests (IndexedDB): what is stored, how much, and removing it.
+ * What kerze keeps in this origin: the model files (Cache API), the answers to
+ * deterministic requests (IndexedDB) and the prompt prefixes' KV snapshots (Cache API): what
+ * is stored, how much, and removing it.
  */
 export const cache = Object.freeze({
   /** The cached models. @returns {Promise<Array<{ key, url, sha256, bytes, name, storedAt }>>} */
@@ -120,7 +121,7 @@ export const cache = Object.freeze({
     return store ? store.delete(cacheKeyOf(model)) : false;
   },
   /**
-   * Remove what is cached: everything, or what `{ models, responses }` names (true); resolves
+   * Remove what is cached: everything, or what `{ models, responses, prefixes }` names (true); resolves
    * to how many entries were removed.
    */
   async clear(what) {
@@ -134,15 +135,21 @@ export const cache = Object.freeze({
       const { store } = await openResponseStore();
       n += store ? await store.clear() : 0;
     }
+    if (all || what.prefixes === true) {
+      const { store } = await openPrefixStore(null);
+      n += store ? await store.clear() : 0;
+    }
     return n;
   },
-  /** `{ models: { entries, bytes }, responses: { entries, bytes } }`. */
+  /** `{ models, responses, prefixes }`, each `{ entries, bytes }`. */
   async size() {
     const models = await this.list();
     const { store } = await openResponseStore();
+    const { store: prefixes } = await openPrefixStore(null);
     return {
       models: { entries: models.length, bytes: models.reduce((t, m) => t + (m.bytes ?? 0), 0) },
       responses: store ? await store.size() : { entries: 0, bytes: 0 },
+      prefixes: prefixes ? await prefixes.size() : { entries: 0, bytes: 0 },
     };
   },
 });

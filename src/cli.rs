@@ -266,6 +266,16 @@ struct ServeArgs {
     /// Megabytes the kept answers may take (the least recently used go first)
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
     response_cache_mb: u64,
+    /// Keep the KV snapshots of chats' shared prefixes (system prompt and earlier turns) in
+    /// this folder, across restarts; without it they are kept in memory, shared by the slots
+    #[arg(long, value_name = "DIR")]
+    prefix_cache: Option<std::path::PathBuf>,
+    /// Megabytes the kept prefixes may take (the least recently used go first; 0: keep none)
+    #[arg(long, default_value_t = 256)]
+    prefix_cache_mb: u64,
+    /// Prefixes shorter than this many tokens are not kept
+    #[arg(long, default_value_t = 32)]
+    prefix_cache_min_tokens: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -411,6 +421,11 @@ fn cmd_serve(a: &ServeArgs) -> Result<()> {
                 ttl: std::time::Duration::from_secs(a.response_cache_ttl),
                 max_bytes: a.response_cache_mb << 20,
             }
+        }),
+        prefix_cache: (a.prefix_cache_mb > 0).then(|| crate::server::prefixes::PrefixOptions {
+            dir: a.prefix_cache.clone(),
+            max_bytes: a.prefix_cache_mb << 20,
+            min_tokens: a.prefix_cache_min_tokens,
         }),
     })
 }

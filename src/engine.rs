@@ -37,6 +37,8 @@ pub struct EngineInfo {
     pub backend: &'static str,
     /// Why this backend was chosen.
     pub reason: String,
+    /// The engine's version (a saved prompt prefix is used only by the same one).
+    pub version: &'static str,
     pub model: String,
     pub arch: String,
     pub n_ctx: usize,
@@ -385,6 +387,7 @@ impl Engine {
         let info = EngineInfo {
             backend: "",
             reason: String::new(),
+            version: crate::prefix::ENGINE_VERSION,
             model: cfg.name.clone(),
             arch: cfg.arch.clone(),
             n_ctx: cfg.n_ctx,
@@ -541,6 +544,12 @@ impl Engine {
         }
         on_session!(&mut self.run, s => s.restore_prefix(&p))?;
         Ok(p.ids.len())
+    }
+
+    /// A snapshot of the KV cache as it is, as bytes for [`Engine::restore_prefix`].
+    pub async fn save_prefix(&mut self, model: &str) -> Result<Vec<u8>> {
+        let p = on_session!(&mut self.run, s => s.save_prefix().await)?;
+        Ok(p.to_bytes(self.identity(model)))
     }
 
     /// The snapshot `g` made where [`Generation::save_prefix_at`] asked, as bytes for

@@ -68,6 +68,45 @@ fn bad(why: impl Into<String>) -> Error {
     Error::Snapshot(why.into())
 }
 
+/// Who made a snapshot and for which ids: its header, read without its keys and values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Made {
+    pub engine: String,
+    pub backend: String,
+    pub model: String,
+    pub ids: Vec<u32>,
+}
+
+/// The header of the snapshot `r` starts with (a file: only its first bytes are read).
+pub fn read_header(r: &mut impl std::io::Read) -> Result<Made> {
+    let mut head = [0u8; 12];
+    r.read_exact(&mut head)
+        .map_err(|e| bad(format!("its first bytes: {e}")))?;
+    if &head[..4] != MAGIC {
+        return Err(bad("not a kerze prefix snapshot"));
+    }
+    let format = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if format != FORMAT {
+        return Err(bad(format!(
+            "format {format}, this engine reads format {FORMAT}"
+        )));
+    }
+    let hlen = u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize;
+    if hlen > HEADER_MAX {
+        return Err(bad(format!("a header of {hlen} bytes")));
+    }
+    let mut h = vec![0u8; hlen];
+    r.read_exact(&mut h)
+        .map_err(|e| bad(format!("its header: {e}")))?;
+    let h: Header = serde_json::from_slice(&h).map_err(|e| bad(format!("its header: {e}")))?;
+    Ok(Made {
+        engine: h.engine,
+        backend: h.backend,
+        model: h.model,
+        ids: h.ids,
+    })
+}
+
 impl Prefix {
     /// Bytes of the snapshot made by `id`.
     pub fn to_bytes(&self, id: Identity) -> Vec<u8> {
@@ -223,6 +262,17 @@ mod tests {
         let q = Prefix::from_bytes(&b, ID).unwrap();
         assert_eq!(q, p);
         assert_eq!(q.layers[0].v[1].to_bits(), (-0.0f32).to_bits());
+        let made = read_header(&mut &b[..]).unwrap();
+        assert_eq!(
+            (
+                made.engine.as_str(),
+                made.backend.as_str(),
+                made.model.as_str(),
+                made.ids
+            ),
+            (ENGINE_VERSION, "cpu-native", "abc", p.ids)
+        );
+        assert!(read_header(&mut &b[..14]).is_err());
     }
 
     #[test]

@@ -355,6 +355,37 @@ impl WasmEngine {
         })
     }
 
+    /// `logitsTopK` computing only what the KV cache does not hold of `ids` before `first`
+    /// (a restored prefix).
+    #[wasm_bindgen(js_name = logitsFrom)]
+    pub fn logits_from(&self, ids: Vec<u32>, k: usize, first: usize) -> Promise {
+        self.run(move |mut st| async move {
+            st.generation = None;
+            let r = st
+                .engine
+                .logits_from(&ids, k, first)
+                .await
+                .and_then(|v| serde_json::to_string(&v).map_err(|e| Error::Backend(e.to_string())))
+                .map(|s| JsValue::from_str(&s));
+            (st, r)
+        })
+    }
+
+    /// A snapshot of the KV cache as it is (for the model whose sha256 is `model`): resolves
+    /// to the bytes `restorePrefix` takes.
+    #[wasm_bindgen(js_name = savePrefix)]
+    pub fn save_prefix(&self, model: String) -> Promise {
+        self.run(move |mut st| async move {
+            st.generation = None;
+            let r = st
+                .engine
+                .save_prefix(&model)
+                .await
+                .map(|b| js_sys::Uint8Array::from(&b[..]).into());
+            (st, r)
+        })
+    }
+
     /// Embeddings of `texts` (JSON of an array of strings) from an encoder model, `options`
     /// JSON of `{ normalize?, overflow? }`: resolves to `{ dims, data, usage }` — `data` one
     /// Float32Array of `texts.length × dims` values, row-major; `usage` JSON.

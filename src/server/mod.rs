@@ -12,6 +12,7 @@
 //! Shutdown (SIGTERM, Ctrl-C): new requests get 503, streams in flight finish (up to the
 //! request timeout), then the process exits.
 
+pub mod prefixes;
 pub mod responses;
 pub mod slots;
 
@@ -57,6 +58,8 @@ pub struct ServeOptions {
     pub max_body: usize,
     /// Keep answers to deterministic requests here (None: no response cache).
     pub response_cache: Option<responses::ResponseCacheOptions>,
+    /// Keep the KV of chats' shared prefixes (None: only in each slot's own cache).
+    pub prefix_cache: Option<prefixes::PrefixOptions>,
 }
 
 /// Slots by default: 2 when the machine has 2 cores or more (a burst interleaves instead of
@@ -153,10 +156,31 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         .await
         .map_err(|e| Error::InvalidArgument(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr()?;
+    // The model file's sha256 names it in what is kept on disk (hashed once, when needed).
+    let needs_sha = opts.response_cache.is_some()
+        || opts.prefix_cache.as_ref().is_some_and(|p| p.dir.is_some());
+    let sha = if needs_sha {
+        crate::catalog::sha256_file(&opts.path)?
+    } else {
+        opts.path.display().to_string()
+    };
+    let prefixes = match &opts.prefix_cache {
+        Some(pc) => Some(Arc::new(
+            prefixes::PrefixStore::open(pc.clone(), sha.clone()).map_err(|e| {
+                Error::InvalidArgument(format!(
+                    "the prefix cache {} cannot be used: {e}",
+                    pc.dir
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
+                ))
+            })?,
+        )),
+        None => None,
+    };
     let responses = match &opts.response_cache {
         Some(rc) => {
-            let sha = crate::catalog::sha256_file(&opts.path)?;
-            let c = responses::ResponseCache::open(rc.clone(), sha).map_err(|e| {
+            let c = responses::ResponseCache::open(rc.clone(), sha.clone()).map_err(|e| {
                 Error::InvalidArgument(format!(
                     "the response cache {} cannot be used: {e}",
                     rc.dir.display()
@@ -166,7 +190,12 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         }
         None => None,
     };
-    let (pool, ready) = Pool::start(opts.path.clone(), opts.load.clone(), opts.slots.max(1));
+    let (pool, ready) = Pool::start(
+        opts.path.clone(),
+        opts.load.clone(),
+        opts.slots.max(1),
+        prefixes,
+    );
     let state = Arc::new(AppState {
         admission: Admission::new(opts.slots.max(1) + opts.queue),
         created: std::time::SystemTime::now()

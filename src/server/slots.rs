@@ -9,6 +9,7 @@ use crate::engine::{Engine, EngineInfo, LoadOptions};
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, GenerateOptions, Usage};
 use crate::gguf::FileSource;
+use crate::server::prefixes::PrefixStore;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -119,6 +120,7 @@ impl Pool {
         path: PathBuf,
         load: LoadOptions,
         n: usize,
+        prefixes: Option<Arc<PrefixStore>>,
     ) -> (Arc<Pool>, mpsc::Receiver<Result<EngineInfo>>) {
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let job_rx = Arc::new(Mutex::new(job_rx));
@@ -129,11 +131,12 @@ impl Pool {
         for i in 1..n {
             let (tx, rx) = mpsc::channel::<Init>();
             init_txs.push(tx);
-            let (path, load, jobs, ready) = (
+            let (path, load, jobs, ready, prefixes) = (
                 path.clone(),
                 load.clone(),
                 Arc::clone(&job_rx),
                 slot_ready_tx.clone(),
+                prefixes.clone(),
             );
             threads.push(spawn(i, move || {
                 let engine = match rx.recv() {
@@ -147,7 +150,7 @@ impl Pool {
                 match engine {
                     Ok(mut e) => {
                         let _ = ready.send(Ok(()));
-                        serve_jobs(&mut e, &jobs);
+                        serve_jobs(&mut e, &jobs, prefixes.as_deref());
                     }
                     Err(e) => {
                         let _ = ready.send(Err(e));
@@ -199,7 +202,7 @@ impl Pool {
                     }
                 }
                 let _ = ready_tx.send(Ok(info));
-                serve_jobs(&mut engine, &jobs);
+                serve_jobs(&mut engine, &jobs, prefixes.as_deref());
             }),
         );
         let pool = Arc::new(Pool {
@@ -247,7 +250,11 @@ fn open(path: &std::path::Path, load: &LoadOptions) -> Result<(Engine, EngineInf
 }
 
 /// Take jobs until the queue closes.
-fn serve_jobs(engine: &mut Engine, jobs: &Mutex<mpsc::Receiver<Job>>) {
+fn serve_jobs(
+    engine: &mut Engine,
+    jobs: &Mutex<mpsc::Receiver<Job>>,
+    prefixes: Option<&PrefixStore>,
+) {
     loop {
         let job = {
             let Ok(rx) = jobs.lock() else { return };
@@ -258,7 +265,8 @@ fn serve_jobs(engine: &mut Engine, jobs: &Mutex<mpsc::Receiver<Job>>) {
         };
         // A panic is a bug; it must not take the slot (and every later request) with it.
         let events = job.events.clone();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(engine, job)));
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(engine, job, prefixes)));
         if r.is_err() {
             engine.reset();
             let _ = events.send(Event::Failed(Error::Backend(
@@ -269,8 +277,9 @@ fn serve_jobs(engine: &mut Engine, jobs: &Mutex<mpsc::Receiver<Job>>) {
 }
 
 /// Run one job to its end, reporting as it goes; stop early when the client is gone or the
-/// deadline passes.
-fn run(engine: &mut Engine, job: Job) {
+/// deadline passes. A prompt's prefix comes from `prefixes` when the slot's cache lacks it; a
+/// chat's shared prefix, once computed, goes there.
+fn run(engine: &mut Engine, job: Job, prefixes: Option<&PrefixStore>) {
     let Job {
         input,
         opts,
@@ -303,12 +312,25 @@ fn run(engine: &mut Engine, job: Job) {
             return;
         }
         Input::Chat { messages, chat } => {
-            crate::chat::prompt_ids_with(engine.tokenizer(), &messages, &chat)
+            let tok = engine.tokenizer();
+            crate::chat::prompt_ids_with(tok, &messages, &chat).and_then(|ids| {
+                let shared = crate::chat::shared_prefix_len(tok, &messages, &chat, &ids)?;
+                Ok((ids, shared))
+            })
         }
-        Input::Text(t) => engine.tokenizer().encode_user(&t, true),
-        Input::Ids(ids) => Ok(ids),
+        Input::Text(t) => engine.tokenizer().encode_user(&t, true).map(|ids| (ids, 0)),
+        Input::Ids(ids) => Ok((ids, 0)),
     };
-    let mut g = match ids.and_then(|ids| engine.begin(ids, &opts)) {
+    let begun = ids.and_then(|(ids, shared)| {
+        let plan = prefixes.map(|p| p.before(engine, &ids, shared));
+        let save_at = plan.and_then(|p| p.save_at);
+        let mut g = engine.begin(ids, &opts)?;
+        if let Some(n) = save_at {
+            g.save_prefix_at(n);
+        }
+        Ok((g, save_at))
+    });
+    let (mut g, save_at) = match begun {
         Ok(g) => g,
         Err(e) => {
             last(Event::Failed(e));
@@ -326,6 +348,11 @@ fn run(engine: &mut Engine, job: Job) {
             }
             if engine.prefill_step(&mut g).await? {
                 break;
+            }
+        }
+        if let (Some(store), Some(n)) = (prefixes, save_at) {
+            if let Some(bytes) = engine.take_prefix(&mut g, store.model()) {
+                store.after(engine.info().backend, &g.ids[..n], bytes);
             }
         }
         while let Some(c) = engine.step(&mut g, &abort).await? {

@@ -456,6 +456,178 @@ try {
     }, { expectErrors: /./ });
   });
 
+  // A few-shot block of ~230 tokens (two prefill chunks) and questions after it.
+  const FEW = 'Classify each support message as billing, delivery or technical.\n\n'
+    + ['I was charged twice for my order this month. -> billing', 'The parcel has not arrived after ten days. -> delivery',
+      'The app crashes when I open the settings page. -> technical', 'Why is there a fee on my invoice? -> billing',
+      'The courier left my package at the wrong address. -> delivery', 'I cannot log in since the last update. -> technical',
+      'Please refund the second payment. -> billing', 'Tracking says delivered but nothing came. -> delivery',
+      'The page stays blank after I press save. -> technical', 'My card was declined but the money is gone. -> billing',
+      'The box arrived damaged and wet. -> delivery', 'Notifications stopped working on my phone. -> technical']
+      .map((l, i) => `Example ${i + 1}: ${l}`).join('\n') + '\n\n';
+  const PREFIX_COMMON = `
+    const FEW = arg.FEW;
+    const warnings = [];
+    const onWarning = (m) => warnings.push(m);
+    const q = (s) => FEW + 'Message: ' + s + ' ->';
+    const forced = async (e, prompt) => {
+      const ids = await e.tokenize(prompt, { bos: true });
+      const few = await e.tokenize(FEW, { bos: true });
+      let n = 0;
+      while (n < few.length && few[n] === ids[n]) n += 1;
+      const c = await e.complete(prompt, { maxTokens: 6, temperature: 0, cache: false });
+      return { ids: [...ids, ...c.ids], n };
+    };
+    const bits = (t) => JSON.stringify(t);`;
+
+  await test('prefix cache: a few-shot prefix or a chat\'s system prompt is computed once, kept in the Cache API and restored (not computed) in the page and after a reload, the same ids and logits; a truncated or foreign entry is dropped with a warning', async () => {
+    await withPage(`${A}/www/`, async (page) => {
+      const a = await inPage(page, `${PREFIX_COMMON}
+        await k.cache.clear({ prefixes: true });
+        const e = await k.createEngine({ model, threads: 1, responseCache: false, onWarning });
+        const opts = { prefix: FEW, maxTokens: 12, temperature: 0 };
+        const c0 = await e.complete(q('The parcel is late.'), opts);
+        const c1 = await e.complete(q('My invoice is wrong.'), opts);
+        await e.reset();
+        const c2 = await e.complete(q('The parcel is late.'), opts);
+        const off = await e.complete(q('The parcel is late.'), { ...opts, cache: false });
+        // Teacher-forced past the prefix: computed from scratch, computed and kept, restored.
+        const f = await forced(e, q('The screen is black.'));
+        await e.reset();
+        const t0 = await e.logitsTopK(f.ids, { k: 8, first: f.n });
+        await k.cache.clear({ prefixes: true });
+        await e.reset();
+        const t1 = await e.logitsTopK(f.ids, { k: 8, first: f.n, prefix: f.n });
+        await e.reset();
+        const t2 = await e.logitsTopK(f.ids, { k: 8, first: f.n, prefix: f.n });
+        // A chat: its system prompt and earlier turns are the prefix.
+        const chat = (s) => ({ messages: [{ role: 'system', content: FEW }, { role: 'user', content: s }], max_tokens: 8, temperature: 0 });
+        await e.reset();
+        const h0 = await e.chat.completions.create(chat('The parcel is late.'));
+        const h1 = await e.chat.completions.create(chat('My card was charged twice.'));
+        const size = (await k.cache.size()).prefixes;
+        await e.dispose();
+        const u = (c) => [c.prefix?.from, c.usage.promptTokens, c.usage.prefillTokens];
+        return { c: [u(c0), u(c1), u(c2), u(off)], texts: [c0.text, c2.text, off.text], n: f.n, t: [bits(t1) === bits(t2), t0, t1],
+          h: [h0.usage.prompt_tokens_details.cached_tokens, h1.usage.prompt_tokens_details.cached_tokens, h1.usage.prompt_tokens], size, warnings };`, { FEW });
+      const [c0, c1, c2, off] = a.c;
+      assertEq(c0[0], 'computed', 'the first request computes the prefix');
+      assertEq(c0[2], c0[1], 'and the whole prompt');
+      const n = c0[1] - c2[2];
+      assert(n >= 200 && n === a.n, `the restored prefix is the few-shot block: ${n} of ${c0[1]} (${a.n})`);
+      assertEq([c1[0], c2[0], off[0]], ['session', 'storage', undefined], 'the next request keeps it in the session; after a reset it comes from storage; cache: false ignores it');
+      assert(c1[2] <= c1[1] - n, `only the question is computed after the prefix: ${c1[2]} of ${c1[1]}`);
+      assertEq(off[2], off[1] - (c0[1] - 1), 'cache: false: only what the session holds is reused');
+      assertEq(a.texts, [a.texts[0], a.texts[0], a.texts[0]], 'the same greedy text, computed or restored');
+      assert(a.t[0], 'teacher-forced logits after a restored prefix equal, bit for bit, those after the kept one');
+      let worst = 0;
+      a.t[1].forEach((row, i) => {
+        assertEq(a.t[2][i][0][0], row[0][0], `top-1 at ${a.n + i}`);
+        worst = Math.max(worst, Math.abs(a.t[2][i][0][1] - row[0][1]));
+      });
+      assert(worst < 1e-3, `and those computed from scratch within ${worst}`);
+      assertEq(a.h[0], 0, 'a chat: its first request computes everything');
+      assert(a.h[1] >= 200 && a.h[1] < a.h[2], `a second question reuses the system prompt: ${a.h[1]} of ${a.h[2]} cached`);
+      assertEq(a.size.entries, 2, `two prefixes kept (the few-shot block, the chat): ${JSON.stringify(a.size)}`);
+      assertEq(a.warnings, [], 'no warnings');
+      // A new visit: restored from storage, no prefix computed.
+      await page.reload();
+      const b = await inPage(page, `${PREFIX_COMMON}
+        const e = await k.createEngine({ model, threads: 1, responseCache: false, onWarning });
+        const c = await e.complete(q('The parcel is late.'), { prefix: FEW, maxTokens: 12, temperature: 0 });
+        const h = await e.chat.completions.create({ messages: [{ role: 'system', content: FEW }, { role: 'user', content: 'Where is my box?' }], max_tokens: 8, temperature: 0 });
+        // Damage the stored entries: one truncated, one with a flipped byte.
+        const cache = await caches.open('kerze-prefixes-v1');
+        const keys = await cache.keys();
+        for (const [i, req] of keys.entries()) {
+          const buf = new Uint8Array(await (await cache.match(req)).arrayBuffer());
+          const bad = i === 0 ? buf.slice(0, buf.length >> 1) : (buf[buf.length >> 1] ^= 1, buf);
+          await cache.put(req, new Response(bad, { headers: { 'content-length': String(bad.length), 'x-kerze-stored': '1' } }));
+        }
+        await e.reset();
+        const d1 = await e.complete(q('The parcel is late.'), { prefix: FEW, maxTokens: 12, temperature: 0 });
+        await e.reset();
+        const d2 = await e.chat.completions.create({ messages: [{ role: 'system', content: FEW }, { role: 'user', content: 'Where is my box?' }], max_tokens: 8, temperature: 0 });
+        await e.reset();
+        const again = await e.complete(q('The parcel is late.'), { prefix: FEW, maxTokens: 12, temperature: 0 });
+        await e.dispose();
+        return { c: [c.prefix.from, c.usage.promptTokens - c.usage.prefillTokens, c.text], h: h.usage.prompt_tokens_details.cached_tokens,
+          d: [d1.prefix.from, d1.usage.prefillTokens === d1.usage.promptTokens, d1.text, d2.usage.prompt_tokens_details.cached_tokens, d2.choices[0].message.content === h.choices[0].message.content],
+          again: again.prefix.from, size: (await k.cache.size()).prefixes.entries, warnings };`, { FEW });
+      assertEq(b.c.slice(0, 2), ['storage', n], 'after a reload the prefix is restored, not computed');
+      assertEq(b.c[2], a.texts[0], 'the same text as computed');
+      assert(b.h >= 200, `the chat's system prompt restored after the reload: ${b.h}`);
+      assertEq(b.d.slice(0, 2), ['computed', true], 'a damaged entry is not used: the prefix is computed');
+      assertEq([b.d[2], b.d[3], b.d[4]], [a.texts[0], 0, true], 'with the same answers');
+      assertEq(b.warnings.length, 2, `one warning per damaged entry: ${JSON.stringify(b.warnings)}`);
+      assert(b.warnings.every((w) => /saved prompt prefix was dropped.*(digest|truncated)/.test(w)), `warnings: ${JSON.stringify(b.warnings)}`);
+      assertEq([b.again, b.size], ['storage', 2], 'the dropped entries were replaced by good ones');
+    });
+  });
+
+  await test('prefix cache on WebGPU (SwiftShader): the snapshot read back from the device and written into it gives the same ids and bit-identical teacher-forced logits; a GPU entry is not used by the CPU engine', async () => {
+    // The tiny synthetic Gemma 3 (sliding window 8: the restored rings have wrapped): Gemma
+    // 3 270M runs ~100 times slower on SwiftShader.
+    const file = 'tiny-gemma3.gguf';
+    const local = path.join(ROOT, 'models', file);
+    if (!fs.existsSync(local)) execFileSync(path.join(ROOT, 'target/release/kerze'), ['synth', '--family', 'gemma3', '--out', local]);
+    const T = 'the cat is in the garden and the dog is on the sofa, then the rain falls on the hills and the river runs to the sea; ';
+    const gpuBrowser = await launch({ webgpu: true });
+    const rec = await openPage(gpuBrowser);
+    try {
+      await rec.page.goto(`${A}/www/`);
+      const r = await inPage(rec.page, `${PREFIX_COMMON}
+        await k.cache.clear({ prefixes: true });
+        const model = { url: arg.url };
+        const e = await k.createEngine({ model, device: 'webgpu', responseCache: false, onWarning });
+        const opts = { prefix: FEW, maxTokens: 8, temperature: 0 };
+        const c0 = await e.complete(q('the boat'), opts);
+        await e.reset();
+        const c1 = await e.complete(q('the boat'), opts);
+        const f = { ids: [...(await e.tokenize(q('the boat'), { bos: true })), ...c0.ids], n: c0.usage.promptTokens - c1.usage.prefillTokens };
+        await k.cache.clear({ prefixes: true });
+        await e.reset();
+        const kept = await e.logitsTopK(f.ids, { k: 8, first: f.n, prefix: f.n });
+        await e.reset();
+        const t1 = await e.logitsTopK(f.ids, { k: 8, first: f.n, prefix: f.n });
+        await e.reset();
+        const t0 = await e.logitsTopK(f.ids, { k: 8, first: f.n });
+        const backend = e.info.backend;
+        await e.dispose();
+        // The GPU's entry put where the CPU engine looks: its header says webgpu.
+        const cache = await caches.open('kerze-prefixes-v1');
+        for (const req of await cache.keys()) {
+          if (!req.url.includes('.webgpu.')) continue;
+          await cache.put(req.url.replace('.webgpu.', '.cpu-simd.'), await cache.match(req));
+        }
+        const cpu = await k.createEngine({ model, device: 'cpu', threads: 1, responseCache: false, onWarning });
+        const c2 = await cpu.complete(q('the boat'), opts);
+        await cpu.dispose();
+        return { backend, c: [c0.prefix.from, c1.prefix.from, c1.usage.prefillTokens, c1.usage.promptTokens, c0.ids, c1.ids], n: f.n, t: [t1, t0], same: bits(kept) === bits(t1),
+          cpu: [c2.prefix.from, c2.usage.prefillTokens === c2.usage.promptTokens], warnings };`, { FEW: T.repeat(3), url: `/models/${file}` });
+      assertEq(r.backend, 'webgpu', 'backend');
+      assertEq([r.c[0], r.c[1]], ['computed', 'storage'], 'computed, then restored into the GPU cache');
+      assert(r.n >= 150 && r.c[2] === r.c[3] - r.n, `only the question computed: ${r.c[2]} of ${r.c[3]}`);
+      assertEq(r.c[5], r.c[4], 'the same greedy ids on the GPU');
+      assert(r.same, 'teacher-forced logits after the restored prefix equal, bit for bit, those after the kept one');
+      // Against a from-scratch pass (other chunks: rounding only); random weights have near
+      // ties, so each reference top-1 is looked up among the restored top-8.
+      let worst = 0;
+      r.t[1].forEach((row, i) => {
+        const m = r.t[0][i].find((x) => x[0] === row[0][0]);
+        assert(m, `top-1 at ${r.n + i} among the restored top-8`);
+        worst = Math.max(worst, Math.abs(m[1] - row[0][1]));
+      });
+      assert(worst < 1e-3, `teacher-forced logits after the restored prefix within ${worst} of those computed from scratch`);
+      assertEq(r.cpu, ['computed', true], 'the CPU engine computes the prefix itself');
+      assert(r.warnings.some((w) => /dropped.*made on the webgpu backend/.test(w)), `warned: ${JSON.stringify(r.warnings)}`);
+      assertEq(rec.errors, [], 'console errors');
+    } finally {
+      await rec.context.close();
+      await gpuBrowser.close();
+    }
+  });
+
   await test('embeddings in the page: all-MiniLM-L6-v2 gives the native CLI\'s vectors and the sentence-transformers similarities; embeddings.create in the OpenAI shape', async () => {
     const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
     const texts = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.',
