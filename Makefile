@@ -26,7 +26,7 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis fuzz clean
+.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix fuzz clean
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -191,6 +191,11 @@ bench-wasm: setup fetch
 # www/bench.html through the package (worker, cache), 1 thread; prints JSON.
 bench-browser: setup fetch build
 	node tests/browser/bench.mjs
+
+# Time to first token with a 400-token system prompt: cold, warm, restored, after a reload
+# (Chromium, 1 thread) and in kerze serve (after a restart, from --prefix-cache).
+bench-prefix: setup fetch build
+	node tests/browser/bench-prefix.mjs
 
 # Classification, index and search with all-MiniLM-L6-v2 in Chromium and natively.
 bench-analysis: setup fetch build

@@ -245,6 +245,10 @@ export class Core {
     this.engine = null;
     this.info = null;
     this.busy = false;
+    /** The prefix cache's limits (null: off), its store once opened, its last write. */
+    this.prefixLimits = null;
+    this.prefixesOpen = null;
+    this.prefixWrite = null;
   }
 
   /**
@@ -390,24 +394,24 @@ export class Core {
   }
 
   /** The prefix store (opened once), or null: off, no Cache API, or a model without sha256. */
-  async #prefixStore() {
-    if (this.prefixes !== undefined) return this.prefixes;
-    this.prefixes = null;
-    if (!this.prefixLimits) return null;
-    if (!this.info?.sha256) {
-      this.warn('prompt prefixes are not kept across visits: the model was given as bytes, its sha256 unknown');
-      return null;
-    }
-    const hasher = new this.glue.Sha256();
-    const hashIds = (ids) => {
-      const a = Uint32Array.from(ids);
-      hasher.update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
-      return hasher.finishHex();
-    };
-    const opened = await openPrefixStore(hashIds, this.prefixLimits);
-    if (!opened.store) this.warn(`prompt prefixes are not kept across visits: ${opened.reason}`);
-    this.prefixes = opened.store;
-    return this.prefixes;
+  #prefixStore() {
+    this.prefixesOpen ??= (async () => {
+      if (!this.prefixLimits) return null;
+      if (!this.info?.sha256) {
+        this.warn('prompt prefixes are not kept across visits: the model was given as bytes, its sha256 unknown');
+        return null;
+      }
+      const hasher = new this.glue.Sha256();
+      const hashIds = (ids) => {
+        const a = Uint32Array.from(ids);
+        hasher.update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
+        return hasher.finishHex();
+      };
+      const opened = await openPrefixStore(hashIds, this.prefixLimits);
+      if (!opened.store) this.warn(`prompt prefixes are not kept across visits: ${opened.reason}`);
+      return opened.store;
+    })();
+    return this.prefixesOpen;
   }
 
   /** Where the entries of this model, backend and engine are. */
@@ -427,6 +431,7 @@ export class Core {
     if (engine.cachedCommon(Uint32Array.from(ids)) >= n) return { tokens: n, from: 'session', save: false };
     const store = await this.#prefixStore();
     if (!store) return { tokens: n, from: 'computed', save: false };
+    await this.prefixWrite;
     let found = null;
     try {
       found = await store.find(this.#prefixScope(), ids);
@@ -445,17 +450,27 @@ export class Core {
     return { tokens: n, from: 'computed', save: true };
   }
 
-  /** After the prefill: keep the snapshot the engine made at the prefix. */
-  async #prefixAfter(engine, plan, ids) {
+  /**
+   * After the prefill: keep the snapshot the engine made at the prefix. The write goes on
+   * while the answer is generated (the next lookup waits for it).
+   */
+  #prefixAfter(engine, plan, ids) {
     if (!plan?.save) return;
     const bytes = engine.takePrefix(this.info.sha256);
-    if (!bytes) return;
-    try {
-      const store = await this.#prefixStore();
-      await store?.put(this.#prefixScope(), ids.slice(0, plan.tokens), bytes);
-    } catch (e) {
-      this.warn(`the prompt prefix was not kept (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it is computed again next visit`);
-    }
+    if (bytes) this.#keepPrefix(ids.slice(0, plan.tokens), bytes);
+  }
+
+  #keepPrefix(ids, bytes) {
+    const scope = this.#prefixScope();
+    this.prefixWrite = (async () => {
+      await this.prefixWrite;
+      try {
+        const store = await this.#prefixStore();
+        await store?.put(scope, ids, bytes);
+      } catch (e) {
+        this.warn(`the prompt prefix was not kept (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it is computed again next time`);
+      }
+    })();
   }
 
   /**
@@ -481,7 +496,7 @@ export class Core {
         await yieldToEventLoop();
         throwIfAborted(signal);
       }
-      await this.#prefixAfter(engine, plan, ids);
+      this.#prefixAfter(engine, plan, ids);
       for (;;) {
         throwIfAborted(signal);
         const c = await this.#switched(engine.step());
@@ -547,13 +562,7 @@ export class Core {
       if (plan.save) {
         // The prefix alone first, so that the cache holds exactly it when it is saved.
         await this.#switched(engine.logitsFrom(all.subarray(0, plan.tokens), 1, plan.tokens - 1));
-        try {
-          const bytes = await this.#switched(engine.savePrefix(this.info.sha256));
-          const store = await this.#prefixStore();
-          await store?.put(this.#prefixScope(), ids.slice(0, plan.tokens), bytes);
-        } catch (e) {
-          this.warn(`the prompt prefix was not kept (${e?.message ?? e}): it is computed again next time`);
-        }
+        this.#keepPrefix(ids.slice(0, plan.tokens), await this.#switched(engine.savePrefix(this.info.sha256)));
       }
       return JSON.parse(await this.#switched(engine.logitsFrom(all, k, first)));
     } finally {

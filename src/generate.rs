@@ -185,30 +185,16 @@ impl<B: Backend> Session<B> {
         self.cached_ids.clear();
     }
 
-    /// Keep the longest part of the cache that `prompt_ids` starts with (at least its last id
-    /// is computed again: its logits pick the next token), forget the rest. Going back is
-    /// possible while no sliding-window ring has wrapped (the positions before the cut are
-    /// all still there; the attention ignores slots at or after it); otherwise only a cache
-    /// the prompt extends is kept.
+    /// Keep the longest part of the cache that `prompt_ids` starts with (see
+    /// [`Session::cached_common`]), forget the rest.
     pub(crate) fn keep_common_prefix(&mut self, prompt_ids: &[u32]) {
-        let common = self
-            .cached_ids
-            .iter()
-            .zip(prompt_ids)
-            .take_while(|(a, b)| a == b)
-            .count()
-            .min(prompt_ids.len().saturating_sub(1));
-        let cfg = self.model.cfg();
-        let ring = (0..cfg.n_layer)
-            .map(|il| cfg.kv_slots(il))
-            .min()
-            .unwrap_or(0);
-        if common == self.cached_ids.len() && common > 0 {
+        let keep = self.cached_common(prompt_ids);
+        if keep == self.cached_ids.len() && keep > 0 {
             return;
         }
-        if common > 0 && self.cached_ids.len() <= ring {
-            self.cache.n_past = common;
-            self.cached_ids.truncate(common);
+        if keep > 0 {
+            self.cache.n_past = keep;
+            self.cached_ids.truncate(keep);
         } else {
             self.reset();
         }
@@ -219,15 +205,29 @@ impl<B: Backend> Session<B> {
         self.cached_ids.len()
     }
 
-    /// How many of `ids` the cache holds already (a generation of them would not compute
-    /// those again, as far as [`Session::keep_common_prefix`] can keep them).
+    /// How many of `ids` the cache holds and a generation of them would keep: the longest part
+    /// of the cache `ids` starts with, short of its last id (its logits pick the next token).
+    /// Going back to a shorter part is possible while no sliding-window ring has wrapped (the
+    /// positions before the cut are all still there; the attention ignores slots at or after
+    /// it); otherwise only a cache that `ids` extends is kept.
     pub fn cached_common(&self, ids: &[u32]) -> usize {
-        self.cached_ids
+        let common = self
+            .cached_ids
             .iter()
             .zip(ids)
             .take_while(|(a, b)| a == b)
             .count()
-            .min(ids.len().saturating_sub(1))
+            .min(ids.len().saturating_sub(1));
+        let cfg = self.model.cfg();
+        let ring = (0..cfg.n_layer)
+            .map(|il| cfg.kv_slots(il))
+            .min()
+            .unwrap_or(0);
+        if common == self.cached_ids.len() || self.cached_ids.len() <= ring {
+            common
+        } else {
+            0
+        }
     }
 
     /// The cache as it is, every layer's keys and values read out.

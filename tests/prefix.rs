@@ -59,6 +59,21 @@ fn a_restored_prefix_gives_the_computed_logits_bit_for_bit() {
         assert!(p > 2 * kerze::synth::SLIDING_WINDOW, "{p}");
         let (snap, text_a, prefilled_a) = generate_saving(&mut a, &ids, p);
         assert_eq!(prefilled_a, ids.len());
+        // The next question after the prefix: the engine's own cache can go back to it only
+        // while no sliding-window ring has wrapped (the Gemma's has: a snapshot is needed).
+        let mut next = prefix.clone();
+        next.extend(a.tokenizer().encode_user(" and the boat", false).unwrap());
+        let ring = (0..a.config().n_layer)
+            .map(|il| a.config().kv_slots(il))
+            .min()
+            .unwrap();
+        let kept = if ids.len() + text_a.len() > ring {
+            0
+        } else {
+            p
+        };
+        assert!(a.cached_common(&next) >= kept);
+        assert!(kept > 0 || a.cached_common(&next) == 0);
 
         // Teacher-forced past the prefix: the engine that computed it (its cache holds the
         // prompt; it goes back to the prefix where it can, else it computes it again in the

@@ -126,15 +126,18 @@ impl PrefixStore {
                 })
                 .max_by_key(|e| e.ids.len())?;
             best.used = self.clock.fetch_add(1, Ordering::Relaxed);
-            Some((
-                best.ids.len(),
-                match &best.held {
-                    Held::Memory(b) => Ok(Arc::clone(b)),
-                    Held::File(p) => std::fs::read(p).map(Arc::new).map_err(Error::from),
-                },
-            ))
+            let held = match &best.held {
+                Held::Memory(b) => Held::Memory(Arc::clone(b)),
+                Held::File(p) => Held::File(p.clone()),
+            };
+            Some((best.ids.len(), held))
         });
-        if let Some((n, bytes)) = found {
+        if let Some((n, held)) = found {
+            // The file is read with the index unlocked: other slots go on meanwhile.
+            let bytes = match held {
+                Held::Memory(b) => Ok(b),
+                Held::File(p) => std::fs::read(p).map(Arc::new).map_err(Error::from),
+            };
             match bytes.and_then(|b| engine.restore_prefix(&b, &self.model, ids)) {
                 Ok(got) => have = got,
                 Err(e) => {

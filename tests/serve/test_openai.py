@@ -44,8 +44,10 @@ def start(args, model=MODEL, wait=True):
         m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
         if m:
             base = m.group(1)
-            # Keep draining stderr so the server never blocks on a full pipe.
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
+            # Keep draining stderr so the server never blocks on a full pipe (kept: tests
+            # read the server's warnings).
+            p.lines = []
+            threading.Thread(target=lambda: [p.lines.append(x) for x in p.stderr], daemon=True).start()
             if wait:
                 ready(base)
             return p, base
@@ -272,6 +274,62 @@ try:
             assert gc.chat.completions.with_raw_response.create(**gask).headers["x-kerze-cache"] == "miss"
             g.terminate()
             assert g.wait(30) == 0
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+    @test("openai PyPI: a chat's system prompt is computed once; the next question and a restarted server with --prefix-cache DIR compute only the question (cached_tokens), with the same answer; a damaged file is dropped with a warning")
+    def _():
+        import shutil
+        import tempfile
+        d = tempfile.mkdtemp(prefix="kerze-prefixes-")
+        system = "You sort support messages into billing, delivery or technical. " + " ".join(
+            f"Example {i}: {t}" for i, t in enumerate([
+                "I was charged twice this month: billing.", "The parcel has not arrived: delivery.",
+                "The app crashes on start: technical.", "Why is there a fee on my invoice: billing.",
+                "The courier lost my box: delivery.", "I cannot log in any more: technical.",
+                "Refund the second payment: billing.", "Tracking says delivered, nothing came: delivery.",
+                "The page is blank after saving: technical.", "My card was declined: billing.",
+                "The box arrived wet: delivery.", "Notifications stopped: technical."] * 2))
+        try:
+            def asker(base):
+                c = openai.OpenAI(base_url=f"{base}/v1", api_key="none", max_retries=0)
+                return lambda q: c.chat.completions.create(
+                    model=MODEL_ID, temperature=0, max_tokens=8,
+                    messages=[{"role": "system", "content": system}, {"role": "user", "content": q}])
+            p, base = start(["--slots", "1", "--prefix-cache", d])
+            ask = asker(base)
+            a = ask("Where is my parcel?")
+            b = ask("My invoice is wrong.")
+            assert a.usage.prompt_tokens_details.cached_tokens == 0, a.usage
+            shared = b.usage.prompt_tokens_details.cached_tokens
+            assert 200 <= shared < b.usage.prompt_tokens, b.usage
+            assert [f for f in os.listdir(d) if f.endswith(".kv")], os.listdir(d)
+            p.terminate()
+            assert p.wait(30) == 0
+            # A new process: the prefix comes from the folder.
+            p, base = start(["--slots", "1", "--prefix-cache", d])
+            again = asker(base)("Where is my parcel?")
+            assert again.usage.prompt_tokens_details.cached_tokens == shared, again.usage
+            assert again.choices[0].message.content == a.choices[0].message.content
+            p.terminate()
+            assert p.wait(30) == 0
+            for f in os.listdir(d):
+                path = os.path.join(d, f)
+                data = bytearray(open(path, "rb").read())
+                data[len(data) // 2] ^= 1
+                open(path, "wb").write(bytes(data))
+            p, base = start(["--slots", "1", "--prefix-cache", d])
+            ask = asker(base)
+            broken = ask("Where is my parcel?")
+            assert broken.usage.prompt_tokens_details.cached_tokens == 0, broken.usage
+            assert broken.choices[0].message.content == a.choices[0].message.content
+            assert any("saved prompt prefix was dropped" in x for x in p.lines), p.lines
+            p.terminate()
+            assert p.wait(30) == 0
+            p, base = start(["--slots", "1", "--prefix-cache", d])
+            assert asker(base)("Where is my parcel?").usage.prompt_tokens_details.cached_tokens == shared
+            p.terminate()
+            assert p.wait(30) == 0
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
