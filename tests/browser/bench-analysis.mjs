@@ -8,7 +8,7 @@
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ROOT, serve, stopServers, launch } from './lib.mjs';
+import { ROOT, serve, stopServers, launch, runner } from './lib.mjs';
 
 const catalog = JSON.parse(fs.readFileSync(path.join(ROOT, 'models/catalog.json'), 'utf8'));
 const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
@@ -23,11 +23,7 @@ const browser = await launch();
 try {
   const page = await (await browser.newContext()).newPage();
   await page.goto(`${origin}/www/`);
-  const run = (body, arg) => page.evaluate(async ([src, a]) => {
-    const k = await import('/pkg/index.js');
-    // eslint-disable-next-line no-new-func
-    return new Function('k', 'arg', `return (async () => { ${src} })();`)(k, a);
-  }, [body, arg]);
+  const run = runner(page);
   const model = { id: minilm.id, url: `/models/${minilm.file}`, sha256: minilm.sha256 };
   const web = await run(`
     const e = await k.createEngine({ model: arg.model, threads: 1 });

@@ -12,7 +12,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ROOT, serve, stopServers, launch } from './lib.mjs';
+import { ROOT, serve, stopServers, launch, runner } from './lib.mjs';
 
 const RUNS = 3;
 const facts = [
@@ -53,11 +53,7 @@ const out = {};
 try {
   const page = await (await browser.newContext()).newPage();
   await page.goto(`${origin}/www/`);
-  const run = (body, arg) => page.evaluate(async ([src, a]) => {
-    const k = await import('/pkg/index.js');
-    // eslint-disable-next-line no-new-func
-    return new Function('k', 'arg', `return (async () => { ${src} })();`)(k, a);
-  }, [body, arg]);
+  const run = runner(page);
   const COMMON = `
     const model = { id: arg.id, url: arg.url, sha256: arg.sha256 };
     const ttft = async (e, messages) => {

@@ -130,6 +130,15 @@ export async function openPage(browser, { bypassCSP = false } = {}) {
 let failures = 0;
 const results = [];
 /** Run one named test; failures are counted, the run goes on. */
+/** `run(body, arg)`: an async function body run in `page` with `k` (the package) and `arg`. */
+export function runner(page) {
+  return (body, arg) => page.evaluate(async ([src, a]) => {
+    const k = await import('/pkg/index.js');
+    // eslint-disable-next-line no-new-func
+    return new Function('k', 'arg', `return (async () => { ${src} })();`)(k, a);
+  }, [body, arg]);
+}
+
 export async function test(name, fn) {
   const only = process.env.KERZE_BROWSER_TESTS;
   if (only && !only.split(',').some((w) => name.includes(w))) return;
