@@ -601,7 +601,7 @@ fn cmd_generate(a: &GenerateArgs) -> Result<()> {
             "prompt_ids": prompt_ids,
             "ids": g.generated(),
             "text": text,
-            "finish_reason": g.finish,
+            "finish_reason": g.finish(),
             "prefill_tokens_per_s": g.usage.prefill_tokens_per_s,
             "decode_tokens_per_s": g.usage.decode_tokens_per_s,
             "usage": g.usage,
@@ -664,7 +664,7 @@ fn cmd_chat(a: &ChatArgs) -> Result<()> {
             "ids": g.generated(),
             "content": content,
             "reasoning_content": reasoning,
-            "finish_reason": g.finish,
+            "finish_reason": g.finish(),
             "usage": g.usage,
         });
         println!("{v}");

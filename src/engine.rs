@@ -419,15 +419,7 @@ impl Engine {
         opts: &GenerateOptions,
         abort: &dyn Fn() -> bool,
     ) -> Result<Generation> {
-        let mut g = self.begin(prompt_ids, opts)?;
-        loop {
-            if abort() {
-                return Err(Error::Aborted);
-            }
-            if self.prefill_step(&mut g).await? {
-                return Ok(g);
-            }
-        }
+        crate::generate::start(self, prompt_ids, opts, abort).await
     }
 
     /// See [`Session::begin`].
@@ -458,11 +450,7 @@ impl Engine {
         abort: &dyn Fn() -> bool,
         on_chunk: &mut dyn FnMut(&Chunk),
     ) -> Result<Generation> {
-        let mut g = self.start(prompt_ids, opts, abort).await?;
-        while let Some(c) = self.step(&mut g, abort).await? {
-            on_chunk(&c);
-        }
-        Ok(g)
+        crate::generate::generate(self, prompt_ids, opts, abort, on_chunk).await
     }
 
     /// See [`Session::logits_top_k`].
@@ -572,6 +560,22 @@ impl Engine {
                 "an engine on the GPU cannot share its weights: load another one".into(),
             )),
         }
+    }
+}
+
+impl crate::generate::Steps for Engine {
+    fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation> {
+        Engine::begin(self, prompt_ids, opts)
+    }
+    async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
+        Engine::prefill_step(self, g).await
+    }
+    async fn step(
+        &mut self,
+        g: &mut Generation,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Option<Chunk>> {
+        Engine::step(self, g, abort).await
     }
 }
 

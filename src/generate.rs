@@ -103,19 +103,27 @@ pub struct Generation {
     pub prompt_len: usize,
     /// Ids (from the start of `ids`) in the cache so far.
     prefilled: usize,
-    /// The token sampled but not yet fed to the model.
-    next: Option<u32>,
+    phase: Phase,
     /// A chunk computed but not returned because the step after it failed: the next
-    /// `step` returns it first.
+    /// `step` returns it first (whatever the phase).
     stash: Option<Chunk>,
-    /// Running `ids` again on a new backend (see [`Generation::replay`]).
-    replaying: bool,
     /// Where a prefill chunk ends so that the cache is saved there (see
     /// [`Generation::save_prefix_at`]), and the snapshot once made.
     save_at: Option<usize>,
     saved: Option<Prefix>,
-    pub finish: Option<FinishReason>,
     pub usage: Usage,
+}
+
+/// Where a generation is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Phase {
+    /// Ids from `prefilled` on are to be run: the prompt, or every id so far again on a new
+    /// backend (`replay`, see [`Generation::replay`]).
+    Prefill { replay: bool },
+    /// Everything is in the cache and this token is sampled, not yet emitted or fed.
+    Sampled(u32),
+    /// Ended: [`Session::step`] gives what is held back, then `None`.
+    Finished(FinishReason),
 }
 
 impl Generation {
@@ -124,12 +132,22 @@ impl Generation {
         &self.ids[self.prompt_len..]
     }
 
+    /// Why it ended, once it has.
+    pub fn finish(&self) -> Option<FinishReason> {
+        match self.phase {
+            Phase::Finished(r) => Some(r),
+            _ => None,
+        }
+    }
+
     /// Continue on a session whose cache is empty (the engine moved to another backend):
-    /// the next steps run every id so far again, then sample as if nothing happened.
+    /// the next steps run every id so far again, then sample as if nothing happened. A
+    /// finished generation stays finished (only what is held back is left to give).
     pub fn replay(&mut self) {
-        self.prefilled = 0;
-        self.next = None;
-        self.replaying = true;
+        if self.finish().is_none() {
+            self.prefilled = 0;
+            self.phase = Phase::Prefill { replay: true };
+        }
         self.save_at = None;
     }
 
@@ -371,15 +389,7 @@ impl<B: Backend> Session<B> {
         opts: &GenerateOptions,
         abort: &dyn Fn() -> bool,
     ) -> Result<Generation> {
-        let mut g = self.begin(prompt_ids, opts)?;
-        loop {
-            if abort() {
-                return Err(Error::Aborted);
-            }
-            if self.prefill_step(&mut g).await? {
-                return Ok(g);
-            }
-        }
+        start(self, prompt_ids, opts, abort).await
     }
 
     /// Check `prompt_ids` and `opts` and set up a generation without computing anything: then
@@ -426,12 +436,10 @@ impl<B: Backend> Session<B> {
             prompt_len: prompt_ids.len(),
             prefilled: self.cached_ids.len(),
             ids: prompt_ids,
-            next: None,
+            phase: Phase::Prefill { replay: false },
             stash: None,
-            replaying: false,
             save_at: None,
             saved: None,
-            finish: None,
             usage: Usage {
                 prompt_tokens: 0,
                 prefill_tokens,
@@ -443,9 +451,12 @@ impl<B: Backend> Session<B> {
     /// Run the next chunk of the prompt (or, after [`Generation::replay`], of every id so
     /// far); `true` once all are in the cache and the next token is sampled.
     pub async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
-        let target = g.ids.len();
-        if g.prefilled >= target || g.finish.is_some() {
+        let Phase::Prefill { replay } = g.phase else {
             return Ok(true);
+        };
+        let target = g.ids.len();
+        if g.prefilled >= target {
+            return Err(Error::Backend("a prefill with nothing left to run".into()));
         }
         if self.cached_ids[..] != g.ids[..g.prefilled] {
             return Err(Error::InvalidArgument(
@@ -463,20 +474,19 @@ impl<B: Backend> Session<B> {
         let done = end == target;
         if done {
             g.usage.prompt_tokens = g.prompt_len;
-            if g.max_tokens == 0 {
-                g.finish = Some(FinishReason::Length);
+            g.phase = if g.max_tokens == 0 {
+                Phase::Finished(FinishReason::Length)
             } else {
                 let h = self.be.rows(&h, chunk.len() - 1, 1)?;
-                g.next = Some(self.sample_next(g, &h).await?);
-            }
+                Phase::Sampled(self.sample_next(g, &h).await?)
+            };
         } else {
             self.be.sync().await?;
         }
         let dt = now_ms() - t0;
-        if g.replaying {
+        if replay {
             g.usage.replay_ms += dt;
             g.usage.replayed_tokens += chunk.len();
-            g.replaying = !done;
         } else {
             g.usage.prefill_ms += dt;
             g.usage.prefill_tokens_per_s = (g.prefilled + g.usage.prefill_tokens - g.prompt_len)
@@ -500,20 +510,20 @@ impl<B: Backend> Session<B> {
         if let Some(c) = g.stash.take() {
             return Ok(Some(c));
         }
-        if g.finish.is_some() {
-            return Ok(self.flush(g));
-        }
         while !self.prefill_step(g).await? {
             if abort() {
                 return Err(Error::Aborted);
             }
         }
-        let Some(id) = g.next.take() else {
-            g.finish = Some(FinishReason::Stop);
-            return Ok(None);
+        let id = match g.phase {
+            Phase::Sampled(id) => id,
+            Phase::Finished(_) => return Ok(self.flush(g)),
+            Phase::Prefill { .. } => {
+                return Err(Error::Backend("the prompt is not in the cache yet".into()))
+            }
         };
         if g.stop_tokens.contains(&id) {
-            g.finish = Some(FinishReason::Stop);
+            g.phase = Phase::Finished(FinishReason::Stop);
             return Ok(self.flush(g));
         }
         g.ids.push(id);
@@ -521,18 +531,20 @@ impl<B: Backend> Session<B> {
         let piece = g.decoder.step(&self.tok, id)?;
         let (text, hit) = g.stop.push(&piece);
         if hit {
-            g.finish = Some(FinishReason::Stop);
+            g.phase = Phase::Finished(FinishReason::Stop);
             return Ok(Some(Chunk { text, token_id: id }));
         }
         if g.usage.completion_tokens >= g.max_tokens {
-            g.finish = Some(FinishReason::Length);
+            g.phase = Phase::Finished(FinishReason::Length);
         } else if g.ids.len() >= self.model.cfg().n_ctx {
-            g.finish = Some(FinishReason::ContextFull);
+            g.phase = Phase::Finished(FinishReason::ContextFull);
         } else {
+            // `id` is not in the cache until `advance` ran it.
+            g.phase = Phase::Prefill { replay: false };
             let t0 = now_ms();
             match self.advance(g, id, abort).await {
                 Ok(next) => {
-                    g.next = Some(next);
+                    g.phase = Phase::Sampled(next);
                     g.prefilled = g.ids.len();
                 }
                 Err(e) => {
@@ -546,7 +558,7 @@ impl<B: Backend> Session<B> {
             let n = g.usage.completion_tokens as f64;
             g.usage.decode_tokens_per_s = n / (g.usage.decode_ms / 1000.0).max(1e-9);
         }
-        if g.finish.is_some() {
+        if g.finish().is_some() {
             let rest = self.flush(g).map(|c| c.text).unwrap_or_default();
             return Ok(Some(Chunk {
                 text: text + &rest,
@@ -591,11 +603,7 @@ impl<B: Backend> Session<B> {
         abort: &dyn Fn() -> bool,
         on_chunk: &mut dyn FnMut(&Chunk),
     ) -> Result<Generation> {
-        let mut g = self.start(prompt_ids, opts, abort).await?;
-        while let Some(c) = self.step(&mut g, abort).await? {
-            on_chunk(&c);
-        }
-        Ok(g)
+        generate(self, prompt_ids, opts, abort, on_chunk).await
     }
 
     /// Teacher-forced: for every position of `ids` from `first` on, the `k` best `(id, logit)`
@@ -720,6 +728,70 @@ impl Session<crate::cpu::CpuBackend> {
             Arc::clone(&self.tok),
         )
     }
+}
+
+/// What runs a generation step by step: a [`Session`], or an [`crate::Engine`] (which moves
+/// to the CPU when the GPU fails between its steps). The loops over the steps, [`start`] and
+/// [`generate`], are written once, for both; a JS worker drives the same steps itself, so that
+/// it can yield between them.
+#[allow(async_fn_in_trait)]
+pub trait Steps {
+    /// See [`Session::begin`].
+    fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation>;
+    /// See [`Session::prefill_step`].
+    async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool>;
+    /// See [`Session::step`].
+    async fn step(&mut self, g: &mut Generation, abort: &dyn Fn() -> bool)
+        -> Result<Option<Chunk>>;
+}
+
+impl<B: Backend> Steps for Session<B> {
+    fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation> {
+        Session::begin(self, prompt_ids, opts)
+    }
+    async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
+        Session::prefill_step(self, g).await
+    }
+    async fn step(
+        &mut self,
+        g: &mut Generation,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Option<Chunk>> {
+        Session::step(self, g, abort).await
+    }
+}
+
+/// Begin, and prefill until the first token is sampled (aborting between chunks).
+pub async fn start(
+    s: &mut impl Steps,
+    prompt_ids: Vec<u32>,
+    opts: &GenerateOptions,
+    abort: &dyn Fn() -> bool,
+) -> Result<Generation> {
+    let mut g = s.begin(prompt_ids, opts)?;
+    loop {
+        if abort() {
+            return Err(Error::Aborted);
+        }
+        if s.prefill_step(&mut g).await? {
+            return Ok(g);
+        }
+    }
+}
+
+/// [`start`], then every step to the end, calling `on_chunk` for every piece.
+pub async fn generate(
+    s: &mut impl Steps,
+    prompt_ids: Vec<u32>,
+    opts: &GenerateOptions,
+    abort: &dyn Fn() -> bool,
+    on_chunk: &mut dyn FnMut(&Chunk),
+) -> Result<Generation> {
+    let mut g = start(s, prompt_ids, opts, abort).await?;
+    while let Some(c) = s.step(&mut g, abort).await? {
+        on_chunk(&c);
+    }
+    Ok(g)
 }
 
 /// Holds back text that may be the start of a stop string.

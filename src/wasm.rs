@@ -331,7 +331,7 @@ impl WasmEngine {
         self.with(|st| {
             let g = st.generation.take().ok_or_else(no_generation)?;
             serde_json::to_string(&serde_json::json!({
-                "finishReason": g.finish,
+                "finishReason": g.finish(),
                 "usage": g.usage,
                 "ids": g.generated(),
             }))

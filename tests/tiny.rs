@@ -371,6 +371,6 @@ fn context_overflow_is_a_typed_error() {
     let ids = e.tokenizer().encode_user("the cat", true).unwrap();
     let opts = GenerateOptions::greedy_tokens(100);
     let g = pollster::block_on(e.generate(ids, &opts, &never, &mut |_| {})).unwrap();
-    assert_eq!(g.finish, Some(kerze::FinishReason::ContextFull));
+    assert_eq!(g.finish(), Some(kerze::FinishReason::ContextFull));
     assert_eq!(g.ids.len(), 16);
 }

@@ -365,7 +365,7 @@ fn run(engine: &mut Engine, job: Job, prefixes: Option<&PrefixStore>) {
     match outcome {
         Ok(()) => {
             last(Event::Done {
-                finish: g.finish.unwrap_or(FinishReason::Stop),
+                finish: g.finish().unwrap_or(FinishReason::Stop),
                 usage: g.usage.clone(),
             });
         }
