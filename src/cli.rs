@@ -79,6 +79,27 @@ enum DeviceArg {
     Webgpu,
 }
 
+/// What the output must be (at most one).
+#[derive(clap::Args, Debug)]
+#[group(multiple = false)]
+struct ConstraintArgs {
+    /// JSON valid against the JSON Schema in this file; generation ends when the value closes
+    #[arg(long, value_name = "FILE")]
+    json_schema: Option<std::path::PathBuf>,
+    /// Any JSON object
+    #[arg(long)]
+    json_object: bool,
+    /// A whole match of this regex
+    #[arg(long, value_name = "REGEX")]
+    regex: Option<String>,
+    /// A sentence of the Lark grammar in this file
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<std::path::PathBuf>,
+    /// Exactly one of these (comma-separated)
+    #[arg(long, value_delimiter = ',', num_args = 1..)]
+    choices: Option<Vec<String>>,
+}
+
 #[derive(clap::Args, Debug)]
 struct SamplingArgs {
     /// 0: greedy
@@ -115,6 +136,11 @@ struct GenerateArgs {
     /// Stop before this string (repeatable)
     #[arg(long)]
     stop: Vec<String>,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
+    /// Free whitespace between JSON tokens under a JSON constraint (default: compact)
+    #[arg(long)]
+    json_whitespace: bool,
     /// One JSON object: prompt_ids, ids, text, finish_reason, usage, tokens/s
     #[arg(long)]
     json: bool,
@@ -140,6 +166,11 @@ struct ChatArgs {
     max_tokens: usize,
     #[command(flatten)]
     sampling: SamplingArgs,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
+    /// Free whitespace between JSON tokens under a JSON constraint (default: compact)
+    #[arg(long)]
+    json_whitespace: bool,
     /// One JSON object: prompt_ids, ids, content, reasoning_content, finish_reason, usage
     #[arg(long)]
     json: bool,
@@ -365,6 +396,40 @@ fn load(m: &ModelArgs) -> Result<(Engine, crate::EngineInfo)> {
     ))
 }
 
+/// A constraint file's text, refused before it is read when it is too large.
+fn constraint_file(path: &std::path::Path) -> Result<String> {
+    let max = crate::constrain::MAX_CONSTRAINT_BYTES as u64;
+    let n = std::fs::metadata(path)
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))?
+        .len();
+    if n > max {
+        return Err(Error::InvalidArgument(format!(
+            "{} has {n} bytes, more than the {max} a constraint may have",
+            path.display()
+        )));
+    }
+    std::fs::read_to_string(path)
+        .map_err(|e| Error::InvalidArgument(format!("{}: {e}", path.display())))
+}
+
+fn constraint(a: &ConstraintArgs) -> Result<Option<crate::constrain::Constraint>> {
+    use crate::constrain::Constraint;
+    Ok(if let Some(p) = &a.json_schema {
+        let text = constraint_file(p)?;
+        let schema = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidArgument(format!("{} is not JSON: {e}", p.display())))?;
+        Some(Constraint::JsonSchema(schema))
+    } else if a.json_object {
+        Some(Constraint::JsonObject)
+    } else if let Some(r) = &a.regex {
+        Some(Constraint::Regex(r.clone()))
+    } else if let Some(p) = &a.grammar {
+        Some(Constraint::Grammar(constraint_file(p)?))
+    } else {
+        a.choices.clone().map(Constraint::Choices)
+    })
+}
+
 fn sampler(a: &SamplingArgs) -> SamplerConfig {
     let d = SamplerConfig::default();
     SamplerConfig {
@@ -582,6 +647,8 @@ fn cmd_generate(a: &GenerateArgs) -> Result<()> {
         sampler: sampler(&a.sampling),
         stop: a.stop.clone(),
         stop_tokens: None,
+        constraint: constraint(&a.constraint)?,
+        json_whitespace: a.json_whitespace,
     };
     let prompt_ids = engine.tokenizer().encode_user(&a.prompt, true)?;
     let json = a.json;
@@ -647,6 +714,8 @@ fn cmd_chat(a: &ChatArgs) -> Result<()> {
         sampler: sampler(&a.sampling),
         stop: Vec::new(),
         stop_tokens: None,
+        constraint: constraint(&a.constraint)?,
+        json_whitespace: a.json_whitespace,
     };
     let mut text = String::new();
     let mut out = std::io::stdout();

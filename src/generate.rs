@@ -4,6 +4,7 @@
 
 use crate::backend::Backend;
 use crate::clock::now_ms;
+use crate::constrain::{Constraint, Grammars, Guide};
 use crate::error::{Error, Result};
 use crate::model::{Cache, Model};
 use crate::prefix::Prefix;
@@ -29,6 +30,10 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
     /// Generation ends at these ids (default: the model's end-of-sequence tokens).
     pub stop_tokens: Option<Vec<u32>>,
+    /// What the output must be (see [`crate::constrain`]); it ends once that is complete.
+    pub constraint: Option<Constraint>,
+    /// JSON constraints allow free whitespace between tokens (default: compact JSON).
+    pub json_whitespace: bool,
 }
 
 impl GenerateOptions {
@@ -39,6 +44,8 @@ impl GenerateOptions {
             sampler: SamplerConfig::greedy(),
             stop: Vec::new(),
             stop_tokens: Some(Vec::new()),
+            constraint: None,
+            json_whitespace: false,
         }
     }
 }
@@ -50,6 +57,8 @@ impl Default for GenerateOptions {
             sampler: SamplerConfig::default(),
             stop: Vec::new(),
             stop_tokens: None,
+            constraint: None,
+            json_whitespace: false,
         }
     }
 }
@@ -111,6 +120,8 @@ pub struct Generation {
     /// [`Generation::save_prefix_at`]), and the snapshot once made.
     save_at: Option<usize>,
     saved: Option<Prefix>,
+    /// The constraint's state: which tokens may come next.
+    guide: Option<Guide>,
     pub usage: Usage,
 }
 
@@ -175,14 +186,22 @@ pub struct Session<B: Backend> {
     cached_ids: Vec<u32>,
     /// Unit embeddings of label names and examples, by text (see [`crate::classify`]).
     pub(crate) kept_embeddings: std::collections::HashMap<String, Vec<f32>>,
+    /// The constraint compiler for this vocabulary (built at the first constraint; shared
+    /// with forks).
+    grammars: Grammars,
 }
 
 impl<B: Backend> Session<B> {
     pub fn new(be: B, model: Model<B>, tok: Tokenizer) -> Result<Self> {
-        Self::with_shared(be, Arc::new(model), Arc::new(tok))
+        Self::with_shared(be, Arc::new(model), Arc::new(tok), Grammars::default())
     }
 
-    fn with_shared(mut be: B, model: Arc<Model<B>>, tok: Arc<Tokenizer>) -> Result<Self> {
+    fn with_shared(
+        mut be: B,
+        model: Arc<Model<B>>,
+        tok: Arc<Tokenizer>,
+        grammars: Grammars,
+    ) -> Result<Self> {
         let cache = model.new_cache(&mut be)?;
         Ok(Self {
             be,
@@ -191,6 +210,7 @@ impl<B: Backend> Session<B> {
             cache,
             cached_ids: Vec::new(),
             kept_embeddings: Default::default(),
+            grammars,
         })
     }
 
@@ -366,19 +386,44 @@ impl<B: Backend> Session<B> {
 
     /// Sample the next token from the hidden state `h` (one row): from the backend's top-k
     /// when the sampler can decide from that (a GPU reads back a few hundred bytes), else
-    /// from all the logits.
+    /// from all the logits. Under a constraint, only allowed tokens are candidates: the top-k
+    /// still serves when enough of it is allowed, else the logits are read and masked.
     async fn sample_next(&mut self, g: &mut Generation, h: &B::Tensor) -> Result<u32> {
         let logits = self.model.lm_head(&mut self.be, h)?;
-        match g.sampler.candidates_needed(&g.ids, TOP_K_MAX) {
-            Some(k) => {
+        let needed = g.sampler.candidates_needed(&g.ids, TOP_K_MAX);
+        let id = match (needed, g.guide.as_mut()) {
+            (Some(k), None) => {
                 let cands = self.be.top_k(&logits, k).await?;
-                Ok(g.sampler.sample_top(cands, &g.ids))
+                g.sampler.sample_top(cands, &g.ids)
             }
-            None => {
+            (Some(k), Some(guide)) => {
+                let cands = self.be.top_k(&logits, TOP_K_MAX).await?;
+                let allowed = guide.filter(&cands)?;
+                if allowed.len() >= k {
+                    g.sampler.sample_top(allowed, &g.ids)
+                } else {
+                    let mut l = self.be.read(&logits).await?;
+                    guide.apply(&mut l)?;
+                    g.sampler.sample(&mut l, &g.ids)
+                }
+            }
+            (None, guide) => {
                 let mut l = self.be.read(&logits).await?;
-                Ok(g.sampler.sample(&mut l, &g.ids))
+                if let Some(guide) = guide {
+                    guide.apply(&mut l)?;
+                }
+                g.sampler.sample(&mut l, &g.ids)
             }
+        };
+        if let Some(guide) = g.guide.as_mut() {
+            if !guide.allows(id)? {
+                return Err(Error::Backend(format!(
+                    "constraint: the sampler picked token {id}, which it does not allow"
+                )));
+            }
+            guide.commit(id)?;
         }
+        Ok(id)
     }
 
     /// Prefill `prompt_ids` (reusing the cache when it holds a prefix of them) and sample the
@@ -421,6 +466,10 @@ impl<B: Backend> Session<B> {
             )));
         }
         let sampler = Sampler::new(opts.sampler.clone())?;
+        let guide = match &opts.constraint {
+            Some(c) => Some(self.grammars.compile(&self.tok, c, opts.json_whitespace)?),
+            None => None,
+        };
         let stop_tokens = match &opts.stop_tokens {
             Some(s) => s.clone(),
             None => self.default_stop_tokens(),
@@ -440,6 +489,7 @@ impl<B: Backend> Session<B> {
             stash: None,
             save_at: None,
             saved: None,
+            guide,
             usage: Usage {
                 prompt_tokens: 0,
                 prefill_tokens,
@@ -534,7 +584,13 @@ impl<B: Backend> Session<B> {
             g.phase = Phase::Finished(FinishReason::Stop);
             return Ok(Some(Chunk { text, token_id: id }));
         }
-        if g.usage.completion_tokens >= g.max_tokens {
+        let complete = match g.guide.as_mut() {
+            Some(guide) => guide.must_end()?,
+            None => false,
+        };
+        if complete {
+            g.phase = Phase::Finished(FinishReason::Stop);
+        } else if g.usage.completion_tokens >= g.max_tokens {
             g.phase = Phase::Finished(FinishReason::Length);
         } else if g.ids.len() >= self.model.cfg().n_ctx {
             g.phase = Phase::Finished(FinishReason::ContextFull);
@@ -726,6 +782,7 @@ impl Session<crate::cpu::CpuBackend> {
             crate::cpu::CpuBackend::new(),
             Arc::clone(&self.model),
             Arc::clone(&self.tok),
+            self.grammars.clone(),
         )
     }
 }

@@ -20,6 +20,7 @@ pub mod chat;
 pub mod classify;
 pub mod clock;
 pub mod config;
+pub mod constrain;
 pub mod cpu;
 pub mod embed;
 pub mod engine;

@@ -217,22 +217,7 @@ pub fn decoder_dims(family: Family) -> (usize, usize, usize, usize) {
     }
 }
 
-/// GPT-2's reversible map of bytes to printable characters (the byte-level alphabet).
-pub fn byte_chars() -> Vec<char> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-    let mut extra = 256;
-    (0u32..256)
-        .map(|b| {
-            if printable(b) {
-                char::from_u32(b).unwrap_or('?')
-            } else {
-                let c = char::from_u32(extra).unwrap_or('?');
-                extra += 1;
-                c
-            }
-        })
-        .collect()
-}
+pub use crate::tokenizer::byte_chars;
 
 /// A Qwen-style byte-level BPE vocabulary: the 256 byte characters, merges of common English
 /// pieces, ChatML's control tokens and Qwen3's `<think>` markers. (tokens, types, merges).

@@ -91,6 +91,23 @@ const END_OF_TURN: &[&str] = &[
     "<|endoftext|>",
 ];
 
+/// GPT-2's reversible map of bytes to printable characters (the byte-level alphabet).
+pub fn byte_chars() -> Vec<char> {
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    let mut extra = 256;
+    (0u32..256)
+        .map(|b| {
+            if printable(b) {
+                char::from_u32(b).unwrap_or('?')
+            } else {
+                let c = char::from_u32(extra).unwrap_or('?');
+                extra += 1;
+                c
+            }
+        })
+        .collect()
+}
+
 /// The word-boundary marker of SentencePiece vocabularies.
 const SPACE: &str = "\u{2581}";
 
@@ -425,6 +442,46 @@ impl Tokenizer {
     /// True for control tokens (`<bos>`, `<end_of_turn>`, `<unusedN>`, ...).
     pub fn is_control(&self, id: u32) -> bool {
         self.control.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// The bytes each id stands for in generated text, for a constraint engine: a control
+    /// token is `0xFF` and its name (it never matches text), a byte token its byte, a
+    /// SentencePiece piece its text with `▁` as a space, a byte-level piece its bytes.
+    pub fn token_bytes(&self) -> Result<Vec<Vec<u8>>> {
+        let chars = byte_chars();
+        let byte_of: std::collections::HashMap<char, u8> = chars
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
+        let p = self
+            .inner
+            .lock()
+            .map_err(|_| tk_err("tokenizer lock poisoned"))?;
+        (0..self.n_vocab as u32)
+            .map(|id| {
+                let piece = p.id_to_token(id).unwrap_or_default();
+                if self.is_control(id) {
+                    let mut b = vec![0xFF];
+                    b.extend_from_slice(piece.as_bytes());
+                    return Ok(b);
+                }
+                if self.byte_tokens.get(id as usize).copied().unwrap_or(false) {
+                    let hex = piece.trim_start_matches("<0x").trim_end_matches('>');
+                    return u8::from_str_radix(hex, 16)
+                        .map(|b| vec![b])
+                        .map_err(|_| tk_err(format!("byte token {id} is {piece:?}")));
+                }
+                if self.byte_level {
+                    return Ok(piece
+                        .chars()
+                        .map(|c| byte_of.get(&c).copied())
+                        .collect::<Option<Vec<u8>>>()
+                        .unwrap_or_else(|| piece.as_bytes().to_vec()));
+                }
+                Ok(piece.replace(SPACE, " ").into_bytes())
+            })
+            .collect()
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
