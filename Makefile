@@ -56,7 +56,8 @@ node_modules/.installed: package.json package-lock.json
 # The official PyPI `openai` client for the server tests, in its own venv (not in the clone).
 SERVE_VENV := $(KERZE_CACHE)/serve-venv
 OPENAI_PY_VERSION := 3.57.0
-setup-python: $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION)
+JSONSCHEMA_VERSION := 4.25.1
+setup-python: $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION) $(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION)
 
 $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION):
 	@python3 -m venv $(SERVE_VENV) 2>/dev/null || { \
@@ -64,6 +65,11 @@ $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION):
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && \
 	  python3 -m venv $(SERVE_VENV); }
 	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check openai==$(OPENAI_PY_VERSION)
+	@touch $@
+
+# The JSON Schema reference the constrained-output test validates against.
+$(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION): $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION)
+	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check jsonschema==$(JSONSCHEMA_VERSION)
 	@touch $@
 
 setup-rust:
@@ -141,8 +147,9 @@ lint: setup-rust
 	cargo clippy --release --all-targets $(NATIVE_FEATURES) -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown --all-targets --features gpu -- -D warnings
 
-test-native: setup-gpu setup-node fetch
+test-native: setup-gpu setup-node setup-python fetch
 	cargo test --release $(NATIVE_FEATURES)
+	$(SERVE_VENV)/bin/python tests/constrain/schemas.py
 
 test-wasm: setup fetch
 	tests/wasm_tests.sh
