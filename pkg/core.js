@@ -17,6 +17,31 @@ const GENERATE_OPTIONS = {
   maxTokens: 'maxTokens', temperature: 'temperature', topK: 'topK', topP: 'topP', minP: 'minP',
   repetitionPenalty: 'repetitionPenalty', presencePenalty: 'presencePenalty', frequencyPenalty: 'frequencyPenalty',
   penaltyLastN: 'penaltyLastN', seed: 'seed', stop: 'stop', stopTokens: 'stopTokens',
+  constraint: 'constraint', jsonWhitespace: 'jsonWhitespace',
+};
+
+/** The shorthands of a constraint in generate()'s options → the engine's constraint. */
+const CONSTRAINTS = {
+  schema: (v) => {
+    if (!v || typeof v !== 'object' || Array.isArray(v)) throw new KerzeError('InvalidArgumentError', 'schema must be a JSON schema (an object)');
+    return { jsonSchema: v };
+  },
+  regex: (v) => {
+    if (v instanceof RegExp) {
+      if (v.flags.replace(/[uv]/g, '')) throw new KerzeError('InvalidArgumentError', `regex: the flags '${v.flags}' are not supported (the match is of the whole output)`);
+      return { regex: v.source };
+    }
+    if (typeof v !== 'string') throw new KerzeError('InvalidArgumentError', 'regex must be a string or a RegExp');
+    return { regex: v };
+  },
+  grammar: (v) => {
+    if (typeof v !== 'string') throw new KerzeError('InvalidArgumentError', 'grammar must be a string (a Lark grammar)');
+    return { grammar: v };
+  },
+  choices: (v) => {
+    if (!Array.isArray(v) || !v.every((c) => typeof c === 'string')) throw new KerzeError('InvalidArgumentError', 'choices must be an array of strings');
+    return { choices: v };
+  },
 };
 
 /** Generate options checked and converted for the engine (JSON). */
@@ -24,9 +49,16 @@ export function engineOptions(options = {}) {
   const out = {};
   for (const [k, v] of Object.entries(options)) {
     if (k === 'signal' || v === undefined) continue;
+    if (k in CONSTRAINTS) {
+      if (out.constraint !== undefined) {
+        throw new KerzeError('InvalidArgumentError', `one constraint per request: ${Object.keys(CONSTRAINTS).join(', ')}`);
+      }
+      out.constraint = CONSTRAINTS[k](v);
+      continue;
+    }
     if (!(k in GENERATE_OPTIONS)) {
       throw new KerzeError('InvalidArgumentError',
-        `unknown generate option '${k}': known are ${Object.keys(GENERATE_OPTIONS).join(', ')}, signal`);
+        `unknown generate option '${k}': known are ${[...Object.keys(GENERATE_OPTIONS), ...Object.keys(CONSTRAINTS)].join(', ')}, signal`);
     }
     out[GENERATE_OPTIONS[k]] = v;
   }

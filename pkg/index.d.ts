@@ -205,6 +205,18 @@ export interface GenerateOptions {
   stop?: string | string[];
   /** Generation ends at these token ids (default: the model's end-of-turn/sequence). */
   stopTokens?: number[];
+  /**
+   * Constrained output (one of these): JSON valid against a JSON Schema, a whole match of a
+   * regex, a sentence of a Lark grammar, or exactly one of the choices. Generation ends when
+   * the output is complete (`finishReason: 'stop'`); cut off by `maxTokens` it says 'length'.
+   * A schema or grammar that does not compile throws InvalidArgumentError before any token.
+   */
+  schema?: object;
+  regex?: string | RegExp;
+  grammar?: string;
+  choices?: string[];
+  /** Free whitespace between JSON tokens under a JSON constraint (default: compact JSON). */
+  jsonWhitespace?: boolean;
   /** Stops the generation within one step; the engine stays usable. */
   signal?: AbortSignal;
   /**
@@ -243,6 +255,8 @@ export interface Usage {
   /** Tokens run again after the engine moved from the GPU to the CPU (the device was lost). */
   replayedTokens: number;
   replayMs: number;
+  /** Milliseconds the output constraint took (its masks and commits; 0 without one). */
+  maskMs: number;
 }
 
 export type FinishReason = 'stop' | 'length' | 'context_full';
@@ -303,6 +317,19 @@ export interface ChatCompletionCreateParams {
   chat_template_kwargs?: { enable_thinking?: boolean };
   /** The last message is the assistant's start: the answer continues it. */
   continue_final_message?: boolean;
+  /**
+   * Constrained output: OpenAI's `{ type: 'text' | 'json_object' }` and `{ type:
+   * 'json_schema', json_schema: { name, schema, strict } }`, WebLLM's `{ type: 'json_object',
+   * schema }` and `{ type: 'grammar', grammar }` (Lark), and `{ type: 'regex', regex }`,
+   * `{ type: 'choices', choices }`.
+   */
+  response_format?:
+    | { type: 'text' }
+    | { type: 'json_object'; schema?: object | string }
+    | { type: 'json_schema'; json_schema: { name?: string; schema: object | string; strict?: boolean; description?: string } }
+    | { type: 'grammar'; grammar: string }
+    | { type: 'regex'; regex: string }
+    | { type: 'choices'; choices: string[] };
   /** 'auto' (default): local unless a fallback reason holds; 'local' or 'cloud' to choose. */
   route?: 'auto' | 'local' | 'cloud';
   /** false: neither read nor store this request in the response cache or the prefix cache. */

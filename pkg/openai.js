@@ -10,7 +10,7 @@ const WHAT = 'chat.completions.create';
 const KNOWN = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens',
   'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'seed', 'stop',
   'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'logprobs',
-  'enable_thinking', 'chat_template_kwargs', 'continue_final_message']);
+  'enable_thinking', 'chat_template_kwargs', 'continue_final_message', 'response_format']);
 
 const EMBED = 'embeddings.create';
 const EMBED_KNOWN = new Set(['input', 'model', 'encoding_format', 'dimensions', 'user']);
@@ -151,7 +151,72 @@ export function chatOptions(body) {
     frequencyPenalty: number(body, 'frequency_penalty'),
     repetitionPenalty: number(body, 'repetition_penalty'),
     stop: stopStrings(body.stop),
+    constraint: responseFormat(body.response_format),
   };
+}
+
+/**
+ * `response_format` as the engine's constraint (src/openai.rs response_format reads it the
+ * same way): OpenAI's `{ type: 'text' | 'json_object' }` and `{ type: 'json_schema',
+ * json_schema: { name, schema, strict } }`; WebLLM's `{ type: 'json_object', schema }` (an
+ * object or a JSON string) and `{ type: 'grammar', grammar }` (Lark); kerze's `{ type:
+ * 'regex', regex }` and `{ type: 'choices', choices }`.
+ */
+export function responseFormat(v) {
+  if (!given(v)) return undefined;
+  const f = `${WHAT}: response_format`;
+  if (typeof v !== 'object' || Array.isArray(v)) throw bad(`${f} must be an object`);
+  const ty = v.type;
+  if (typeof ty !== 'string') throw bad(`${f}.type must be a string`);
+  const allow = (keys) => {
+    const k = Object.keys(v).find((x) => x !== 'type' && !keys.includes(x));
+    if (k !== undefined) throw bad(`${f}.${k} is not supported with type '${ty}'`);
+  };
+  const schema = (s, at) => {
+    let out = s;
+    if (typeof s === 'string') {
+      try {
+        out = JSON.parse(s);
+      } catch (e) {
+        throw bad(`${f}.${at} is not JSON: ${e.message}`);
+      }
+    }
+    if (!out || typeof out !== 'object' || Array.isArray(out)) throw bad(`${f}.${at} must be a JSON schema (an object)`);
+    return out;
+  };
+  const text = (k) => {
+    if (typeof v[k] !== 'string') throw bad(`${f}.${k} must be a string`);
+    return v[k];
+  };
+  switch (ty) {
+    case 'text':
+      allow([]);
+      return undefined;
+    case 'json_object':
+      allow(['schema']);
+      return given(v.schema) ? { jsonSchema: schema(v.schema, 'schema') } : 'jsonObject';
+    case 'json_schema': {
+      allow(['json_schema']);
+      const js = v.json_schema;
+      if (!js || typeof js !== 'object' || Array.isArray(js)) throw bad(`${f}.json_schema must be an object`);
+      const k = Object.keys(js).find((x) => !['name', 'schema', 'strict', 'description'].includes(x));
+      if (k !== undefined) throw bad(`${f}.json_schema.${k} is not supported`);
+      if (!('schema' in js)) throw bad(`${f}.json_schema.schema is missing`);
+      return { jsonSchema: schema(js.schema, 'json_schema.schema') };
+    }
+    case 'grammar':
+      allow(['grammar']);
+      return { grammar: text('grammar') };
+    case 'regex':
+      allow(['regex']);
+      return { regex: text('regex') };
+    case 'choices':
+      allow(['choices']);
+      if (!Array.isArray(v.choices) || !v.choices.every((c) => typeof c === 'string')) throw bad(`${f}.choices must be an array of strings`);
+      return { choices: v.choices };
+    default:
+      throw bad(`${f}.type '${ty}' is not supported: text, json_object, json_schema, grammar, regex or choices`);
+  }
 }
 
 /** `stream_options.include_usage` of a request (checked). */

@@ -98,6 +98,8 @@ pub struct Usage {
     /// Tokens run again after the engine moved to the CPU (the GPU was lost), and the time.
     pub replayed_tokens: usize,
     pub replay_ms: f64,
+    /// Milliseconds the constraint took (its masks and commits; 0 without one).
+    pub mask_ms: f64,
 }
 
 /// The state of one generation between steps.
@@ -391,6 +393,14 @@ impl<B: Backend> Session<B> {
     async fn sample_next(&mut self, g: &mut Generation, h: &B::Tensor) -> Result<u32> {
         let logits = self.model.lm_head(&mut self.be, h)?;
         let needed = g.sampler.candidates_needed(&g.ids, TOP_K_MAX);
+        // The constraint's own time, apart from the backend's (its top-k and readbacks).
+        let mut mask_ms = 0.0;
+        let mut timed = |f: &mut dyn FnMut() -> Result<()>| -> Result<()> {
+            let t0 = now_ms();
+            let r = f();
+            mask_ms += now_ms() - t0;
+            r
+        };
         let id = match (needed, g.guide.as_mut()) {
             (Some(k), None) => {
                 let cands = self.be.top_k(&logits, k).await?;
@@ -398,31 +408,38 @@ impl<B: Backend> Session<B> {
             }
             (Some(k), Some(guide)) => {
                 let cands = self.be.top_k(&logits, TOP_K_MAX).await?;
-                let allowed = guide.filter(&cands)?;
+                let mut allowed = Vec::new();
+                timed(&mut || {
+                    allowed = guide.filter(&cands)?;
+                    Ok(())
+                })?;
                 if allowed.len() >= k {
                     g.sampler.sample_top(allowed, &g.ids)
                 } else {
                     let mut l = self.be.read(&logits).await?;
-                    guide.apply(&mut l)?;
+                    timed(&mut || guide.apply(&mut l))?;
                     g.sampler.sample(&mut l, &g.ids)
                 }
             }
             (None, guide) => {
                 let mut l = self.be.read(&logits).await?;
                 if let Some(guide) = guide {
-                    guide.apply(&mut l)?;
+                    timed(&mut || guide.apply(&mut l))?;
                 }
                 g.sampler.sample(&mut l, &g.ids)
             }
         };
         if let Some(guide) = g.guide.as_mut() {
-            if !guide.allows(id)? {
-                return Err(Error::Backend(format!(
-                    "constraint: the sampler picked token {id}, which it does not allow"
-                )));
-            }
-            guide.commit(id)?;
+            timed(&mut || {
+                if !guide.allows(id)? {
+                    return Err(Error::Backend(format!(
+                        "constraint: the sampler picked token {id}, which it does not allow"
+                    )));
+                }
+                guide.commit(id)
+            })?;
         }
+        g.usage.mask_ms += mask_ms;
         Ok(id)
     }
 
@@ -585,7 +602,13 @@ impl<B: Backend> Session<B> {
             return Ok(Some(Chunk { text, token_id: id }));
         }
         let complete = match g.guide.as_mut() {
-            Some(guide) => guide.must_end()?,
+            Some(guide) => {
+                // Computes the next mask (kept for the next sample).
+                let t0 = now_ms();
+                let end = guide.must_end()?;
+                g.usage.mask_ms += now_ms() - t0;
+                end
+            }
             None => false,
         };
         if complete {

@@ -7,6 +7,7 @@
 //! [`Error::InvalidArgument`] that names the field (the server answers 400 with it).
 
 use crate::chat::{ChatOptions, Message};
+use crate::constrain::Constraint;
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, GenerateOptions};
 use serde::{Deserialize, Serialize};
@@ -37,6 +38,9 @@ pub struct GenerateRequest {
     pub repetition_penalty: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop: Option<Vec<String>>,
+    /// `response_format` (see [`response_format`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<Constraint>,
 }
 
 impl GenerateRequest {
@@ -67,6 +71,7 @@ impl GenerateRequest {
         if let Some(stop) = &self.stop {
             o.stop = stop.clone();
         }
+        o.constraint = self.constraint.clone();
         o.sampler.validate()?;
         Ok(o)
     }
@@ -122,6 +127,7 @@ const COMMON: &[&str] = &[
     "user",
     // kerze: `false` keeps a deterministic request out of `serve`'s response cache.
     "cache",
+    "response_format",
 ];
 const CHAT: &[&str] = &[
     "messages",
@@ -304,6 +310,7 @@ impl<'a> Fields<'a> {
             frequency_penalty: self.number("frequency_penalty")?,
             repetition_penalty: self.number("repetition_penalty")?,
             stop: self.stop()?,
+            constraint: response_format(self.what, self.get("response_format"))?,
         };
         // The ranges (temperature ≥ 0, top_p in (0, 1], …) as the sampler checks them.
         generate
@@ -326,6 +333,100 @@ impl<'a> Fields<'a> {
 
 fn bad(msg: String) -> Error {
     Error::InvalidArgument(msg)
+}
+
+/// `response_format` as a constraint: OpenAI's `{ type: 'text' }` (none), `{ type:
+/// 'json_object' }` and `{ type: 'json_schema', json_schema: { name, schema, strict } }`;
+/// WebLLM's `{ type: 'json_object', schema }` (the schema as an object or a JSON string) and
+/// `{ type: 'grammar', grammar }` (here a Lark grammar); kerze's `{ type: 'regex', regex }`
+/// and `{ type: 'choices', choices }`. The JS package reads it the same way (pkg/openai.js).
+pub fn response_format(what: &str, v: Option<&Value>) -> Result<Option<Constraint>> {
+    let Some(v) = v else { return Ok(None) };
+    let f = format!("{what}: response_format");
+    let o = v
+        .as_object()
+        .ok_or_else(|| bad(format!("{f} must be an object")))?;
+    let ty = o
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad(format!("{f}.type must be a string")))?;
+    let allow = |keys: &[&str]| match o
+        .keys()
+        .find(|k| *k != "type" && !keys.contains(&k.as_str()))
+    {
+        Some(k) => Err(bad(format!("{f}.{k} is not supported with type '{ty}'"))),
+        None => Ok(()),
+    };
+    let schema = |v: &Value, at: &str| -> Result<Value> {
+        let s = match v {
+            Value::String(text) => {
+                serde_json::from_str(text).map_err(|e| bad(format!("{f}.{at} is not JSON: {e}")))?
+            }
+            other => other.clone(),
+        };
+        if !s.is_object() {
+            return Err(bad(format!("{f}.{at} must be a JSON schema (an object)")));
+        }
+        Ok(s)
+    };
+    let text = |k: &str| -> Result<String> {
+        o.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| bad(format!("{f}.{k} must be a string")))
+    };
+    Ok(match ty {
+        "text" => {
+            allow(&[])?;
+            None
+        }
+        "json_object" => {
+            allow(&["schema"])?;
+            match o.get("schema").filter(|v| !v.is_null()) {
+                Some(v) => Some(Constraint::JsonSchema(schema(v, "schema")?)),
+                None => Some(Constraint::JsonObject),
+            }
+        }
+        "json_schema" => {
+            allow(&["json_schema"])?;
+            let js = o
+                .get("json_schema")
+                .and_then(Value::as_object)
+                .ok_or_else(|| bad(format!("{f}.json_schema must be an object")))?;
+            if let Some(k) = js
+                .keys()
+                .find(|k| !["name", "schema", "strict", "description"].contains(&k.as_str()))
+            {
+                return Err(bad(format!("{f}.json_schema.{k} is not supported")));
+            }
+            let s = js
+                .get("schema")
+                .ok_or_else(|| bad(format!("{f}.json_schema.schema is missing")))?;
+            Some(Constraint::JsonSchema(schema(s, "json_schema.schema")?))
+        }
+        "grammar" => {
+            allow(&["grammar"])?;
+            Some(Constraint::Grammar(text("grammar")?))
+        }
+        "regex" => {
+            allow(&["regex"])?;
+            Some(Constraint::Regex(text("regex")?))
+        }
+        "choices" => {
+            allow(&["choices"])?;
+            let c = o
+                .get("choices")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| bad(format!("{f}.choices must be an array of strings")))?;
+            Some(Constraint::Choices(c))
+        }
+        other => {
+            return Err(bad(format!(
+                "{f}.type '{other}' is not supported: text, json_object, json_schema, grammar, regex or choices"
+            )))
+        }
+    })
 }
 
 /// An error's message without its kind.

@@ -236,6 +236,7 @@ fn sampling_is_seeded_and_stop_strings_cut() {
         },
         stop: vec![],
         stop_tokens: Some(vec![]),
+        ..Default::default()
     };
     let run = |e: &mut Engine, o: &GenerateOptions| {
         let mut text = String::new();

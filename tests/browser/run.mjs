@@ -628,6 +628,76 @@ try {
     }
   });
 
+  await test('structured output in the page: a JSON schema, JSON object, regex, choices and a Lark grammar constrain generate, complete and chat.completions (response_format); the same on WebGPU (SwiftShader); bad schemas are typed errors before any token', async () => {
+    const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 20 }, age: { type: 'integer', minimum: 0, maximum: 120 }, city: { enum: ['Berlin', 'Paris', 'Rome'] } }, required: ['name', 'age', 'city'], additionalProperties: false };
+    const body = `
+      const schema = arg.schema;
+      const out = {};
+      const c = await e.complete('Extract as JSON: Anna is 31 and lives in Paris. JSON:', { schema, maxTokens: 64, temperature: 0 });
+      out.json = [c.text, c.finishReason];
+      const pieces = [];
+      for await (const p of e.generate('A date:', { regex: /[0-9]{4}-[0-9]{2}-[0-9]{2}/, maxTokens: 32, temperature: 0.8, seed: 3 })) pieces.push(p.text);
+      out.regex = pieces.join('');
+      out.choices = (await e.complete('The capital of France is', { choices: ['Berlin', 'Paris', 'Rome'], temperature: 0 })).text;
+      out.grammar = (await e.complete('Yes or no?', { grammar: 'start: "yes" | "no"', temperature: 0.9, seed: 1 })).text;
+      const chat = await e.chat.completions.create({ messages: [{ role: 'user', content: 'Give me a person as JSON.' }], max_tokens: 64, temperature: 0,
+        response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } } });
+      out.chat = [chat.choices[0].message.content, chat.choices[0].finish_reason];
+      const frames = [];
+      for await (const f of await e.chat.completions.create({ messages: [{ role: 'user', content: 'A person as JSON.' }], max_tokens: 64, temperature: 0.7, seed: 2, stream: true,
+        response_format: { type: 'json_object', schema } })) frames.push(f);
+      out.stream = [frames.map((f) => f.choices?.[0]?.delta?.content ?? '').join(''), frames.map((f) => f.choices?.[0]?.finish_reason).filter(Boolean)];
+      const any = await e.chat.completions.create({ messages: [{ role: 'user', content: 'Any JSON object.' }], max_tokens: 48, temperature: 0, response_format: { type: 'json_object' } });
+      out.object = [any.choices[0].message.content, any.choices[0].finish_reason];
+      const errs = [];
+      for (const o of [{ schema: { type: 'object', properties: { a: { type: 'strin' } } } }, { regex: '(open' }, { grammar: 'start: undefined_rule' }, { choices: [] }, { schema: { type: 'object', description: 'x'.repeat(1 << 20) } }, { schema: 5 }]) {
+        try { await e.complete('x', { ...o, maxTokens: 4 }); errs.push(null); } catch (x) { errs.push(x.name); }
+      }
+      out.errs = errs;
+      out.after = (await e.complete('The sea', { maxTokens: 3, temperature: 0 })).ids.length;
+      return out;`;
+    const check = (r, where) => {
+      const v = JSON.parse(r.json[0]);
+      assert(typeof v.name === 'string' && v.name.length <= 20 && Number.isInteger(v.age) && ['Berlin', 'Paris', 'Rome'].includes(v.city) && Object.keys(v).length === 3, `${where}: ${r.json[0]}`);
+      assertEq(r.json[1], 'stop', `${where}: the JSON ended when the object closed`);
+      assert(/^[0-9]{4}-[0-9]{2}-[0-9]{2}$/.test(r.regex), `${where}: regex ${r.regex}`);
+      assert(['Berlin', 'Paris', 'Rome'].includes(r.choices), `${where}: choices ${r.choices}`);
+      assert(['yes', 'no'].includes(r.grammar), `${where}: grammar ${r.grammar}`);
+      const p = JSON.parse(r.chat[0]);
+      assert(Object.keys(p).sort().join() === 'age,city,name' && r.chat[1] === 'stop', `${where}: chat ${JSON.stringify(r.chat)}`);
+      const o = JSON.parse(r.stream[0]);
+      assert(Object.keys(o).sort().join() === 'age,city,name' && r.stream[1].join() === 'stop', `${where}: streamed, WebLLM's json_object with a schema: ${JSON.stringify(r.stream)}`);
+      // Any object: whole when it says stop; cut off (not a whole value) when it says length.
+      let whole = null;
+      try { whole = JSON.parse(r.object[0]); } catch { whole = null; }
+      assert(r.object[1] === 'stop' ? whole && typeof whole === 'object' && !Array.isArray(whole) : r.object[1] === 'length' && whole === null, `${where}: json_object ${JSON.stringify(r.object)}`);
+      assertEq(r.errs, Array(6).fill('InvalidArgumentError'), `${where}: bad constraints`);
+      assertEq(r.after, 3, `${where}: the engine still generates`);
+    };
+    const cpu = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const e = await k.createEngine({ model, threads: 1, responseCache: false });
+      ${body}`, { schema }));
+    console.log(`     CPU: ${cpu.json[0]} | ${cpu.regex} | ${cpu.choices} | ${cpu.chat[0]}`);
+    check(cpu, 'CPU');
+    const file = 'tiny-gemma3.gguf';
+    const local = path.join(ROOT, 'models', file);
+    if (!fs.existsSync(local)) execFileSync(path.join(ROOT, 'target/release/kerze'), ['synth', '--family', 'gemma3', '--out', local]);
+    const gpuBrowser = await launch({ webgpu: true });
+    const rec = await openPage(gpuBrowser);
+    try {
+      await rec.page.goto(`${A}/www/`);
+      const gpu = await inPage(rec.page, `
+        const e = await k.createEngine({ model: { url: '/models/${file}' }, device: 'webgpu', responseCache: false });
+        if (e.info.backend !== 'webgpu') throw new Error(e.info.backend);
+        ${body}`, { schema });
+      check(gpu, 'SwiftShader (tiny model)');
+      assertEq(rec.errors, [], 'console errors');
+    } finally {
+      await rec.context.close();
+      await gpuBrowser.close();
+    }
+  });
+
   await test('embeddings in the page: all-MiniLM-L6-v2 gives the native CLI\'s vectors and the sentence-transformers similarities; embeddings.create in the OpenAI shape', async () => {
     const minilm = catalog.models.find((m) => m.id === 'all-minilm-l6-v2');
     const texts = ['The weather is lovely today.', "It's so sunny outside!", 'He drove to the stadium.',

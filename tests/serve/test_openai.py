@@ -333,6 +333,41 @@ try:
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
+    @test("openai PyPI: response_format json_schema / json_object / regex: the answer parses and validates (jsonschema), whole and streamed, finish_reason stop; a bad schema is a 400")
+    def _():
+        import jsonschema
+        schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
+                  "age": {"type": "integer", "minimum": 0, "maximum": 120}, "city": {"enum": ["Berlin", "Paris", "Rome"]}},
+                  "required": ["name", "age", "city"], "additionalProperties": False}
+        fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": True}}
+        messages = [{"role": "user", "content": "Anna is 31 and lives in Paris. Reply with her as JSON."}]
+        for extra in [dict(temperature=0), dict(temperature=0.8, seed=1), dict(temperature=0.8, seed=2)]:
+            r = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=96, response_format=fmt, **extra)
+            text = r.choices[0].message.content
+            assert r.choices[0].finish_reason == "stop", (text, r.choices[0].finish_reason)
+            jsonschema.validate(json.loads(text), schema)
+        streamed = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
+            model=MODEL_ID, messages=messages, max_tokens=96, response_format=fmt, temperature=0, stream=True) if c.choices)
+        jsonschema.validate(json.loads(streamed), schema)
+        # Any object: whole when it says stop; cut off by max_tokens (not a whole value) when it says length.
+        r = client.chat.completions.create(model=MODEL_ID, messages=messages, max_tokens=96, temperature=0,
+                                           response_format={"type": "json_object"})
+        obj, finish = r.choices[0].message.content, r.choices[0].finish_reason
+        if finish == "stop":
+            assert isinstance(json.loads(obj), dict), obj
+        else:
+            assert finish == "length", finish
+            try:
+                json.loads(obj)
+                raise AssertionError(f"length, yet whole: {obj!r}")
+            except json.JSONDecodeError:
+                pass
+        date = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "A date?"}], max_tokens=32,
+                                              temperature=0, extra_body={"response_format": {"type": "regex", "regex": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}}).choices[0].message.content
+        assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", date), date
+        bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}}
+        expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL_ID, messages=messages, response_format=bad))
+
     proc.terminate()
     code = proc.wait(30)
     if code != 0:
