@@ -107,13 +107,26 @@ impl Constraint {
     }
 }
 
-/// The compiler of constraints for one vocabulary: built once, shared by sessions (forks).
+/// Compiled constraints kept per vocabulary, by their canonical JSON: a repeated schema
+/// compiles once.
+const COMPILED_KEPT: usize = 32;
+
+/// The compiler of constraints for one vocabulary: built once, shared by sessions (forks),
+/// with the last [`COMPILED_KEPT`] compiled constraints.
 #[derive(Clone, Default)]
-pub struct Grammars(Arc<OnceLock<std::result::Result<Arc<llguidance::ParserFactory>, String>>>);
+pub struct Grammars(Arc<GrammarsInner>);
+
+#[derive(Default)]
+struct GrammarsInner {
+    factory: OnceLock<std::result::Result<Arc<llguidance::ParserFactory>, String>>,
+    /// (key, a matcher before its first token), most recently used last.
+    compiled: std::sync::Mutex<Vec<(String, llguidance::Matcher)>>,
+}
 
 impl Grammars {
     fn factory(&self, tok: &Tokenizer) -> Result<Arc<llguidance::ParserFactory>> {
         self.0
+            .factory
             .get_or_init(|| {
                 let words = tok.token_bytes().map_err(|e| e.to_string())?;
                 let eos = tok
@@ -136,17 +149,44 @@ impl Grammars {
     pub fn compile(&self, tok: &Tokenizer, c: &Constraint, whitespace: bool) -> Result<Guide> {
         let grammar = c.grammar(whitespace)?;
         let factory = self.factory(tok)?;
-        let parser = factory
-            .create_parser(grammar)
-            .map_err(|e| Error::InvalidArgument(format!("the constraint does not compile: {e}")))?;
-        let mut m = llguidance::Matcher::new(Ok(parser));
-        let mask = m
-            .compute_mask()
-            .map_err(|e| Error::InvalidArgument(format!("the constraint does not compile: {e}")))?;
+        let eos = factory.tok_env().tok_trie().eos_token();
+        let bad =
+            |e: String| Error::InvalidArgument(format!("the constraint does not compile: {e}"));
+        let key = format!(
+            "{whitespace}|{}",
+            serde_json::to_string(c).unwrap_or_default()
+        );
+        let kept = self.0.compiled.lock().ok().and_then(|mut kept| {
+            let at = kept.iter().position(|(k, _)| *k == key)?;
+            let entry = kept.remove(at);
+            let m = entry.1.deep_clone();
+            kept.push(entry);
+            Some(m)
+        });
+        let mut m = match kept {
+            Some(m) => m,
+            None => {
+                let parser = factory
+                    .create_parser(grammar)
+                    .map_err(|e| bad(e.to_string()))?;
+                let m = llguidance::Matcher::new(Ok(parser));
+                if let Some(e) = m.get_error() {
+                    return Err(bad(e));
+                }
+                if let Ok(mut kept) = self.0.compiled.lock() {
+                    if kept.len() >= COMPILED_KEPT {
+                        kept.remove(0);
+                    }
+                    kept.push((key, m.deep_clone()));
+                }
+                m
+            }
+        };
+        let mask = m.compute_mask().map_err(|e| bad(e.to_string()))?;
         Ok(Guide {
             m,
             mask: Some(mask),
-            eos: factory.tok_env().tok_trie().eos_token(),
+            eos,
         })
     }
 }

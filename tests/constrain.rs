@@ -98,6 +98,25 @@ fn the_mask_keeps_allowed_logits_bit_for_bit_and_removes_the_rest() {
         }
     }
     assert!(allowed > 0 && allowed < n / 2, "{allowed} of {n} allowed");
+    // Compiled again (from the kept ones): the same mask, and a matcher of its own.
+    let c = Constraint::Choices(vec!["the cat".into(), "a dog".into()]);
+    let mut again = g.compile(e.tokenizer(), &c, false).unwrap();
+    let mut second = logits.clone();
+    again.apply(&mut second).unwrap();
+    assert_eq!(
+        second.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+        masked.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    );
+    let the = e.tokenizer().encode_user("the", false).unwrap()[0];
+    again.commit(the).unwrap();
+    let mut third = g.compile(e.tokenizer(), &c, false).unwrap();
+    let mut fresh = logits.clone();
+    third.apply(&mut fresh).unwrap();
+    assert_eq!(
+        fresh.iter().filter(|x| x.is_finite()).count(),
+        allowed,
+        "the kept matcher moved"
+    );
 }
 
 #[test]
