@@ -473,7 +473,7 @@ export class Engine {
             if (local && this.#cloud?.when.has('slow')) {
               first ??= performance.now();
               const tps = n > 8 ? (n - 1) / ((performance.now() - first) / 1000) : Infinity;
-              if (tps < this.#cloud.slowTokensPerS && canContinue(input)) {
+              if (tps < this.#cloud.slowTokensPerS && canContinue(input) && opts.constraint == null) {
                 this.#slow = `slow: the local model decoded ${tps.toFixed(1)} tokens/s here (under ${this.#cloud.slowTokensPerS})`;
                 next = { route: 'cloud', reason: this.#slow };
                 break;
@@ -481,7 +481,10 @@ export class Engine {
             }
           }
         } catch (e) {
-          const why = local && this.#cloud && canContinue(input) ? this.#takeOver(e) : null;
+          // A constrained answer cut midway cannot be continued elsewhere: the endpoint's
+          // constraint would start over on the partial output.
+          const resumable = canContinue(input) && !(opts.constraint != null && text);
+          const why = local && this.#cloud && resumable ? this.#takeOver(e) : null;
           if (!why) throw e;
           next = { route: 'cloud', reason: why };
         } finally {

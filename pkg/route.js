@@ -61,7 +61,25 @@ const WIRE = {
 function wireOptions(options) {
   const out = {};
   for (const [k, v] of Object.entries(options ?? {})) if (k in WIRE && v !== undefined) out[WIRE[k]] = v;
+  const format = responseFormatOf(options?.constraint);
+  if (format) out.response_format = format;
   return out;
+}
+
+/**
+ * The engine's constraint as the request's `response_format` (pkg/openai.js responseFormat
+ * read backwards): an endpoint that cannot hold it says so (400) rather than answering
+ * unconstrained. JSON schema and JSON object in OpenAI's shape; regex, grammar and choices
+ * in kerze's (`kerze serve` takes them).
+ */
+function responseFormatOf(c) {
+  if (c == null) return null;
+  if (c === 'jsonObject') return { type: 'json_object' };
+  if (c.jsonSchema) return { type: 'json_schema', json_schema: { name: 'output', schema: c.jsonSchema, strict: true } };
+  if (c.regex != null) return { type: 'regex', regex: c.regex };
+  if (c.grammar != null) return { type: 'grammar', grammar: c.grammar };
+  if (c.choices) return { type: 'choices', choices: c.choices };
+  return null;
 }
 
 /** The endpoint as a Transport: the `generate` op, streamed. */

@@ -1412,6 +1412,22 @@ try {
         `the partial answer went as the assistant's start: ${JSON.stringify(sent)} / ${JSON.stringify(m.text)}`);
       assert(m.text.length > prefix.content.length && m.finish.length === 1, `the answer continued: ${JSON.stringify(m)}`);
       assertEq(m.routes.map((x) => x.route), ['local', 'cloud'], 'onRoute on the change');
+      // A constraint goes to the endpoint as response_format (a plain prompt too); a constrained
+      // answer cut midway is not continued there (the endpoint would start the constraint over).
+      const cons = await withPage(`${A}/www/`, async (page) => run(page, `
+        const e = await k.createEngine({ model: arg.SMOL, fallback: fb({ when: ['error'] }) });
+        const pick = await e.complete('The longest river in Europe is the', { route: 'cloud', choices: ['Volga', 'Danube', 'Rhine'], maxTokens: 8, cache: false });
+        const person = await e.chat.completions.create({ ...ask, route: 'cloud', max_tokens: 64, cache: false,
+          response_format: { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'object', properties: { river: { enum: ['Volga', 'Danube'] } }, required: ['river'], additionalProperties: false } } } });
+        const long = { type: 'object', properties: { note: { type: 'string', minLength: 40, maxLength: 60 } }, required: ['note'], additionalProperties: false };
+        const s = await e.chat.completions.create({ ...ask, stream: true, max_tokens: 64, cache: false, response_format: { type: 'json_schema', json_schema: { name: 'n', schema: long } } });
+        let n = 0; let err = null; let frames = 0;
+        try { for await (const c of s) { frames += 1; if (c.choices?.[0]?.delta?.content) n += 1; if (n === 4) e._crash(); } } catch (x) { err = x.name; }
+        return { pick: [pick.text, pick.kerze.route], person: [person.choices[0].message.content, person.kerze.route], err, n, frames };`), { allowed });
+      assertEq(cons.pick[1], 'cloud', 'constrained on the endpoint');
+      assert(['Volga', 'Danube', 'Rhine'].includes(cons.pick[0]), `choices on the endpoint: ${cons.pick[0]}`);
+      assert(['Volga', 'Danube'].includes(JSON.parse(cons.person[0]).river), `a schema on the endpoint: ${cons.person[0]}`);
+      assertEq(cons.err, 'EngineCrashedError', `a constrained answer cut midway fails instead of going on unconstrained (${cons.n} pieces, ${cons.frames} frames)`);
       // Endpoint down, consent refused, budget spent: typed errors, nothing sent, the local route unaffected.
       const sentNow = [];
       const bad = await withPage(null, async (page) => {
