@@ -94,6 +94,23 @@ impl KvRows {
         self.k.len() / self.width.max(1)
     }
 
+    /// Whether these rows, saved after `n_past` positions, fit a cache of `n_slots` slots of
+    /// `width` values: the slots it uses. A [`crate::Error::Snapshot`] otherwise.
+    pub fn fit(&self, n_slots: usize, width: usize, n_past: usize) -> crate::error::Result<usize> {
+        let used = n_past.min(n_slots);
+        if self.n_slots != n_slots
+            || self.width != width
+            || self.used() != used
+            || self.v.len() != self.k.len()
+        {
+            return Err(crate::error::Error::Snapshot(format!(
+                "a layer of {} slots × {} values for {n_past} positions does not fit a cache of {n_slots} slots × {width}",
+                self.n_slots, self.width
+            )));
+        }
+        Ok(used)
+    }
+
     /// The position slot `s` holds after `n_past` positions were written in order.
     pub fn position(&self, s: usize, n_past: usize) -> usize {
         let last = n_past - 1;

@@ -51,20 +51,7 @@ impl KvCache {
 
     /// Put back what [`KvCache::save`] gave after `n_past` positions.
     pub fn load(&mut self, rows: &KvRows, n_past: usize) -> Result<()> {
-        let used = n_past.min(self.pos.len());
-        if rows.n_slots != self.pos.len()
-            || rows.width != self.width
-            || rows.used() != used
-            || rows.v.len() != rows.k.len()
-        {
-            return Err(Error::Snapshot(format!(
-                "a layer of {} slots × {} values for {n_past} positions does not fit a cache of {} slots × {}",
-                rows.n_slots,
-                rows.width,
-                self.pos.len(),
-                self.width
-            )));
-        }
+        let used = rows.fit(self.pos.len(), self.width, n_past)?;
         self.clear();
         self.k[..rows.k.len()].copy_from_slice(&rows.k);
         self.v[..rows.v.len()].copy_from_slice(&rows.v);

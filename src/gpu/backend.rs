@@ -277,17 +277,7 @@ impl Backend for GpuBackend {
     }
 
     fn load_kv(&mut self, kv: &mut GpuKv, rows: &KvRows, n_past: usize) -> Result<()> {
-        let used = n_past.min(kv.n_slots);
-        if rows.n_slots != kv.n_slots
-            || rows.width != kv.width
-            || rows.used() != used
-            || rows.v.len() != rows.k.len()
-        {
-            return Err(Error::Snapshot(format!(
-                "a layer of {} slots × {} values for {n_past} positions does not fit a cache of {} slots × {}",
-                rows.n_slots, rows.width, kv.n_slots, kv.width
-            )));
-        }
+        let used = rows.fit(kv.n_slots, kv.width, n_past)?;
         self.gpu.check()?;
         // What was recorded runs first (a clear of this cache among it): queue writes land
         // before the next submission, so the recorder must be empty.
