@@ -284,10 +284,37 @@ export type Prompt = string | number[] | Uint32Array;
 // --- OpenAI-shaped chat ---------------------------------------------------------------
 
 export interface ChatMessage {
-  role: 'system' | 'user' | 'assistant';
-  content: string | Array<{ type: 'text'; text: string }>;
+  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
+  /** null in an assistant message that only calls tools. */
+  content: string | Array<{ type: 'text'; text: string }> | null;
   /** An earlier assistant turn's thinking (templates of reasoning models read it). */
   reasoning_content?: string;
+  /** An earlier assistant turn's calls. */
+  tool_calls?: ChatToolCall[];
+  /** A tool message: the call it answers. */
+  tool_call_id?: string;
+  name?: string;
+}
+
+/** A function the model may call; `parameters` is the JSON schema its arguments follow. */
+export interface ChatTool {
+  type: 'function';
+  function: { name: string; description?: string; parameters?: object; strict?: boolean };
+}
+
+export interface ChatToolCall {
+  id: string;
+  type: 'function';
+  /** arguments: JSON text valid against the function's parameters. */
+  function: { name: string; arguments: string };
+}
+
+/** A piece of a streamed call: the first has id, type and name; later ones more arguments. */
+export interface ChatToolCallDelta {
+  index: number;
+  id?: string;
+  type?: 'function';
+  function: { name?: string; arguments: string };
 }
 
 export interface ChatCompletionCreateParams {
@@ -330,6 +357,15 @@ export interface ChatCompletionCreateParams {
     | { type: 'grammar'; grammar: string }
     | { type: 'regex'; regex: string }
     | { type: 'choices'; choices: string[] };
+  /**
+   * Functions the model may call. Under 'auto' (the default) the answer is text or calls,
+   * 'required' at least one call, a named function a call of it, 'none' text: each call's
+   * arguments valid against its function's schema (constrained decoding).
+   */
+  tools?: ChatTool[];
+  tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
+  /** Several calls in one answer (default true). */
+  parallel_tool_calls?: boolean;
   /** 'auto' (default): local unless a fallback reason holds; 'local' or 'cloud' to choose. */
   route?: 'auto' | 'local' | 'cloud';
   /** false: neither read nor store this request in the response cache or the prefix cache. */
@@ -352,8 +388,8 @@ export interface ChatCompletion {
   choices: Array<{
     index: number;
     /** A reply that opens with <think>…</think> has that part in reasoning_content. */
-    message: { role: 'assistant'; content: string; reasoning_content?: string };
-    finish_reason: 'stop' | 'length';
+    message: { role: 'assistant'; content: string | null; reasoning_content?: string; tool_calls?: ChatToolCall[] };
+    finish_reason: 'stop' | 'length' | 'tool_calls';
     logprobs: null;
   }>;
   usage: ChatCompletionUsage;
@@ -367,8 +403,8 @@ export interface ChatCompletionChunk {
   model: string;
   choices: Array<{
     index: number;
-    delta: { role?: 'assistant'; content?: string; reasoning_content?: string };
-    finish_reason: 'stop' | 'length' | null;
+    delta: { role?: 'assistant'; content?: string; reasoning_content?: string; tool_calls?: ChatToolCallDelta[] };
+    finish_reason: 'stop' | 'length' | 'tool_calls' | null;
     logprobs: null;
   }>;
   usage?: ChatCompletionUsage;

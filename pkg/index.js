@@ -16,7 +16,7 @@ import { SearchIndex } from './search.js';
 import { beacon, checkProbeOptions, probeSpec } from './probe.js';
 import { RemoteTransport, fallbackOptions } from './route.js';
 import {
-  chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter,
+  chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter, hasToolCalls,
   embeddingsOptions, embeddingsResponse,
 } from './openai.js';
 
@@ -548,9 +548,9 @@ export class Engine {
     const inner = this.#answer(d, input, opts, options.signal, wire, cacheable);
     if (!rest.stream) {
       const r = await this.#collect(inner);
-      return Object.assign(chatCompletion(meta, r.text, r.finishReason, r.usage), { kerze: r.kerze });
+      return Object.assign(chatCompletion(meta, r.text, r.finishReason, r.usage, hasToolCalls(rest)), { kerze: r.kerze });
     }
-    const frames = new ChatStream(meta, streamOptions(rest).includeUsage);
+    const frames = new ChatStream(meta, streamOptions(rest).includeUsage, hasToolCalls(rest));
     const tagged = (list, kerze) => list.map((f) => Object.assign(f, { kerze }));
     async function* chunks() {
       // The role frame carries the first piece's tag (a cached answer says so from the start).

@@ -10,7 +10,8 @@ const WHAT = 'chat.completions.create';
 const KNOWN = new Set(['messages', 'model', 'stream', 'stream_options', 'max_tokens',
   'max_completion_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'seed', 'stop',
   'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'n', 'user', 'logprobs',
-  'enable_thinking', 'chat_template_kwargs', 'continue_final_message', 'response_format']);
+  'enable_thinking', 'chat_template_kwargs', 'continue_final_message', 'response_format',
+  'tools', 'tool_choice', 'parallel_tool_calls']);
 
 const EMBED = 'embeddings.create';
 const EMBED_KNOWN = new Set(['input', 'model', 'encoding_format', 'dimensions', 'user']);
@@ -140,6 +141,11 @@ export function chatOptions(body) {
   if (given(body.stream) && typeof body.stream !== 'boolean') throw bad(`${WHAT}: stream must be true or false`);
   streamOptions(body);
   const maxCompletion = count(body, 'max_completion_tokens');
+  const format = responseFormat(body.response_format);
+  const tools = toolsOf(body);
+  if (tools && tools.choice !== 'none' && format !== undefined) {
+    throw bad(`${WHAT}: response_format and tool calls cannot be combined (give tool_choice 'none', or leave out response_format)`);
+  }
   return {
     maxTokens: maxCompletion ?? count(body, 'max_tokens'),
     temperature: number(body, 'temperature'),
@@ -151,8 +157,79 @@ export function chatOptions(body) {
     frequencyPenalty: number(body, 'frequency_penalty'),
     repetitionPenalty: number(body, 'repetition_penalty'),
     stop: stopStrings(body.stop),
-    constraint: responseFormat(body.response_format),
+    constraint: tools && tools.choice !== 'none' ? { tools } : format,
   };
+}
+
+/** The most tools a request may give. */
+const MAX_TOOLS = 128;
+
+/**
+ * `tools`, `tool_choice` and `parallel_tool_calls` of a chat request as the engine's tool
+ * constraint ({ tools, choice, parallel }; src/chat/tools.rs reads and checks it the same
+ * way), or undefined without tools.
+ */
+export function toolsOf(body) {
+  const list = body.tools;
+  if (given(list) && !Array.isArray(list)) throw bad(`${WHAT}: tools must be an array`);
+  let choice;
+  const tc = body.tool_choice;
+  if (typeof tc === 'string') {
+    if (!['none', 'auto', 'required'].includes(tc)) throw bad(`${WHAT}: tool_choice '${tc}' is not one of none, auto, required`);
+    choice = tc;
+  } else if (tc && typeof tc === 'object' && !Array.isArray(tc)) {
+    const name = tc.type === 'function' ? tc.function?.name : undefined;
+    if (typeof name !== 'string') throw bad(`${WHAT}: tool_choice must be none, auto, required or {type: 'function', function: {name}}`);
+    choice = { function: name };
+  } else if (given(tc)) {
+    throw bad(`${WHAT}: tool_choice must be a string or an object`);
+  }
+  const p = body.parallel_tool_calls;
+  if (given(p) && typeof p !== 'boolean') throw bad(`${WHAT}: parallel_tool_calls must be true or false`);
+  if (!given(list)) {
+    if (choice !== undefined) throw bad(`${WHAT}: tool_choice needs tools`);
+    return undefined;
+  }
+  const names = checkTools(list);
+  if (choice?.function !== undefined && !names.includes(choice.function)) {
+    throw bad(`${WHAT}: tool_choice names '${choice.function}', which is not one of the tools`);
+  }
+  return { tools: list, choice: choice ?? 'auto', parallel: p ?? true };
+}
+
+/** The names of a request's tools, each checked as src/chat/tools.rs `functions` does. */
+function checkTools(tools) {
+  if (tools.length === 0 || tools.length > MAX_TOOLS) {
+    throw bad(`${WHAT}: tools: give 1 to ${MAX_TOOLS} tools, not ${tools.length}`);
+  }
+  const isObj = (v) => v && typeof v === 'object' && !Array.isArray(v);
+  const names = [];
+  tools.forEach((t, i) => {
+    const at = `${WHAT}: tools[${i}]`;
+    if (!isObj(t)) throw bad(`${at} must be an object`);
+    const k = Object.keys(t).find((x) => !['type', 'function'].includes(x));
+    if (k !== undefined) throw bad(`${at}.${k} is not supported`);
+    if (t.type !== 'function') throw bad(`${at}.type must be 'function'`);
+    const f = t.function;
+    if (!isObj(f)) throw bad(`${at}.function must be an object`);
+    const fk = Object.keys(f).find((x) => !['name', 'description', 'parameters', 'strict'].includes(x));
+    if (fk !== undefined) throw bad(`${at}.function.${fk} is not supported`);
+    if (typeof f.name !== 'string') throw bad(`${at}.function.name must be a string`);
+    if (!/^[A-Za-z0-9_.-]{1,64}$/.test(f.name)) {
+      throw bad(`${at}.function.name '${f.name}' must be 1 to 64 letters, digits, '_', '-' or '.'`);
+    }
+    if (names.includes(f.name)) throw bad(`${at}.function.name '${f.name}' is given twice`);
+    if (given(f.description) && typeof f.description !== 'string') throw bad(`${at}.function.description must be a string`);
+    if (given(f.parameters) && !isObj(f.parameters)) throw bad(`${at}.function.parameters must be a JSON schema (an object)`);
+    if (given(f.strict) && typeof f.strict !== 'boolean') throw bad(`${at}.function.strict must be true or false`);
+    names.push(f.name);
+  });
+  return names;
+}
+
+/** Whether a chat request's reply may hold tool calls (tools given, tool_choice not 'none'). */
+export function hasToolCalls(body) {
+  return given(body?.tools) && body.tool_choice !== 'none';
 }
 
 /**
@@ -246,6 +323,7 @@ export function chatTemplateOptions(body) {
     }
   }
   const thinking = body.enable_thinking ?? kw.enable_thinking;
+  const tools = Array.isArray(body.tools) ? { tools: body.tools } : {};
   if (thinking != null && typeof thinking !== 'boolean') {
     throw bad('enable_thinking must be true or false');
   }
@@ -253,7 +331,7 @@ export function chatTemplateOptions(body) {
   if (cont != null && typeof cont !== 'boolean') {
     throw bad('continue_final_message must be true or false');
   }
-  return { ...(thinking == null ? {} : { enableThinking: thinking }), ...(cont ? { continueFinalMessage: true } : {}) };
+  return { ...(thinking == null ? {} : { enableThinking: thinking }), ...(cont ? { continueFinalMessage: true } : {}), ...tools };
 }
 
 /**
@@ -326,6 +404,148 @@ export class ThinkSplitter {
   }
 }
 
+const CALL_OPEN = '<tool_call>';
+const CALL_CLOSE = '</tool_call>';
+
+/** The length of the longest suffix of `s` that is a proper prefix of `pat`. */
+function partialSuffix(s, pat) {
+  for (let k = Math.min(pat.length - 1, s.length); k > 0; k--) {
+    if (pat.startsWith(s.slice(-k))) return k;
+  }
+  return 0;
+}
+
+/**
+ * `{"name": "N", "arguments": ` (or "parameters") at the start of `s`: { name, n } (the
+ * characters read), null while `s` may still become that, false when it cannot.
+ */
+function callHead(s) {
+  let i = 0;
+  const ws = () => { while (i < s.length && /\s/.test(s[i])) i += 1; };
+  // true: read; null: `s` ends inside it; false: something else.
+  const lit = (l) => {
+    ws();
+    const rest = s.slice(i);
+    if (rest.startsWith(l)) { i += l.length; return true; }
+    return l.startsWith(rest) ? null : false;
+  };
+  for (const l of ['{', '"name"', ':', '"']) {
+    const r = lit(l);
+    if (r !== true) return r;
+  }
+  const end = s.indexOf('"', i);
+  if (end < 0) return null;
+  const name = s.slice(i, end);
+  if (name.includes('\\')) return false;
+  i = end + 1;
+  const comma = lit(',');
+  if (comma !== true) return comma;
+  ws();
+  const rest = s.slice(i);
+  const key = ['"arguments"', '"parameters"'].find((k) => rest.startsWith(k));
+  if (key) i += key.length;
+  else return ['"arguments"', '"parameters"'].some((k) => k.startsWith(rest)) ? null : false;
+  const colon = lit(':');
+  if (colon !== true) return colon;
+  ws();
+  return i === s.length ? null : { name, n: i };
+}
+
+/**
+ * Splits a reply into content and tool calls as the pieces of a stream arrive (the same
+ * states as src/chat/tools.rs CallSplitter): `push(text)` returns the parts certain so far
+ * — { content } | { index, name } (a call begins) | { index, arguments } — and `end()` the
+ * rest. Whitespace-only text between and after calls is dropped.
+ */
+export class CallSplitter {
+  #state = 'text';
+  #held = '';
+  calls = 0;
+
+  #content(out, text) {
+    if (!text || (this.calls > 0 && !text.trim())) return;
+    const last = out[out.length - 1];
+    if (last && 'content' in last) last.content += text;
+    else out.push({ content: text });
+  }
+
+  #args(out, text) {
+    if (!text) return;
+    const index = this.calls - 1;
+    const last = out[out.length - 1];
+    if (last && 'arguments' in last && last.index === index) last.arguments += text;
+    else out.push({ index, arguments: text });
+  }
+
+  push(text) {
+    this.#held += text;
+    const out = [];
+    for (;;) {
+      if (this.#state === 'text') {
+        const at = this.#held.indexOf(CALL_OPEN);
+        if (at >= 0) {
+          this.#content(out, this.#held.slice(0, at));
+          this.#held = this.#held.slice(at + CALL_OPEN.length);
+          this.#state = 'head';
+          continue;
+        }
+        let cut = this.#held.length - partialSuffix(this.#held, CALL_OPEN);
+        if (this.calls > 0) cut = this.#held.slice(0, cut).trimEnd().length;
+        this.#content(out, this.#held.slice(0, cut));
+        this.#held = this.#held.slice(cut);
+        break;
+      }
+      if (this.#state === 'head') {
+        const h = callHead(this.#held);
+        if (h === null) break;
+        if (h === false) {
+          this.#content(out, CALL_OPEN + this.#held);
+          this.#held = '';
+          this.#state = 'text';
+          break;
+        }
+        this.#held = this.#held.slice(h.n);
+        this.calls += 1;
+        out.push({ index: this.calls - 1, name: h.name });
+        this.#state = 'args';
+        continue;
+      }
+      const at = this.#held.indexOf(CALL_CLOSE);
+      if (at >= 0) {
+        const body = this.#held.slice(0, at).trimEnd();
+        this.#args(out, (body.endsWith('}') ? body.slice(0, -1) : body).trimEnd());
+        this.#held = this.#held.slice(at + CALL_CLOSE.length);
+        this.#state = 'text';
+        continue;
+      }
+      let cut = this.#held.length - partialSuffix(this.#held, CALL_CLOSE);
+      const body = this.#held.slice(0, cut).trimEnd();
+      if (body.endsWith('}')) cut = body.length - 1;
+      this.#args(out, this.#held.slice(0, cut));
+      this.#held = this.#held.slice(cut);
+      break;
+    }
+    return out;
+  }
+
+  end() {
+    const held = this.#held;
+    const state = this.#state;
+    this.#held = '';
+    this.#state = 'text';
+    const out = [];
+    if (state === 'text') this.#content(out, held);
+    else if (state === 'head') this.#content(out, CALL_OPEN + held);
+    else this.#args(out, held);
+    return out;
+  }
+}
+
+/** The id of a reply's call `index`: `call_<the reply id's tail>_<index>`. */
+function callId(meta, index) {
+  return `call_${meta.id.split('-').pop()}_${index}`;
+}
+
 const FINISH = { stop: 'stop', length: 'length', context_full: 'length' };
 
 /** `finish_reason` as OpenAI names it (a full context window ends with `length`). */
@@ -352,22 +572,38 @@ export function completionId() {
   return `chatcmpl-${a[0].toString(16)}${a[1].toString(16)}${completionCounter}`;
 }
 
-/** The whole reply ({ id, created, model } in `meta`) as a `chat.completion`. */
-export function chatCompletion(meta, text, finish, usage) {
+/**
+ * The whole reply ({ id, created, model } in `meta`) as a `chat.completion`; with
+ * `toolCalls`, the calls in it as `tool_calls`.
+ */
+export function chatCompletion(meta, text, finish, usage, toolCalls = false) {
   const split = new ThinkSplitter();
   const a = split.push(text);
   const b = split.end();
   const reasoning = a.reasoning + b.reasoning;
+  let content = a.content + b.content;
+  const calls = [];
+  if (toolCalls) {
+    const s = new CallSplitter();
+    content = '';
+    for (const p of [...s.push(a.content + b.content), ...s.end()]) {
+      if ('content' in p) content += p.content;
+      else if ('name' in p) calls.push({ id: callId(meta, p.index), type: 'function', function: { name: p.name, arguments: '' } });
+      else calls[p.index].function.arguments += p.arguments;
+    }
+    if (!content && calls.length) content = null;
+  }
   return {
     id: meta.id, object: 'chat.completion', created: meta.created, model: meta.model,
     choices: [{
       index: 0,
       message: {
         role: 'assistant',
-        content: a.content + b.content,
+        content,
         ...(reasoning ? { reasoning_content: reasoning } : {}),
+        ...(calls.length ? { tool_calls: calls } : {}),
       },
-      finish_reason: finishReason(finish),
+      finish_reason: calls.length && finish === 'stop' ? 'tool_calls' : finishReason(finish),
       logprobs: null,
     }],
     usage: usageOf(usage),
@@ -383,10 +619,13 @@ export class ChatStream {
   #meta;
   #includeUsage;
   #split = new ThinkSplitter();
+  #calls = null;
 
-  constructor(meta, includeUsage) {
+  /** `toolCalls`: the reply may hold tool calls, streamed as `tool_calls` deltas. */
+  constructor(meta, includeUsage, toolCalls = false) {
     this.#meta = meta;
     this.#includeUsage = includeUsage;
+    if (toolCalls) this.#calls = new CallSplitter();
   }
 
   #frame(delta, finish, usage) {
@@ -398,10 +637,17 @@ export class ChatStream {
     };
   }
 
-  #deltas({ reasoning, content }) {
+  #deltas({ reasoning, content }, end = false) {
+    const parts = this.#calls ? [...this.#calls.push(content), ...(end ? this.#calls.end() : [])] : [{ content }];
     return [
       ...(reasoning ? [this.#frame({ reasoning_content: reasoning }, null)] : []),
-      ...(content ? [this.#frame({ content }, null)] : []),
+      ...parts.flatMap((p) => {
+        if ('content' in p) return p.content ? [this.#frame({ content: p.content }, null)] : [];
+        const call = 'name' in p
+          ? { index: p.index, id: callId(this.#meta, p.index), type: 'function', function: { name: p.name, arguments: '' } }
+          : { index: p.index, function: { arguments: p.arguments } };
+        return [this.#frame({ tool_calls: [call] }, null)];
+      }),
     ];
   }
 
@@ -414,9 +660,11 @@ export class ChatStream {
   }
 
   finish(reason, usage) {
+    const parts = this.#deltas(this.#split.end(), true);
+    const called = (this.#calls?.calls ?? 0) > 0 && reason === 'stop';
     return [
-      ...this.#deltas(this.#split.end()),
-      this.#frame({}, finishReason(reason)),
+      ...parts,
+      this.#frame({}, called ? 'tool_calls' : finishReason(reason)),
       ...(this.#includeUsage ? [this.#frame(null, null, usageOf(usage))] : []),
     ];
   }

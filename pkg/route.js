@@ -150,14 +150,33 @@ export class RemoteTransport {
     const r = await this.#post(path, { ...body, stream: true, stream_options: { include_usage: true } }, signal);
     let finish = null;
     let usage = null;
+    // The endpoint's tool calls become the text form the engine writes (src/chat/tools.rs),
+    // which the chat stream splits again: one shape for both routes.
+    let open = -1;
+    const close = () => {
+      if (open >= 0) onChunk?.({ text: '}\n</tool_call>' });
+    };
     for await (const c of this.#events(r, signal)) {
       if (c.usage) usage = { promptTokens: c.usage.prompt_tokens ?? 0, completionTokens: c.usage.completion_tokens ?? 0 };
       const ch = c.choices?.[0];
       if (!ch) continue;
       const text = ch.delta?.content ?? ch.text ?? '';
       if (text) onChunk?.({ text });
+      for (const call of ch.delta?.tool_calls ?? []) {
+        const index = call.index ?? 0;
+        if (index !== open) {
+          close();
+          const name = JSON.stringify(call.function?.name ?? '');
+          onChunk?.({ text: `${open >= 0 ? '\n' : ''}<tool_call>\n{"name": ${name}, "arguments": ` });
+          open = index;
+        }
+        if (call.function?.arguments) onChunk?.({ text: call.function.arguments });
+      }
       if (ch.finish_reason) finish = ch.finish_reason;
     }
+    close();
+    // The chat stream says 'tool_calls' again when it finds calls.
+    if (finish === 'tool_calls') finish = 'stop';
     return { finishReason: finish ?? 'stop', usage: usage ?? { promptTokens: 0, completionTokens: 0 }, ids: [] };
   }
 

@@ -693,11 +693,7 @@ fn cmd_chat(a: &ChatArgs) -> Result<()> {
         Some(f) => serde_json::from_slice(&std::fs::read(f)?)
             .map_err(|e| Error::InvalidArgument(format!("--messages {}: {e}", f.display())))?,
         None => {
-            let turn = |role: &str, text: &str| Message {
-                role: role.into(),
-                content: Content::Text(text.into()),
-                reasoning_content: None,
-            };
+            let turn = |role: &str, text: &str| Message::new(role, Content::Text(text.into()));
             let mut m: Vec<Message> = a.system.iter().map(|s| turn("system", s)).collect();
             m.push(turn("user", a.message.as_deref().unwrap_or("")));
             m

@@ -33,6 +33,9 @@ pub enum Constraint {
     Grammar(String),
     /// Exactly one of these strings.
     Choices(Vec<String>),
+    /// Calls of these tools (or text without calls, as their choice allows): see
+    /// [`crate::chat::tools`].
+    Tools(crate::chat::tools::Tools),
 }
 
 impl Constraint {
@@ -77,6 +80,13 @@ impl Constraint {
                 Err(too_big("grammar", g.len()))
             }
             Constraint::Grammar(g) => Ok(TopLevelGrammar::from_lark(g.clone())),
+            Constraint::Tools(t) => {
+                let n = serde_json::to_string(&t.tools).map_or(0, |s| s.len());
+                if n > MAX_CONSTRAINT_BYTES {
+                    return Err(too_big("tools", n));
+                }
+                Ok(TopLevelGrammar::from_lark(t.grammar()?))
+            }
             Constraint::Choices(c) => {
                 if c.is_empty() || c.len() > MAX_CHOICES {
                     return Err(Error::InvalidArgument(format!(
@@ -187,6 +197,7 @@ impl Grammars {
             m,
             mask: Some(mask),
             eos,
+            ends: vec![eos],
         })
     }
 }
@@ -197,12 +208,34 @@ pub struct Guide {
     /// The mask for the next token, computed after the last commit.
     mask: Option<toktrie::SimpleVob>,
     eos: u32,
+    /// The tokens that end the output where the constraint may end: its end of sequence
+    /// first, then the generation's stop tokens (a chat model ends its turn with its own).
+    ends: Vec<u32>,
 }
 
 impl Guide {
+    /// End the output with any of `ids` too (besides the vocabulary's end of sequence), where
+    /// the constraint may end.
+    pub fn set_ends(&mut self, ids: &[u32]) {
+        self.ends = vec![self.eos];
+        for &id in ids {
+            if !self.ends.contains(&id) {
+                self.ends.push(id);
+            }
+        }
+    }
+
+    /// Whether `id` ends the output (it may only come where the constraint is complete).
+    pub fn is_end(&self, id: u32) -> bool {
+        self.ends.contains(&id)
+    }
+
     /// Whether `id` may come next.
     pub fn allows(&mut self, id: u32) -> Result<bool> {
-        Ok(self.mask()?.is_allowed(id))
+        let eos = self.eos;
+        let ends = self.ends.len() > 1 && self.ends.contains(&id);
+        let mask = self.mask()?;
+        Ok(mask.is_allowed(id) || (ends && mask.is_allowed(eos)))
     }
 
     fn mask(&mut self) -> Result<&toktrie::SimpleVob> {
@@ -215,12 +248,23 @@ impl Guide {
             .ok_or_else(|| Error::Backend("constraint: no mask".into()))
     }
 
+    /// The mask, and the end tokens with the end of sequence first.
+    fn mask_and_ends(&mut self) -> Result<(&toktrie::SimpleVob, &[u32])> {
+        self.mask()?;
+        let mask = self
+            .mask
+            .as_ref()
+            .ok_or_else(|| Error::Backend("constraint: no mask".into()))?;
+        Ok((mask, &self.ends))
+    }
+
     /// Set every token that may not come next to −∞ in `logits` (one row of the vocabulary);
     /// allowed tokens keep their values bit for bit.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<()> {
-        let mask = self.mask()?;
+        let (mask, ends) = self.mask_and_ends()?;
+        let can_end = mask.is_allowed(ends[0]);
         for (id, l) in logits.iter_mut().enumerate() {
-            if !mask.is_allowed(id as u32) {
+            if !(mask.is_allowed(id as u32) || can_end && ends.contains(&(id as u32))) {
                 *l = f32::NEG_INFINITY;
             }
         }
@@ -229,18 +273,19 @@ impl Guide {
 
     /// The allowed ids among `ids` (a backend's top-k), in their order.
     pub fn filter(&mut self, ids: &[(u32, f32)]) -> Result<Vec<(u32, f32)>> {
-        let mask = self.mask()?;
+        let (mask, ends) = self.mask_and_ends()?;
+        let can_end = mask.is_allowed(ends[0]);
         Ok(ids
             .iter()
             .copied()
-            .filter(|&(id, _)| mask.is_allowed(id))
+            .filter(|&(id, _)| mask.is_allowed(id) || (can_end && ends.contains(&id)))
             .collect())
     }
 
     /// `id` was sampled: the constraint moves past it (end of sequence: nothing to move).
     pub fn commit(&mut self, id: u32) -> Result<()> {
         self.mask = None;
-        if id == self.eos {
+        if self.is_end(id) {
             return Ok(());
         }
         self.m.consume_token(id).map_err(guide_err)

@@ -483,13 +483,17 @@ impl<B: Backend> Session<B> {
             )));
         }
         let sampler = Sampler::new(opts.sampler.clone())?;
-        let guide = match &opts.constraint {
-            Some(c) => Some(self.grammars.compile(&self.tok, c, opts.json_whitespace)?),
-            None => None,
-        };
         let stop_tokens = match &opts.stop_tokens {
             Some(s) => s.clone(),
             None => self.default_stop_tokens(),
+        };
+        let guide = match &opts.constraint {
+            Some(c) => {
+                let mut g = self.grammars.compile(&self.tok, c, opts.json_whitespace)?;
+                g.set_ends(&stop_tokens);
+                Some(g)
+            }
+            None => None,
         };
         self.keep_common_prefix(&prompt_ids);
         let prefill_tokens = prompt_ids.len() - self.cached_ids.len();
@@ -589,7 +593,10 @@ impl<B: Backend> Session<B> {
                 return Err(Error::Backend("the prompt is not in the cache yet".into()))
             }
         };
-        if g.stop_tokens.contains(&id) {
+        // A constraint's end: where it is complete, the model chose to end (also when the
+        // caller's stop tokens leave the end of sequence out).
+        let ends = g.guide.as_ref().is_some_and(|guide| guide.is_end(id));
+        if g.stop_tokens.contains(&id) || ends {
             g.phase = Phase::Finished(FinishReason::Stop);
             return Ok(self.flush(g));
         }

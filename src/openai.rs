@@ -6,6 +6,7 @@
 //! Requests are checked field by field, so a wrong type or an unknown field is an
 //! [`Error::InvalidArgument`] that names the field (the server answers 400 with it).
 
+use crate::chat::tools::{CallSplitter, Part, ToolChoice, Tools};
 use crate::chat::{ChatOptions, Message};
 use crate::constrain::Constraint;
 use crate::error::{Error, Result};
@@ -88,6 +89,9 @@ pub struct ChatRequest {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with `usage` and no choices.
     pub include_usage: bool,
+    /// The reply may hold tool calls (tools given, `tool_choice` not `none`): it is split into
+    /// content and `tool_calls`.
+    pub tool_calls: bool,
 }
 
 /// `POST /v1/completions`, parsed.
@@ -136,6 +140,9 @@ const CHAT: &[&str] = &[
     "chat_template_kwargs",
     "continue_final_message",
     "logprobs",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
 ];
 const COMPLETION: &[&str] = &["prompt", "echo", "logprobs", "suffix", "best_of"];
 const EMBEDDINGS: &[&str] = &["input", "model", "encoding_format", "dimensions", "user"];
@@ -486,6 +493,20 @@ pub fn parse_chat(body: &Value) -> Result<ChatRequest> {
             .as_bool()
             .ok_or_else(|| bad("continue_final_message must be true or false".into()))?;
     }
+    let mut generate = generate;
+    let tools = tools(WHAT, &f)?;
+    let tool_calls = tools.as_ref().is_some_and(|t| t.choice != ToolChoice::None);
+    if let Some(t) = tools {
+        chat.tools = Some(t.tools.clone());
+        if tool_calls {
+            if generate.constraint.is_some() {
+                return Err(bad(format!(
+                    "{WHAT}: response_format and tool calls cannot be combined (give tool_choice 'none', or leave out response_format)"
+                )));
+            }
+            generate.constraint = Some(Constraint::Tools(t));
+        }
+    }
     Ok(ChatRequest {
         model: f.string("model")?.map(str::to_string),
         messages,
@@ -493,7 +514,67 @@ pub fn parse_chat(body: &Value) -> Result<ChatRequest> {
         generate,
         stream,
         include_usage,
+        tool_calls,
     })
+}
+
+/// `tools`, `tool_choice` and `parallel_tool_calls` of a chat request (None without tools).
+fn tools(what: &str, f: &Fields) -> Result<Option<Tools>> {
+    let list = match f.get("tools") {
+        None => None,
+        Some(Value::Array(a)) => Some(a.clone()),
+        Some(_) => return Err(bad(format!("{what}: tools must be an array"))),
+    };
+    let choice = match f.get("tool_choice") {
+        None => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(bad(format!(
+                    "{what}: tool_choice '{other}' is not one of none, auto, required"
+                )))
+            }
+        }),
+        Some(Value::Object(o)) => {
+            let name = (o.get("type").and_then(Value::as_str) == Some("function"))
+                .then(|| o.get("function")?.get("name")?.as_str())
+                .flatten()
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{what}: tool_choice must be none, auto, required or {{type: 'function', function: {{name}}}}"
+                    ))
+                })?;
+            Some(ToolChoice::Function(name.to_string()))
+        }
+        Some(_) => {
+            return Err(bad(format!(
+                "{what}: tool_choice must be a string or an object"
+            )))
+        }
+    };
+    let parallel = f.flag("parallel_tool_calls")?.unwrap_or(true);
+    let Some(list) = list else {
+        if choice.is_some() {
+            return Err(bad(format!("{what}: tool_choice needs tools")));
+        }
+        return Ok(None);
+    };
+    let functions = crate::chat::tools::functions(&list)
+        .map_err(|e| bad(format!("{what}: {}", message(&e))))?;
+    if let Some(ToolChoice::Function(n)) = &choice {
+        if !functions.iter().any(|g| &g.name == n) {
+            return Err(bad(format!(
+                "{what}: tool_choice names '{n}', which is not one of the tools"
+            )));
+        }
+    }
+    Ok(Some(Tools {
+        tools: list,
+        choice: choice.unwrap_or_default(),
+        parallel,
+    }))
 }
 
 /// Parse a (text) completions body.
@@ -741,23 +822,79 @@ pub struct ChatChoice {
 #[derive(Clone, Debug, Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// Null only when the reply is tool calls alone.
+    pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
-/// The whole reply of a chat completion (`<think>…</think>` as `reasoning_content`).
+/// One call in a reply: `{id, type: 'function', function: {name, arguments}}`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// The id of a reply's call `index`: `call_<the reply id's tail>_<index>`.
+pub fn call_id(meta: &Meta, index: usize) -> String {
+    let tail = meta.id.rsplit('-').next().unwrap_or(&meta.id);
+    format!("call_{tail}_{index}")
+}
+
+/// `finish_reason` of a reply that made `calls` tool calls.
+fn finish_of(finish: FinishReason, calls: usize) -> &'static str {
+    match finish {
+        FinishReason::Stop if calls > 0 => "tool_calls",
+        f => finish_reason(f),
+    }
+}
+
+/// The whole reply of a chat completion (`<think>…</think>` as `reasoning_content`; with
+/// `tool_calls`, calls as `tool_calls`).
 pub fn chat_completion(
     meta: &Meta,
     text: &str,
     finish: FinishReason,
     usage: &crate::generate::Usage,
+    tool_calls: bool,
 ) -> ChatCompletion {
     let mut split = ThinkSplitter::default();
     let (mut reasoning, mut content) = split.push(text);
     let (r, c) = split.end();
     reasoning.push_str(&r);
     content.push_str(&c);
+    let (content, calls) = if tool_calls {
+        crate::chat::tools::split_calls(&content)
+    } else {
+        (Some(content), Vec::new())
+    };
+    let n = calls.len();
+    let calls: Vec<ToolCall> = calls
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| ToolCall {
+            id: call_id(meta, i),
+            kind: "function",
+            function: FunctionCall {
+                name: c.name,
+                arguments: c.arguments,
+            },
+        })
+        .collect();
+    let content = match content {
+        None if n == 0 => Some(String::new()),
+        c => c,
+    };
     ChatCompletion {
         id: meta.id.clone(),
         object: "chat.completion",
@@ -769,8 +906,9 @@ pub fn chat_completion(
                 role: "assistant",
                 content,
                 reasoning_content: (!reasoning.is_empty()).then_some(reasoning),
+                tool_calls: (n > 0).then_some(calls),
             },
-            finish_reason: finish_reason(finish),
+            finish_reason: finish_of(finish, n),
             logprobs: None,
         }],
         usage: usage.into(),
@@ -804,15 +942,38 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<DeltaCall>>,
+}
+
+/// A piece of a streamed call: the first of each has its id, type and name (arguments
+/// empty), the later ones more of its arguments.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeltaCall {
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<&'static str>,
+    pub function: DeltaFunction,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeltaFunction {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub arguments: String,
 }
 
 /// The chunks of a streamed chat completion: a first one with the role, one per piece of
-/// reasoning or answer, one with `finish_reason`, and with `include_usage` a last one with
-/// `usage` and no choices.
+/// reasoning, answer or call, one with `finish_reason`, and with `include_usage` a last one
+/// with `usage` and no choices.
 pub struct ChatStream {
     meta: Meta,
     include_usage: bool,
     split: ThinkSplitter,
+    /// With tool calls: the answer split into content and calls.
+    calls: Option<CallSplitter>,
 }
 
 impl ChatStream {
@@ -821,7 +982,14 @@ impl ChatStream {
             meta,
             include_usage,
             split: ThinkSplitter::default(),
+            calls: None,
         }
+    }
+
+    /// The reply may hold tool calls: they stream as `tool_calls` deltas.
+    pub fn with_tool_calls(mut self, on: bool) -> Self {
+        self.calls = on.then(CallSplitter::default);
+        self
     }
 
     fn frame(
@@ -854,14 +1022,14 @@ impl ChatStream {
             Some(Delta {
                 role: Some("assistant"),
                 content: Some(String::new()),
-                reasoning_content: None,
+                ..Delta::default()
             }),
             None,
             None,
         )
     }
 
-    fn deltas(&self, (reasoning, content): (String, String)) -> Vec<ChatChunk> {
+    fn deltas(&mut self, (reasoning, content): (String, String), end: bool) -> Vec<ChatChunk> {
         let mut out = Vec::new();
         if !reasoning.is_empty() {
             let d = Delta {
@@ -870,10 +1038,47 @@ impl ChatStream {
             };
             out.push(self.frame(Some(d), None, None));
         }
-        if !content.is_empty() {
-            let d = Delta {
-                content: Some(content),
-                ..Delta::default()
+        let parts = match self.calls.as_mut() {
+            Some(s) => {
+                let mut p = s.push(&content);
+                if end {
+                    p.extend(s.end());
+                }
+                p
+            }
+            None => vec![Part::Content(content)],
+        };
+        for p in parts {
+            let d = match p {
+                Part::Content(c) if c.is_empty() => continue,
+                Part::Content(c) => Delta {
+                    content: Some(c),
+                    ..Delta::default()
+                },
+                Part::Start { index, name } => Delta {
+                    tool_calls: Some(vec![DeltaCall {
+                        index,
+                        id: Some(call_id(&self.meta, index)),
+                        kind: Some("function"),
+                        function: DeltaFunction {
+                            name: Some(name),
+                            arguments: String::new(),
+                        },
+                    }]),
+                    ..Delta::default()
+                },
+                Part::Arguments { index, text } => Delta {
+                    tool_calls: Some(vec![DeltaCall {
+                        index,
+                        id: None,
+                        kind: None,
+                        function: DeltaFunction {
+                            name: None,
+                            arguments: text,
+                        },
+                    }]),
+                    ..Delta::default()
+                },
             };
             out.push(self.frame(Some(d), None, None));
         }
@@ -883,7 +1088,7 @@ impl ChatStream {
     /// The chunks for the next piece of generated text (none while a tag is undecided).
     pub fn push(&mut self, text: &str) -> Vec<ChatChunk> {
         let parts = self.split.push(text);
-        self.deltas(parts)
+        self.deltas(parts, false)
     }
 
     /// The last chunks: what the splitter held back, the finish reason, the usage.
@@ -893,8 +1098,9 @@ impl ChatStream {
         usage: &crate::generate::Usage,
     ) -> Vec<ChatChunk> {
         let parts = self.split.end();
-        let mut out = self.deltas(parts);
-        out.push(self.frame(Some(Delta::default()), Some(finish_reason(finish)), None));
+        let mut out = self.deltas(parts, true);
+        let calls = self.calls.as_ref().map_or(0, CallSplitter::calls);
+        out.push(self.frame(Some(Delta::default()), Some(finish_of(finish, calls)), None));
         if self.include_usage {
             out.push(self.frame(None, None, Some(usage.into())));
         }

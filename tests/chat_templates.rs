@@ -34,6 +34,8 @@ struct Case {
     messages: Vec<Message>,
     add_generation_prompt: bool,
     enable_thinking: Option<bool>,
+    /// OpenAI tools given to the template (Qwen3 and Llama 3.1 render them).
+    tools: Option<Vec<serde_json::Value>>,
     text: Option<String>,
     ids: Option<Vec<u32>>,
     error: Option<String>,
@@ -120,6 +122,7 @@ fn templates_render_and_tokenize_as_transformers_does() {
                 enable_thinking: c.enable_thinking,
                 date: Some(f.date.clone()),
                 continue_final_message: false,
+                tools: c.tools.clone(),
             };
             let got = chat::render(&tok, &source, &c.messages, &opts);
             if let Some(why) = &c.error {

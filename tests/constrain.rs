@@ -231,3 +231,167 @@ fn bad_constraints_are_typed_errors_before_any_token() {
     .unwrap();
     assert_eq!(g.generated().len(), 2);
 }
+
+/// The tools of the tool-call tests: a function with a required string and an enum, and one
+/// without parameters.
+fn weather_tools() -> serde_json::Value {
+    serde_json::json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+         "parameters": {"type": "object", "properties": {
+             "city": {"type": "string", "minLength": 1, "maxLength": 12},
+             "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+           "required": ["city"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "local_time"}}
+    ])
+}
+
+/// Calls as the tools allow them: a known name, arguments valid for it.
+fn check_call(c: &kerze::chat::tools::Call) {
+    let args: serde_json::Value = serde_json::from_str(&c.arguments)
+        .unwrap_or_else(|e| panic!("{}: {e}: {:?}", c.name, c.arguments));
+    let o = args.as_object().unwrap();
+    match c.name.as_str() {
+        "get_weather" => {
+            let city = o["city"].as_str().unwrap();
+            assert!((1..=12).contains(&city.chars().count()), "{city:?}");
+            if let Some(u) = o.get("unit") {
+                assert!(u == "celsius" || u == "fahrenheit", "{u}");
+            }
+            assert!(o.keys().all(|k| k == "city" || k == "unit"), "{o:?}");
+        }
+        "local_time" => assert!(o.is_empty(), "{o:?}"),
+        n => panic!("a call of {n}, which is no tool"),
+    }
+}
+
+#[test]
+fn tool_calls_follow_the_tools_for_every_choice_and_seed() {
+    use kerze::chat::tools::{split_calls, ToolChoice, Tools};
+    let tools: Vec<serde_json::Value> = weather_tools().as_array().unwrap().clone();
+    for bytes in models() {
+        let mut e = engine(&bytes);
+        for (choice, parallel) in [
+            (ToolChoice::Required, false),
+            (ToolChoice::Required, true),
+            (ToolChoice::Function("get_weather".into()), false),
+            (ToolChoice::Function("local_time".into()), true),
+            (ToolChoice::Auto, false),
+        ] {
+            for seed in [None, Some(1), Some(2), Some(3), Some(4), Some(5)] {
+                let c = Constraint::Tools(Tools {
+                    tools: tools.clone(),
+                    choice: choice.clone(),
+                    parallel,
+                });
+                let (text, _, finish) = run(&mut e, "what is the weather", Some(c), seed, 400);
+                let (content, calls) = split_calls(&text);
+                let what = format!("{choice:?} parallel {parallel} seed {seed:?}: {text:?}");
+                match &choice {
+                    ToolChoice::Auto => {
+                        // Text without a call, or calls: never a broken call.
+                        if calls.is_empty() {
+                            assert!(!text.contains("<tool_call>"), "{what}");
+                        }
+                    }
+                    _ => {
+                        assert!(!calls.is_empty(), "{what}");
+                        if finish == Some(FinishReason::Stop) {
+                            assert_eq!(content, None, "{what}");
+                        }
+                        if let ToolChoice::Function(n) = &choice {
+                            assert!(calls.iter().all(|c| &c.name == n), "{what}");
+                        }
+                    }
+                }
+                if finish == Some(FinishReason::Stop) {
+                    calls.iter().for_each(check_call);
+                }
+                if !parallel && !calls.is_empty() {
+                    // One call and nothing after it: complete, so it ends there.
+                    assert_eq!(calls.len(), 1, "{what}");
+                    assert_eq!(finish, Some(FinishReason::Stop), "{what}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_tools_are_typed_errors_before_any_token() {
+    use kerze::chat::tools::{ToolChoice, Tools};
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let mut e = engine(&bytes);
+    let t = |tools: serde_json::Value, choice: ToolChoice| {
+        Constraint::Tools(Tools {
+            tools: tools.as_array().unwrap().clone(),
+            choice,
+            parallel: true,
+        })
+    };
+    let bad = [
+        t(serde_json::json!([]), ToolChoice::Auto),
+        t(weather_tools(), ToolChoice::Function("nope".into())),
+        t(weather_tools(), ToolChoice::None),
+        t(
+            serde_json::json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strng"}}}}}]),
+            ToolChoice::Required,
+        ),
+    ];
+    for c in bad {
+        let ids = e.tokenizer().encode_user("hi", true).unwrap();
+        let opts = GenerateOptions {
+            constraint: Some(c.clone()),
+            ..Default::default()
+        };
+        let err = pollster::block_on(e.generate(ids, &opts, &never, &mut |_| {}))
+            .err()
+            .unwrap_or_else(|| panic!("{c:?} was taken"));
+        assert_eq!(err.kind(), "InvalidArgumentError", "{err}");
+    }
+}
+
+#[test]
+fn the_auto_grammar_takes_text_or_whole_calls_and_nothing_between() {
+    use kerze::chat::tools::{ToolChoice, Tools};
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let e = engine(&bytes);
+    let g = Grammars::default();
+    let c = Constraint::Tools(Tools {
+        tools: weather_tools().as_array().unwrap().clone(),
+        choice: ToolChoice::Auto,
+        parallel: true,
+    });
+    // How far into `text` the grammar follows (its tokens, committed one by one), and
+    // whether it may end there.
+    let follow = |text: &str| -> (usize, bool) {
+        let mut guide = g.compile(e.tokenizer(), &c, false).unwrap();
+        let ids = e.tokenizer().encode_user(text, false).unwrap();
+        for (n, &id) in ids.iter().enumerate() {
+            if !guide.allows(id).unwrap() {
+                return (n, false);
+            }
+            guide.commit(id).unwrap();
+        }
+        let eos = e.tokenizer().eos().unwrap();
+        (ids.len(), guide.allows(eos).unwrap())
+    };
+    let whole = |t: &str| {
+        let n = e.tokenizer().encode_user(t, false).unwrap().len();
+        assert_eq!(follow(t), (n, true), "{t:?}");
+    };
+    whole("It is sunny in Paris <tool today.");
+    whole("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    whole("Let me look.\n<tool_call>\n{\"name\": \"local_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"unit\": \"celsius\"}}\n</tool_call>");
+    for broken in [
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Paris\"}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"kelvin\"}}\n</tool_call>",
+        "text, then <tool_call> with no call",
+    ] {
+        let (n, end) = follow(broken);
+        let all = e.tokenizer().encode_user(broken, false).unwrap().len();
+        assert!(n < all || !end, "{broken:?} was taken whole");
+    }
+    // Unfinished: a call that is not closed may not end.
+    assert!(!follow("<tool_call>\n{\"name\": \"local_time\", \"arguments\": {}}").1);
+}

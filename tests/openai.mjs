@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import {
   chatOptions, chatTemplateOptions, streamOptions, chatCompletion, ChatStream, embeddingsOptions, embeddingsResponse,
+  CallSplitter,
 } from '../pkg/openai.js';
 
 const fixture = (name) => JSON.parse(readFileSync(new URL(`./fixtures/openai/${name}`, import.meta.url), 'utf8'));
@@ -41,10 +42,32 @@ for (const c of fixture('requests.json')) {
 }
 
 for (const c of fixture('responses.json')) {
-  assert.deepEqual(plain(chatCompletion(c.meta, c.pieces.join(''), c.finishReason, c.usage)), c.completion, c.name);
-  const s = new ChatStream(c.meta, c.includeUsage);
+  const tools = c.toolCalls === true;
+  assert.deepEqual(plain(chatCompletion(c.meta, c.pieces.join(''), c.finishReason, c.usage, tools)), c.completion, c.name);
+  const s = new ChatStream(c.meta, c.includeUsage, tools);
   const chunks = [s.start(), ...c.pieces.flatMap((p) => s.push(p)), ...s.finish(c.finishReason, c.usage)];
   assert.deepEqual(plain(chunks), c.chunks, c.name);
+  n += 1;
+}
+// The call splitter: every cut of a reply in two gives what the whole reply gives.
+for (const text of [
+  'Sure.\n<tool_call>\n{"name": "f", "arguments": {"a": "}"}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call>\n',
+  'a <tool_call> b', '<tool_call>\n{"name": "f", "arguments": {"q": 1', 'text <tool_cal',
+]) {
+  const run = (pieces) => {
+    const s = new CallSplitter();
+    const parts = [...pieces.flatMap((p) => s.push(p)), ...s.end()];
+    let content = '';
+    const calls = [];
+    for (const p of parts) {
+      if ('content' in p) content += p.content;
+      else if ('name' in p) calls.push([p.name, '']);
+      else calls[p.index][1] += p.arguments;
+    }
+    return { content, calls };
+  };
+  const whole = run([text]);
+  for (let cut = 0; cut <= text.length; cut++) assert.deepEqual(run([text.slice(0, cut), text.slice(cut)]), whole, `${text} cut at ${cut}`);
   n += 1;
 }
 for (const c of fixture('embeddings.json')) {

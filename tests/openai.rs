@@ -35,10 +35,13 @@ fn requests_map_as_the_fixtures_say() {
         let body = &c["body"];
         let got = match c["endpoint"].as_str().unwrap() {
             "chat" => openai::parse_chat(body).map(|r| {
-                let chat = match r.chat.enable_thinking {
+                let mut chat = match r.chat.enable_thinking {
                     Some(b) => json!({ "enableThinking": b }),
                     None => json!({}),
                 };
+                if let Some(t) = &r.chat.tools {
+                    chat["tools"] = json!(t);
+                }
                 json!({
                     "options": r.generate,
                     "chat": chat,
@@ -139,13 +142,15 @@ fn responses_and_stream_chunks_are_the_fixtures() {
             finish(c["finishReason"].as_str().unwrap()),
             usage(&c["usage"]),
         );
-        let whole = openai::chat_completion(&meta, &pieces.concat(), f, &u);
+        let tools = c["toolCalls"].as_bool().unwrap_or(false);
+        let whole = openai::chat_completion(&meta, &pieces.concat(), f, &u, tools);
         assert_eq!(
             serde_json::to_value(&whole).unwrap(),
             c["completion"],
             "{name}"
         );
-        let mut s = openai::ChatStream::new(meta, c["includeUsage"].as_bool().unwrap());
+        let mut s = openai::ChatStream::new(meta, c["includeUsage"].as_bool().unwrap())
+            .with_tool_calls(tools);
         let mut chunks = vec![s.start()];
         for p in &pieces {
             chunks.extend(s.push(p));

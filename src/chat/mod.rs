@@ -6,20 +6,57 @@
 
 mod gemma;
 mod template;
+pub mod tools;
 
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 
 pub use template::{render, Rendered};
 
-/// One message in the OpenAI shape: `content` is a string or a list of `{type:'text', text}`.
+/// One message in the OpenAI shape: `content` is a string or a list of `{type:'text', text}`
+/// (null or absent: empty, as in an assistant message that only calls tools).
 #[derive(Clone, Debug, serde::Deserialize)]
 pub struct Message {
     pub role: String,
+    #[serde(default, deserialize_with = "nullable_content")]
     pub content: Content,
     /// An earlier assistant turn's thinking (Qwen3 templates read it).
     #[serde(default)]
     pub reasoning_content: Option<String>,
+    /// An assistant's calls: `[{id, type: 'function', function: {name, arguments}}]`.
+    #[serde(default)]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A tool message: the call it answers, and (some clients) the function's name.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// A user turn made of tool results ([`tools::plain_messages`]), which the next result
+    /// joins.
+    #[serde(skip)]
+    pub(crate) tool_results: bool,
+}
+
+impl Message {
+    /// A message of `role` with `content` and nothing else.
+    pub fn new(role: &str, content: Content) -> Self {
+        Self {
+            role: role.to_string(),
+            content,
+            reasoning_content: None,
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
+            tool_results: false,
+        }
+    }
+}
+
+fn nullable_content<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Content, D::Error> {
+    use serde::Deserialize;
+    Ok(Option::<Content>::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Clone, Debug, serde::Deserialize)]
@@ -35,6 +72,12 @@ pub struct Part {
     pub kind: String,
     #[serde(default)]
     pub text: Option<String>,
+}
+
+impl Default for Content {
+    fn default() -> Self {
+        Content::Text(String::new())
+    }
 }
 
 impl Content {
@@ -86,6 +129,9 @@ pub struct ChatOptions {
     /// before it, the assistant's turn opened, and that text — the answer continues it (vLLM's
     /// `continue_final_message`; the package's fallback continues a broken-off local answer so).
     pub continue_final_message: bool,
+    /// The request's tools (OpenAI's shape, see [`tools`]): a template that renders tools gets
+    /// them, any other the plain form of [`tools::plain_messages`].
+    pub tools: Option<Vec<serde_json::Value>>,
 }
 
 impl Default for ChatOptions {
@@ -95,6 +141,7 @@ impl Default for ChatOptions {
             enable_thinking: None,
             date: None,
             continue_final_message: false,
+            tools: None,
         }
     }
 }
@@ -151,11 +198,21 @@ pub fn prompt_ids_with(
         ids.extend(tok.encode_user(&last.content.text(false)?, false)?);
         return Ok(ids);
     }
+    let tools = opts.tools.as_deref().unwrap_or_default();
+    let source = tok.chat_template().unwrap_or_default();
+    let uses_tools = !tools.is_empty()
+        || messages
+            .iter()
+            .any(|m| m.role == "tool" || m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()));
+    let plain;
+    let messages = if uses_tools && !tools::template_renders_tools(source) {
+        plain = tools::plain_messages(messages, tools)?;
+        &plain[..]
+    } else {
+        messages
+    };
     match template_source(tok) {
-        Some(TemplateSource::File) => {
-            let source = tok.chat_template().unwrap_or_default();
-            Ok(render(tok, source, messages, opts)?.ids)
-        }
+        Some(TemplateSource::File) => Ok(render(tok, source, messages, opts)?.ids),
         Some(TemplateSource::BuiltinGemma) => {
             gemma::prompt_ids(tok, messages, opts.add_generation_prompt)
         }

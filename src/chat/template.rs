@@ -133,7 +133,44 @@ fn message_value(m: &Message, esc: &mut Escapes, tok: &Tokenizer) -> Result<serd
     if let Some(r) = &m.reasoning_content {
         obj.insert("reasoning_content".into(), esc.escape(tok, r)?.into());
     }
+    if let Some(calls) = &m.tool_calls {
+        // As given (arguments a JSON string, as OpenAI clients send them), strings escaped.
+        let calls = calls
+            .iter()
+            .map(|c| escape_strings(c, esc, tok))
+            .collect::<Result<Vec<_>>>()?;
+        obj.insert("tool_calls".into(), calls.into());
+    }
+    if let Some(id) = &m.tool_call_id {
+        obj.insert("tool_call_id".into(), esc.escape(tok, id)?.into());
+    }
+    if let Some(n) = &m.name {
+        obj.insert("name".into(), esc.escape(tok, n)?.into());
+    }
     Ok(serde_json::Value::Object(obj))
+}
+
+/// `v` with every string in it escaped as message content is.
+fn escape_strings(
+    v: &serde_json::Value,
+    esc: &mut Escapes,
+    tok: &Tokenizer,
+) -> Result<serde_json::Value> {
+    use serde_json::Value as J;
+    Ok(match v {
+        J::String(s) => J::String(esc.escape(tok, s)?),
+        J::Array(a) => J::Array(
+            a.iter()
+                .map(|x| escape_strings(x, esc, tok))
+                .collect::<Result<_>>()?,
+        ),
+        J::Object(o) => J::Object(
+            o.iter()
+                .map(|(k, x)| Ok((k.clone(), escape_strings(x, esc, tok)?)))
+                .collect::<Result<_>>()?,
+        ),
+        other => other.clone(),
+    })
 }
 
 /// Render the Jinja chat template `source` (the file's, or one the caller brings) for
@@ -186,6 +223,13 @@ pub fn render(
     ctx.insert("eos_token".into(), piece(tok.eos()).into());
     if let Some(t) = opts.enable_thinking {
         ctx.insert("enable_thinking".into(), t.into());
+    }
+    if let Some(tools) = opts.tools.as_ref().filter(|t| !t.is_empty()) {
+        let tools = tools
+            .iter()
+            .map(|t| escape_strings(t, &mut esc, tok))
+            .collect::<Result<Vec<_>>>()?;
+        ctx.insert("tools".into(), tools.into());
     }
     let escaped = template
         .render(Value::from_serialize(&ctx))

@@ -655,10 +655,17 @@ async fn chat_completions(State(st): State<Arc<AppState>>, body: Body) -> ApiRes
     let meta = st.meta("chatcmpl");
     if !req.stream {
         let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
-        let r = Json(openai::chat_completion(&meta, &text, finish, &usage)).into_response();
+        let r = Json(openai::chat_completion(
+            &meta,
+            &text,
+            finish,
+            &usage,
+            req.tool_calls,
+        ))
+        .into_response();
         return Ok(tagged(r, hit));
     }
-    let frames = ChatStream::new(meta, req.include_usage);
+    let frames = ChatStream::new(meta, req.include_usage).with_tool_calls(req.tool_calls);
     let first = vec![sse_json(&frames.start())];
     let r = sse(first, rx, frames, st.opts.timeout, |f, ev| match ev {
         Piece::Text(t) => f.push(&t).iter().map(sse_json).collect(),

@@ -368,6 +368,69 @@ try:
         bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}}
         expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL_ID, messages=messages, response_format=bad))
 
+    @test("openai PyPI: tools — required, a named function, auto; whole and streamed (name only in the first delta); arguments validate (jsonschema); the result goes back as a tool message; bad tools are a 400")
+    def _():
+        import jsonschema
+        weather = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                   "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}
+        tools = [{"type": "function", "function": {"name": "get_weather", "description": "The current weather in a city",
+                                                   "parameters": weather, "strict": True}},
+                 {"type": "function", "function": {"name": "local_time", "description": "The time here"}}]
+        schemas = {"get_weather": dict(weather, additionalProperties=False),
+                   "local_time": {"type": "object", "properties": {}, "additionalProperties": False}}
+        messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+        whole = None
+        for choice, parallel, extra in [("required", False, dict(temperature=0)),
+                                        ("required", False, dict(temperature=0.8, seed=3)),
+                                        ({"type": "function", "function": {"name": "get_weather"}}, True, dict(temperature=0)),
+                                        ("required", True, dict(temperature=0.8, seed=5))]:
+            r = client.chat.completions.create(model=MODEL_ID, messages=messages, tools=tools, tool_choice=choice,
+                                               parallel_tool_calls=parallel, max_tokens=160, **extra)
+            ch = r.choices[0]
+            calls = ch.message.tool_calls
+            assert calls, ch
+            if ch.finish_reason == "length":
+                continue  # cut short: the last call's arguments may be partial
+            assert ch.finish_reason == "tool_calls", ch
+            assert ch.message.content is None, ch.message
+            assert not parallel or choice == "required" or all(c.function.name == "get_weather" for c in calls), calls
+            for c in calls:
+                assert c.type == "function" and c.id.startswith("call_"), c
+                jsonschema.validate(json.loads(c.function.arguments), schemas[c.function.name])
+            if choice == "required" and not parallel and extra.get("temperature") == 0:
+                assert len(calls) == 1, calls
+                whole = r
+        assert whole is not None
+        # Streamed: the same call; id, type and name only in its first delta.
+        deltas = [c.choices[0].delta for c in client.chat.completions.create(
+            model=MODEL_ID, messages=messages, tools=tools, tool_choice="required", parallel_tool_calls=False,
+            max_tokens=160, temperature=0, stream=True) if c.choices]
+        parts = [d.tool_calls[0] for d in deltas if d.tool_calls]
+        name = parts[0].function.name
+        assert parts[0].id and name in schemas and parts[0].type == "function", parts[0]
+        assert all(p.id is None and p.function.name is None for p in parts[1:]), parts[1:]
+        jsonschema.validate(json.loads("".join(p.function.arguments or "" for p in parts)), schemas[name])
+        assert not any(d.content for d in deltas), deltas
+        # auto: text or whole calls, never a broken call.
+        r = client.chat.completions.create(model=MODEL_ID, messages=messages, tools=tools, max_tokens=96, temperature=0)
+        m = r.choices[0].message
+        if m.tool_calls:
+            assert r.choices[0].finish_reason in ("tool_calls", "length"), r
+        else:
+            assert "<tool_call>" not in (m.content or ""), m
+        # The call and its result go back; the model answers in text (tool_choice none).
+        call = whole.choices[0].message.tool_calls[0]
+        follow = messages + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                             {"role": "tool", "tool_call_id": call.id, "content": "18 degrees, sunny"}]
+        r = client.chat.completions.create(model=MODEL_ID, messages=follow, tools=tools, tool_choice="none",
+                                           max_tokens=48, temperature=0)
+        assert r.choices[0].message.tool_calls is None and r.choices[0].message.content, r
+        assert r.choices[0].finish_reason in ("stop", "length"), r
+        bad = [{"type": "function", "function": {"name": "get weather"}}]
+        expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL_ID, messages=messages, tools=bad))
+        expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(
+            model=MODEL_ID, messages=messages, tools=tools, tool_choice={"type": "function", "function": {"name": "nope"}}))
+
     proc.terminate()
     code = proc.wait(30)
     if code != 0:
