@@ -257,6 +257,8 @@ export interface Usage {
   replayMs: number;
   /** Milliseconds the output constraint took (its masks and commits; 0 without one). */
   maskMs: number;
+  /** Generated tokens that were not sampled: forced by the constraint or a picked choice. */
+  forcedTokens: number;
 }
 
 export type FinishReason = 'stop' | 'length' | 'context_full';
@@ -273,6 +275,12 @@ export interface GenerateResult {
    * engine's KV cache, the store (restored, not computed) or computed here (and kept).
    */
   prefix?: { tokens: number; from: 'session' | 'storage' | 'computed' };
+  /**
+   * With `choices`: each choice's log-likelihood after the prompt (summed over its tokens) and
+   * its probability among the choices, in the order given; the answer is the one the sampler
+   * picked from them (greedy: the likeliest).
+   */
+  choices?: Array<{ choice: string; logprob: number; prob: number }>;
 }
 
 export interface Completion extends GenerateResult {

@@ -401,8 +401,8 @@ export class Engine {
         const r = await it.next();
         if (r.done) {
           if (key) {
-            const { finishReason, usage, ids, kerze } = r.value;
-            await store.put(key, pieces, { finishReason, usage, ids, kerze }).catch((e) => {
+            const { finishReason, usage, ids, kerze, choices } = r.value;
+            await store.put(key, pieces, { finishReason, usage, ids, kerze, ...(choices ? { choices } : {}) }).catch((e) => {
               this.#warn(`the answer was not cached (${e?.message ?? e})`);
             });
           }
@@ -525,8 +525,8 @@ export class Engine {
     for (;;) {
       const r = await it.next();
       if (r.done) {
-        const { finishReason, usage, ids, kerze, prefix } = r.value;
-        return prefix ? { text, finishReason, usage, ids, kerze, prefix } : { text, finishReason, usage, ids, kerze };
+        const { finishReason, usage, ids, kerze, prefix, choices } = r.value;
+        return { text, finishReason, usage, ids, kerze, ...(prefix ? { prefix } : {}), ...(choices ? { choices } : {}) };
       }
       text += r.value.text;
     }

@@ -179,6 +179,15 @@ fn bad(msg: String) -> Error {
 }
 
 /// Softmax of `logits` (f64, max-shifted).
+/// One choice of a `choices` constraint and how likely the model finds it after the prompt:
+/// its log-likelihood (the sum over its tokens) and its probability among the choices.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ChoiceScore {
+    pub choice: String,
+    pub logprob: f64,
+    pub prob: f64,
+}
+
 pub fn softmax(logits: &[f64]) -> Vec<f64> {
     let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let e: Vec<f64> = logits.iter().map(|x| (x - m).exp()).collect();
@@ -491,6 +500,38 @@ impl<B: Backend> Session<B> {
 
     fn prompt_ids(&self, text: &str) -> Result<Vec<u32>> {
         self.tok.encode_user(text, true)
+    }
+
+    /// Each choice's probability after `prompt`, from its log-likelihood (the same scoring as
+    /// [`Session::classify`]'s on decoders), normalised over the choices; `None` when a choice
+    /// is longer than [`MAX_LABEL_IDS`] tokens. The cache holds `prompt` after it (the
+    /// choices ran as branches).
+    pub(crate) async fn choice_scores(
+        &mut self,
+        prompt: &[u32],
+        choices: &[String],
+    ) -> Result<Option<Vec<ChoiceScore>>> {
+        let ids = choices
+            .iter()
+            .map(|c| self.tok.encode_user(c, false))
+            .collect::<Result<Vec<_>>>()?;
+        if ids.iter().any(|i| i.is_empty() || i.len() > MAX_LABEL_IDS) {
+            return Ok(None);
+        }
+        let mut usage = ClassifyUsage::default();
+        let ll = self.label_log_likelihoods(prompt, &ids, &mut usage).await?;
+        let probs = softmax(&ll);
+        Ok(Some(
+            choices
+                .iter()
+                .zip(ll.iter().zip(probs))
+                .map(|(c, (&logprob, prob))| ChoiceScore {
+                    choice: c.clone(),
+                    logprob,
+                    prob,
+                })
+                .collect(),
+        ))
     }
 
     /// `log p(label | prompt)` for each label. The prompt runs once: its last row scores

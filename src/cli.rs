@@ -664,7 +664,7 @@ fn cmd_generate(a: &GenerateArgs) -> Result<()> {
         }),
     )?;
     if json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "prompt_ids": prompt_ids,
             "ids": g.generated(),
             "text": text,
@@ -673,9 +673,15 @@ fn cmd_generate(a: &GenerateArgs) -> Result<()> {
             "decode_tokens_per_s": g.usage.decode_tokens_per_s,
             "usage": g.usage,
         });
+        if let Some(c) = &g.choices {
+            v["choices"] = serde_json::json!(c);
+        }
         println!("{v}");
     } else {
         println!();
+        for c in g.choices.iter().flatten() {
+            eprintln!("{:>6.1}%  {}", 100.0 * c.prob, c.choice);
+        }
         eprintln!(
             "[{} prompt tokens, {:.1} tok/s prefill; {} tokens, {:.1} tok/s decode]",
             g.usage.prompt_tokens,

@@ -133,8 +133,30 @@ struct GrammarsInner {
     compiled: std::sync::Mutex<Vec<(String, llguidance::Matcher)>>,
 }
 
+/// The vocabulary as llguidance sees it: the token trie, and the model's own tokenizer for the
+/// bytes a grammar forces (so forced tokens are the ones the model would read).
+struct Vocabulary {
+    trie: toktrie::TokTrie,
+    tok: Arc<Tokenizer>,
+}
+
+impl toktrie::TokenizerEnv for Vocabulary {
+    fn tok_trie(&self) -> &toktrie::TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<toktrie::TokenId> {
+        // Forced text as user text (never control tokens); bytes that are not whole UTF-8 the
+        // trie's longest-match way.
+        std::str::from_utf8(s)
+            .ok()
+            .and_then(|t| self.tok.encode_user(t, false).ok())
+            .unwrap_or_else(|| self.trie.greedy_tokenize(s))
+    }
+}
+
 impl Grammars {
-    fn factory(&self, tok: &Tokenizer) -> Result<Arc<llguidance::ParserFactory>> {
+    fn factory(&self, tok: &Arc<Tokenizer>) -> Result<Arc<llguidance::ParserFactory>> {
         self.0
             .factory
             .get_or_init(|| {
@@ -145,7 +167,10 @@ impl Grammars {
                     .unwrap_or(0);
                 let info = toktrie::TokRxInfo::new(words.len() as u32, eos);
                 let trie = toktrie::TokTrie::from(&info, &words);
-                let env: toktrie::TokEnv = Arc::new(toktrie::ApproximateTokEnv::new(trie));
+                let env: toktrie::TokEnv = Arc::new(Vocabulary {
+                    trie,
+                    tok: Arc::clone(tok),
+                });
                 let mut f =
                     llguidance::ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
                 f.quiet();
@@ -156,7 +181,7 @@ impl Grammars {
     }
 
     /// Compile `c` for generation with `tok`'s vocabulary: a typed error before any token.
-    pub fn compile(&self, tok: &Tokenizer, c: &Constraint, whitespace: bool) -> Result<Guide> {
+    pub fn compile(&self, tok: &Arc<Tokenizer>, c: &Constraint, whitespace: bool) -> Result<Guide> {
         let grammar = c.grammar(whitespace)?;
         let factory = self.factory(tok)?;
         let eos = factory.tok_env().tok_trie().eos_token();
@@ -280,6 +305,26 @@ impl Guide {
             .copied()
             .filter(|&(id, _)| mask.is_allowed(id) || (can_end && ends.contains(&id)))
             .collect())
+    }
+
+    /// The tokens the constraint forces next (the one continuation it allows, as the model's
+    /// tokenizer writes it; none where the model has a choice), at most `max`, consumed: the
+    /// caller emits them without sampling.
+    pub fn take_forced(&mut self, max: usize) -> Result<Vec<u32>> {
+        if max == 0 || self.m.is_stopped() {
+            return Ok(Vec::new());
+        }
+        let mut f = self.m.compute_ff_tokens();
+        // An end token is the generation's to take (it ends it), not a forced text token.
+        if let Some(at) = f.iter().position(|&id| self.is_end(id)) {
+            f.truncate(at);
+        }
+        f.truncate(max);
+        if !f.is_empty() {
+            self.mask = None;
+            self.m.consume_tokens(&f).map_err(guide_err)?;
+        }
+        Ok(f)
     }
 
     /// `id` was sampled: the constraint moves past it (end of sequence: nothing to move).

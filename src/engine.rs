@@ -404,7 +404,7 @@ impl Engine {
         Ok((g, cfg, tok, info))
     }
 
-    pub fn tokenizer(&self) -> &Tokenizer {
+    pub fn tokenizer(&self) -> &std::sync::Arc<Tokenizer> {
         on_session!(&self.run, s => &s.tok)
     }
 

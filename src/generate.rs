@@ -100,6 +100,9 @@ pub struct Usage {
     pub replay_ms: f64,
     /// Milliseconds the constraint took (its masks and commits; 0 without one).
     pub mask_ms: f64,
+    /// Generated tokens that were not sampled: forced by the constraint (the one
+    /// continuation it allows) or those of a picked choice. They run as one chunk.
+    pub forced_tokens: usize,
 }
 
 /// The state of one generation between steps.
@@ -124,6 +127,16 @@ pub struct Generation {
     saved: Option<Prefix>,
     /// The constraint's state: which tokens may come next.
     guide: Option<Guide>,
+    /// A `choices` constraint's options, and each one's probability once the prompt is in
+    /// the cache (see [`crate::classify::ChoiceScore`]).
+    choice_list: Option<Vec<String>>,
+    pub choices: Option<Vec<crate::classify::ChoiceScore>>,
+    /// Tokens decided without sampling (forced by the constraint, or a picked choice): each
+    /// is emitted by a step of its own, and they are run together, as one chunk, when the
+    /// last one is emitted (then the next token is sampled).
+    decided: std::collections::VecDeque<u32>,
+    /// The output ends with the last decided token (a picked choice).
+    end_after_decided: bool,
     pub usage: Usage,
 }
 
@@ -158,6 +171,10 @@ impl Generation {
     /// finished generation stays finished (only what is held back is left to give).
     pub fn replay(&mut self) {
         if self.finish().is_none() {
+            // A token already sampled (the constraint has moved past it) stays what comes.
+            if let Phase::Sampled(id) = self.phase {
+                self.decided.push_front(id);
+            }
             self.prefilled = 0;
             self.phase = Phase::Prefill { replay: true };
         }
@@ -391,6 +408,21 @@ impl<B: Backend> Session<B> {
     /// from all the logits. Under a constraint, only allowed tokens are candidates: the top-k
     /// still serves when enough of it is allowed, else the logits are read and masked.
     async fn sample_next(&mut self, g: &mut Generation, h: &B::Tensor) -> Result<u32> {
+        if let Some(guide) = g.guide.as_mut() {
+            // The one continuation the constraint allows: taken without the LM head.
+            let left = g
+                .max_tokens
+                .saturating_sub(g.usage.completion_tokens)
+                .min(self.model.cfg().n_ctx.saturating_sub(g.ids.len()));
+            let t0 = now_ms();
+            let forced = guide.take_forced(left);
+            g.usage.mask_ms += now_ms() - t0;
+            if let Some((&first, rest)) = forced?.split_first() {
+                g.usage.forced_tokens += 1 + rest.len();
+                g.decided.extend(rest);
+                return Ok(first);
+            }
+        }
         let logits = self.model.lm_head(&mut self.be, h)?;
         let needed = g.sampler.candidates_needed(&g.ids, TOP_K_MAX);
         // The constraint's own time, apart from the backend's (its top-k and readbacks).
@@ -511,6 +543,13 @@ impl<B: Backend> Session<B> {
             save_at: None,
             saved: None,
             guide,
+            choice_list: match &opts.constraint {
+                Some(Constraint::Choices(c)) => Some(c.clone()),
+                _ => None,
+            },
+            choices: None,
+            decided: Default::default(),
+            end_after_decided: false,
             usage: Usage {
                 prompt_tokens: 0,
                 prefill_tokens,
@@ -547,6 +586,11 @@ impl<B: Backend> Session<B> {
             g.usage.prompt_tokens = g.prompt_len;
             g.phase = if g.max_tokens == 0 {
                 Phase::Finished(FinishReason::Length)
+            } else if let Some(next) = g.decided.pop_front() {
+                // A replay: what comes next was decided before.
+                Phase::Sampled(next)
+            } else if let Some(first) = self.pick_choice(g).await? {
+                Phase::Sampled(first)
             } else {
                 let h = self.be.rows(&h, chunk.len() - 1, 1)?;
                 Phase::Sampled(self.sample_next(g, &h).await?)
@@ -570,6 +614,39 @@ impl<B: Backend> Session<B> {
             g.saved = Some(self.save_prefix().await?);
         }
         Ok(done)
+    }
+
+    /// A `choices` constraint, once the prompt is in the cache: every choice scored as a
+    /// branch after it ([`Session::choice_scores`]), one picked by the sampler from their
+    /// log-likelihoods (greedy: the likeliest), and its tokens decided: the first returned,
+    /// the rest queued, the output ending with them. `None` without choices (or where a
+    /// choice is too long to score: then the mask decides, token by token).
+    async fn pick_choice(&mut self, g: &mut Generation) -> Result<Option<u32>> {
+        let Some(list) = g.choice_list.take() else {
+            return Ok(None);
+        };
+        let prompt = g.ids[..g.prompt_len].to_vec();
+        g.choices = self.choice_scores(&prompt, &list).await?;
+        let Some(scores) = &g.choices else {
+            return Ok(None);
+        };
+        let cands = scores
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (i as u32, c.logprob as f32))
+            .collect();
+        let picked = g.sampler.sample_candidates(cands) as usize;
+        let mut ids = self.tok.encode_user(&list[picked], false)?;
+        let left = g
+            .max_tokens
+            .min(self.model.cfg().n_ctx.saturating_sub(g.ids.len()));
+        ids.truncate(left.max(1));
+        g.guide = None;
+        g.end_after_decided = true;
+        let first = ids[0];
+        g.decided.extend(&ids[1..]);
+        g.usage.forced_tokens += ids.len();
+        Ok(Some(first))
     }
 
     /// Emit the token sampled last and compute the one after it. `None` once finished.
@@ -609,6 +686,8 @@ impl<B: Backend> Session<B> {
             return Ok(Some(Chunk { text, token_id: id }));
         }
         let complete = match g.guide.as_mut() {
+            // The constraint is already past the decided tokens still to come.
+            _ if !g.decided.is_empty() => false,
             Some(guide) => {
                 // Computes the next mask (kept for the next sample).
                 let t0 = now_ms();
@@ -616,7 +695,7 @@ impl<B: Backend> Session<B> {
                 g.usage.mask_ms += now_ms() - t0;
                 end
             }
-            None => false,
+            None => g.end_after_decided,
         };
         if complete {
             g.phase = Phase::Finished(FinishReason::Stop);
@@ -624,11 +703,15 @@ impl<B: Backend> Session<B> {
             g.phase = Phase::Finished(FinishReason::Length);
         } else if g.ids.len() >= self.model.cfg().n_ctx {
             g.phase = Phase::Finished(FinishReason::ContextFull);
+        } else if let Some(next) = g.decided.pop_front() {
+            // Decided already: run with the others when the last of them is emitted.
+            g.phase = Phase::Sampled(next);
         } else {
-            // `id` is not in the cache until `advance` ran it.
+            // `id` (and the decided tokens before it) are not in the cache until `advance`
+            // ran them.
             g.phase = Phase::Prefill { replay: false };
             let t0 = now_ms();
-            match self.advance(g, id, abort).await {
+            match self.advance(g, abort).await {
                 Ok(next) => {
                     g.phase = Phase::Sampled(next);
                     g.prefilled = g.ids.len();
@@ -654,14 +737,11 @@ impl<B: Backend> Session<B> {
         Ok(Some(Chunk { text, token_id: id }))
     }
 
-    /// Feed `id` and sample the token after it.
-    async fn advance(
-        &mut self,
-        g: &mut Generation,
-        id: u32,
-        abort: &dyn Fn() -> bool,
-    ) -> Result<u32> {
-        let h = self.feed(&[id], abort).await?;
+    /// Feed the tokens emitted since the cache was last extended (the last one, or a run of
+    /// decided ones, as one chunk) and sample the token after them.
+    async fn advance(&mut self, g: &mut Generation, abort: &dyn Fn() -> bool) -> Result<u32> {
+        let fresh = g.ids[g.prefilled..].to_vec();
+        let h = self.feed(&fresh, abort).await?;
         self.sample_next(g, &h).await
     }
 

@@ -330,12 +330,15 @@ impl WasmEngine {
     pub fn finish(&self) -> std::result::Result<String, JsValue> {
         self.with(|st| {
             let g = st.generation.take().ok_or_else(no_generation)?;
-            serde_json::to_string(&serde_json::json!({
+            let mut r = serde_json::json!({
                 "finishReason": g.finish(),
                 "usage": g.usage,
                 "ids": g.generated(),
-            }))
-            .map_err(|e| Error::Backend(e.to_string()))
+            });
+            if let Some(c) = &g.choices {
+                r["choices"] = serde_json::json!(c);
+            }
+            serde_json::to_string(&r).map_err(|e| Error::Backend(e.to_string()))
         })
     }
 

@@ -395,3 +395,124 @@ fn the_auto_grammar_takes_text_or_whole_calls_and_nothing_between() {
     // Unfinished: a call that is not closed may not end.
     assert!(!follow("<tool_call>\n{\"name\": \"local_time\", \"arguments\": {}}").1);
 }
+
+#[test]
+fn a_choice_is_picked_by_its_likelihood_which_a_teacher_forced_pass_gives() {
+    for bytes in models() {
+        let mut e = engine(&bytes);
+        let choices: Vec<String> = vec![
+            "the cat".into(),
+            " a dog".into(),
+            "x".into(),
+            "garden".into(),
+        ];
+        let prompt = "in the garden the dog saw";
+        let p = e.tokenizer().encode_user(prompt, true).unwrap();
+        // The reference: each choice's ids teacher-forced after the prompt, log-softmax summed.
+        let n_vocab = e.config().n_vocab;
+        let want: Vec<f64> = choices
+            .iter()
+            .map(|c| {
+                let ids: Vec<u32> = p
+                    .iter()
+                    .copied()
+                    .chain(e.tokenizer().encode_user(c, false).unwrap())
+                    .collect();
+                let rows = pollster::block_on(e.logits_top_k(&ids, n_vocab, p.len() - 1)).unwrap();
+                rows.iter()
+                    .zip(&ids[p.len()..])
+                    .map(|(row, id)| {
+                        let max = row.iter().map(|x| f64::from(x.1)).fold(f64::MIN, f64::max);
+                        let lse = max
+                            + row
+                                .iter()
+                                .map(|x| (f64::from(x.1) - max).exp())
+                                .sum::<f64>()
+                                .ln();
+                        f64::from(row.iter().find(|x| x.0 == *id).unwrap().1) - lse
+                    })
+                    .sum()
+            })
+            .collect();
+        for seed in [None, Some(1), Some(2), Some(3)] {
+            let ids = e.tokenizer().encode_user(prompt, true).unwrap();
+            let opts = GenerateOptions {
+                max_tokens: 16,
+                sampler: match seed {
+                    Some(seed) => SamplerConfig {
+                        temperature: 1.0,
+                        seed,
+                        ..Default::default()
+                    },
+                    None => SamplerConfig::greedy(),
+                },
+                constraint: Some(Constraint::Choices(choices.clone())),
+                ..Default::default()
+            };
+            let mut text = String::new();
+            let g =
+                pollster::block_on(e.generate(ids, &opts, &never, &mut |c| text.push_str(&c.text)))
+                    .unwrap();
+            let scores = g.choices.clone().expect("choice scores");
+            assert_eq!(g.finish(), Some(FinishReason::Stop));
+            assert!(choices.contains(&text), "{text:?}");
+            assert_eq!(g.usage.forced_tokens, g.generated().len());
+            let total: f64 = scores.iter().map(|s| s.prob).sum();
+            assert!((total - 1.0).abs() < 1e-9, "{total}");
+            for (s, w) in scores.iter().zip(&want) {
+                assert!(
+                    (s.logprob - w).abs() < 1e-3,
+                    "{}: {} vs {w}",
+                    s.choice,
+                    s.logprob
+                );
+            }
+            if seed.is_none() {
+                let best = scores
+                    .iter()
+                    .max_by(|a, b| a.prob.total_cmp(&b.prob))
+                    .unwrap();
+                assert_eq!(text, best.choice, "greedy takes the likeliest choice");
+            }
+        }
+    }
+}
+
+#[test]
+fn forced_text_is_taken_without_sampling_and_run_as_one_chunk() {
+    for bytes in models() {
+        let mut e = engine(&bytes);
+        // Everything but the value's digits is forced.
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "a_rather_long_key": {"const": "and a fixed value"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
+            "required": ["a_rather_long_key", "n"], "additionalProperties": false});
+        let c = Constraint::JsonSchema(schema);
+        for seed in [None, Some(4)] {
+            let (text, ids, finish) = run(&mut e, "some json", Some(c.clone()), seed, 64);
+            assert_eq!(finish, Some(FinishReason::Stop), "{text:?}");
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["a_rather_long_key"], "and a fixed value");
+            assert!(v["n"].as_u64().unwrap() <= 9);
+            // Forced text is written in the tokenizer's own tokens.
+            let canon = e
+                .tokenizer()
+                .encode_user("{\"a_rather_long_key\":\"and a fixed value\",\"n\":", false)
+                .unwrap();
+            assert_eq!(&ids[..canon.len()], &canon[..], "{text:?}");
+        }
+        let ids = e.tokenizer().encode_user("some json", true).unwrap();
+        let opts = GenerateOptions {
+            max_tokens: 64,
+            sampler: SamplerConfig::greedy(),
+            constraint: Some(c.clone()),
+            ..Default::default()
+        };
+        let g = pollster::block_on(e.generate(ids, &opts, &never, &mut |_| {})).unwrap();
+        let n = g.generated().len();
+        assert!(
+            g.usage.forced_tokens + 3 >= n && g.usage.forced_tokens > n / 2,
+            "{} of {n} forced",
+            g.usage.forced_tokens
+        );
+    }
+}

@@ -628,7 +628,7 @@ try {
     }
   });
 
-  await test('structured output in the page: a JSON schema, JSON object, regex, choices and a Lark grammar constrain generate, complete and chat.completions (response_format); the same on WebGPU (SwiftShader); bad schemas are typed errors before any token', async () => {
+  await test('structured output in the page: a JSON schema, JSON object, regex, choices and a Lark grammar constrain generate, complete and chat.completions (response_format), and tool calls (whole and streamed); the same on WebGPU (SwiftShader); bad schemas are typed errors before any token', async () => {
     const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 20 }, age: { type: 'integer', minimum: 0, maximum: 120 }, city: { enum: ['Berlin', 'Paris', 'Rome'] } }, required: ['name', 'age', 'city'], additionalProperties: false };
     const body = `
       const schema = arg.schema;
@@ -638,7 +638,9 @@ try {
       const pieces = [];
       for await (const p of e.generate('A date:', { regex: /[0-9]{4}-[0-9]{2}-[0-9]{2}/, maxTokens: 32, temperature: 0.8, seed: 3 })) pieces.push(p.text);
       out.regex = pieces.join('');
-      out.choices = (await e.complete('The capital of France is', { choices: ['Berlin', 'Paris', 'Rome'], temperature: 0 })).text;
+      const picked = await e.complete('The capital of France is', { choices: [' Berlin', ' Paris', ' Rome'], temperature: 0 });
+      out.choices = picked.text.trim();
+      out.choiceScores = picked.choices;
       out.grammar = (await e.complete('Yes or no?', { grammar: 'start: "yes" | "no"', temperature: 0.9, seed: 1 })).text;
       const chat = await e.chat.completions.create({ messages: [{ role: 'user', content: 'Give me a person as JSON.' }], max_tokens: 64, temperature: 0,
         response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } } });
@@ -655,6 +657,12 @@ try {
       }
       out.errs = errs;
       out.after = (await e.complete('The sea', { maxTokens: 3, temperature: 0 })).ids.length;
+      const ask = { messages: [{ role: 'user', content: 'What is the weather in Paris?' }], tools: arg.tools, max_tokens: 200 };
+      const tc = await e.chat.completions.create({ ...ask, tool_choice: 'required', parallel_tool_calls: false, temperature: 0 });
+      out.tools = [tc.choices[0].message, tc.choices[0].finish_reason];
+      const tf = [];
+      for await (const f of await e.chat.completions.create({ ...ask, tool_choice: { type: 'function', function: { name: 'get_weather' } }, temperature: 0.8, seed: 4, stream: true })) tf.push(f.choices?.[0] ?? null);
+      out.toolStream = tf;
       return out;`;
     const check = (r, where) => {
       const v = JSON.parse(r.json[0]);
@@ -662,6 +670,10 @@ try {
       assertEq(r.json[1], 'stop', `${where}: the JSON ended when the object closed`);
       assert(/^[0-9]{4}-[0-9]{2}-[0-9]{2}$/.test(r.regex), `${where}: regex ${r.regex}`);
       assert(['Berlin', 'Paris', 'Rome'].includes(r.choices), `${where}: choices ${r.choices}`);
+      // Each choice's probability; greedy takes the likeliest.
+      const sc = r.choiceScores;
+      assert(sc.length === 3 && Math.abs(sc.reduce((a, c) => a + c.prob, 0) - 1) < 1e-6 && sc.every((c) => c.logprob <= 0), `${where}: scores ${JSON.stringify(sc)}`);
+      assertEq(sc.reduce((a, c) => (c.prob > a.prob ? c : a)).choice.trim(), r.choices, `${where}: greedy picks the likeliest choice`);
       assert(['yes', 'no'].includes(r.grammar), `${where}: grammar ${r.grammar}`);
       const p = JSON.parse(r.chat[0]);
       assert(Object.keys(p).sort().join() === 'age,city,name' && r.chat[1] === 'stop', `${where}: chat ${JSON.stringify(r.chat)}`);
@@ -673,11 +685,32 @@ try {
       assert(r.object[1] === 'stop' ? whole && typeof whole === 'object' && !Array.isArray(whole) : r.object[1] === 'length' && whole === null, `${where}: json_object ${JSON.stringify(r.object)}`);
       assertEq(r.errs, Array(6).fill('InvalidArgumentError'), `${where}: bad constraints`);
       assertEq(r.after, 3, `${where}: the engine still generates`);
+      // Tool calls: each call a tool of the list, its arguments valid for it.
+      const valid = (name, args) => {
+        const a = JSON.parse(args);
+        if (name === 'local_time') return Object.keys(a).length === 0;
+        return name === 'get_weather' && typeof a.city === 'string' && a.city.length <= 20
+          && Object.keys(a).every((k) => k === 'city' || k === 'unit') && (a.unit === undefined || ['celsius', 'fahrenheit'].includes(a.unit));
+      };
+      const [m, finish] = r.tools;
+      assert(finish === 'tool_calls' && m.content === null && m.tool_calls.length === 1, `${where}: tools ${JSON.stringify(r.tools)}`);
+      const call = m.tool_calls[0];
+      assert(call.type === 'function' && call.id.startsWith('call_') && valid(call.function.name, call.function.arguments), `${where}: call ${JSON.stringify(call)}`);
+      const parts = r.toolStream.filter((c) => c?.delta?.tool_calls).map((c) => c.delta.tool_calls[0]);
+      assert(parts.length >= 2 && parts[0].function.name === 'get_weather' && parts[0].id && parts[0].type === 'function', `${where}: first delta ${JSON.stringify(parts[0])}`);
+      assert(parts.slice(1).every((p) => p.id === undefined && p.function.name === undefined), `${where}: later deltas carry no name`);
+      assert(valid('get_weather', parts.map((p) => p.function.arguments).join('')), `${where}: streamed arguments ${parts.map((p) => p.function.arguments).join('')}`);
+      assertEq(r.toolStream.map((c) => c?.finish_reason).filter(Boolean), ['tool_calls'], `${where}: streamed finish`);
     };
+    const tools = [
+      { type: 'function', function: { name: 'get_weather', description: 'The current weather in a city', strict: true,
+        parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 20 }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } }, required: ['city'] } } },
+      { type: 'function', function: { name: 'local_time', description: 'The time here' } },
+    ];
     const cpu = await withPage(`${A}/www/`, (page) => inPage(page, `
       const e = await k.createEngine({ model, threads: 1, responseCache: false });
-      ${body}`, { schema }));
-    console.log(`     CPU: ${cpu.json[0]} | ${cpu.regex} | ${cpu.choices} | ${cpu.chat[0]}`);
+      ${body}`, { schema, tools }));
+    console.log(`     CPU: ${cpu.json[0]} | ${cpu.regex} | ${cpu.choices} | ${cpu.chat[0]} | ${JSON.stringify(cpu.tools[0].tool_calls[0].function)}`);
     check(cpu, 'CPU');
     const file = 'tiny-gemma3.gguf';
     const local = path.join(ROOT, 'models', file);
@@ -689,7 +722,7 @@ try {
       const gpu = await inPage(rec.page, `
         const e = await k.createEngine({ model: { url: '/models/${file}' }, device: 'webgpu', responseCache: false });
         if (e.info.backend !== 'webgpu') throw new Error(e.info.backend);
-        ${body}`, { schema });
+        ${body}`, { schema, tools });
       check(gpu, 'SwiftShader (tiny model)');
       assertEq(rec.errors, [], 'console errors');
     } finally {
