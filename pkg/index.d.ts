@@ -259,6 +259,8 @@ export interface Usage {
   maskMs: number;
   /** Generated tokens that were not sampled: forced by the constraint or a picked choice. */
   forcedTokens: number;
+  /** Milliseconds the constraint took to compile (the first one on a model builds its token trie). */
+  compileMs: number;
 }
 
 export type FinishReason = 'stop' | 'length' | 'context_full';

@@ -238,6 +238,34 @@ pub trait Backend {
         Ok(crate::sampler::top_k(last, k))
     }
 
+    /// [`Backend::top_k`] among the ids `allowed` marks (bit `i % 32` of word `i / 32`: an
+    /// output constraint's mask): fewer than `k` when fewer are allowed. The allowed values
+    /// are the unmasked ones, bit for bit. A GPU applies the mask on the device and still
+    /// reads back only these.
+    async fn top_k_masked(
+        &mut self,
+        x: &Self::Tensor,
+        k: usize,
+        allowed: &[u32],
+    ) -> Result<Vec<(u32, f32)>> {
+        let v = self.read(x).await?;
+        let n = self.width(x);
+        let mut last = v.len().checked_sub(n).map_or(&v[..], |s| &v[s..]).to_vec();
+        let ok = |i: usize| {
+            allowed
+                .get(i / 32)
+                .is_some_and(|w| (w >> (i % 32)) & 1 == 1)
+        };
+        for (i, l) in last.iter_mut().enumerate() {
+            if !ok(i) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        let mut top = crate::sampler::top_k(&last, k);
+        top.retain(|&(i, _)| ok(i as usize));
+        Ok(top)
+    }
+
     /// Run what was recorded so far and wait for it (a GPU submits its encoder: prefill
     /// chunks stay short of watchdog timeouts, and their time is measured). CPU: nothing.
     async fn sync(&mut self) -> Result<()> {

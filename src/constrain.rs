@@ -296,6 +296,22 @@ impl Guide {
         Ok(())
     }
 
+    /// The allowed tokens as a bitmask (bit `i % 32` of word `i / 32`), the end tokens
+    /// among them where the constraint may end: what [`crate::backend::Backend::top_k_masked`]
+    /// takes.
+    pub fn allowed_words(&mut self) -> Result<Vec<u32>> {
+        let (mask, ends) = self.mask_and_ends()?;
+        let mut w = mask.as_slice().to_vec();
+        if mask.is_allowed(ends[0]) {
+            for &id in ends {
+                if let Some(x) = w.get_mut(id as usize / 32) {
+                    *x |= 1 << (id % 32);
+                }
+            }
+        }
+        Ok(w)
+    }
+
     /// The allowed ids among `ids` (a backend's top-k), in their order.
     pub fn filter(&mut self, ids: &[(u32, f32)]) -> Result<Vec<(u32, f32)>> {
         let (mask, ends) = self.mask_and_ends()?;

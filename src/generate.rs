@@ -103,6 +103,9 @@ pub struct Usage {
     /// Generated tokens that were not sampled: forced by the constraint (the one
     /// continuation it allows) or those of a picked choice. They run as one chunk.
     pub forced_tokens: usize,
+    /// Milliseconds the constraint took to compile (with the vocabulary's token trie the
+    /// first time a model is constrained; a kept constraint is not compiled again).
+    pub compile_ms: f64,
 }
 
 /// The state of one generation between steps.
@@ -439,19 +442,15 @@ impl<B: Backend> Session<B> {
                 g.sampler.sample_top(cands, &g.ids)
             }
             (Some(k), Some(guide)) => {
-                let cands = self.be.top_k(&logits, TOP_K_MAX).await?;
-                let mut allowed = Vec::new();
+                // The top-k among the allowed tokens (on a GPU the mask goes to the device and
+                // only k pairs come back): all of them when fewer are allowed, so exact.
+                let mut words = Vec::new();
                 timed(&mut || {
-                    allowed = guide.filter(&cands)?;
+                    words = guide.allowed_words()?;
                     Ok(())
                 })?;
-                if allowed.len() >= k {
-                    g.sampler.sample_top(allowed, &g.ids)
-                } else {
-                    let mut l = self.be.read(&logits).await?;
-                    timed(&mut || guide.apply(&mut l))?;
-                    g.sampler.sample(&mut l, &g.ids)
-                }
+                let cands = self.be.top_k_masked(&logits, k, &words).await?;
+                g.sampler.sample_top(cands, &g.ids)
             }
             (None, guide) => {
                 let mut l = self.be.read(&logits).await?;
@@ -519,6 +518,7 @@ impl<B: Backend> Session<B> {
             Some(s) => s.clone(),
             None => self.default_stop_tokens(),
         };
+        let t0 = now_ms();
         let guide = match &opts.constraint {
             Some(c) => {
                 let mut g = self.grammars.compile(&self.tok, c, opts.json_whitespace)?;
@@ -527,6 +527,7 @@ impl<B: Backend> Session<B> {
             }
             None => None,
         };
+        let compile_ms = if guide.is_some() { now_ms() - t0 } else { 0.0 };
         self.keep_common_prefix(&prompt_ids);
         let prefill_tokens = prompt_ids.len() - self.cached_ids.len();
         Ok(Generation {
@@ -553,6 +554,7 @@ impl<B: Backend> Session<B> {
             usage: Usage {
                 prompt_tokens: 0,
                 prefill_tokens,
+                compile_ms,
                 ..Usage::default()
             },
         })

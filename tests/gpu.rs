@@ -406,6 +406,96 @@ fn gpu_top_k_equals_the_cpu_top_k() {
     }
 }
 
+/// The top-k under an output constraint's bitmask: on the device it is the CPU's masked top-k,
+/// the allowed values bit for bit the unmasked ones, for dense, sparse (fewer allowed than k)
+/// and empty masks.
+#[test]
+fn gpu_masked_top_k_equals_the_cpu_and_keeps_allowed_values_bit_for_bit() {
+    use kerze::gpu::backend::{GpuBackend, TOPK_MAX};
+    use kerze::Backend;
+    let mut be = pollster::block_on(GpuBackend::new(&GpuOptions::default()))
+        .unwrap()
+        .expect("no Vulkan adapter");
+    let mut cpu = kerze::cpu::CpuBackend::new();
+    let mut rng = Rng(12);
+    let n = 262_144;
+    let v: Vec<f32> = (0..n).map(|_| rng.f(-10.0, 10.0)).collect();
+    let x = be.upload(&v, 1, n).unwrap();
+    let xc = act(&v, n);
+    let words = n / 32;
+    let dense: Vec<u32> = (0..words).map(|_| rng.next() as u32).collect();
+    let mut sparse = vec![0u32; words];
+    for id in [5usize, 77, 4000, 131_072, n - 1] {
+        sparse[id / 32] |= 1 << (id % 32);
+    }
+    let empty = vec![0u32; words];
+    for (what, mask) in [("dense", &dense), ("sparse", &sparse), ("empty", &empty)] {
+        for k in [1, 40, TOPK_MAX] {
+            let got = pollster::block_on(be.top_k_masked(&x, k, mask)).unwrap();
+            let want = pollster::block_on(cpu.top_k_masked(&xc, k, mask)).unwrap();
+            assert_eq!(got, want, "{what} k {k}");
+            let allowed = |i: u32| (mask[i as usize / 32] >> (i % 32)) & 1 == 1;
+            assert!(got
+                .iter()
+                .all(|&(i, l)| allowed(i) && l.to_bits() == v[i as usize].to_bits()));
+            let n_allowed: usize = mask.iter().map(|w| w.count_ones() as usize).sum();
+            assert_eq!(got.len(), k.min(n_allowed), "{what} k {k}");
+        }
+    }
+}
+
+/// A constrained decode on the GPU (a JSON schema on Gemma 3 270M): the CPU's ids, and a step
+/// that samples still reads back at most 4 KiB (the mask goes to the device, the top-k comes
+/// back); forced tokens run without a readback of their own.
+#[test]
+fn constrained_decode_on_the_gpu_reads_back_only_the_top_k() {
+    use kerze::constrain::Constraint;
+    use kerze::{Engine, GenerateOptions, LoadOptions};
+    use std::sync::atomic::Ordering;
+    let src = FileSource::open(&common::model_path()).unwrap();
+    let mut s = gpu_session(&src);
+    let (mut cpu, _) = Engine::load(&src, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 16}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "city": {"enum": ["Berlin", "Paris", "Rome"]}}, "required": ["name", "age", "city"], "additionalProperties": false});
+    let opts = GenerateOptions {
+        max_tokens: 48,
+        sampler: kerze::SamplerConfig::greedy(),
+        constraint: Some(Constraint::JsonSchema(schema)),
+        ..Default::default()
+    };
+    let ids = s
+        .tok
+        .encode_user("Anna is 31 and lives in Paris. As JSON:", true)
+        .unwrap();
+    let mut g = pollster::block_on(s.start(ids.clone(), &opts, &|| false)).unwrap();
+    let mut reads = Vec::new();
+    loop {
+        let b0 = s.be.gpu.bytes_read.load(Ordering::Relaxed);
+        if pollster::block_on(s.step(&mut g, &|| false))
+            .unwrap()
+            .is_none()
+        {
+            break;
+        }
+        reads.push(s.be.gpu.bytes_read.load(Ordering::Relaxed) - b0);
+    }
+    assert!(
+        reads.iter().all(|&b| b <= 4096),
+        "bytes read per step: {reads:?}"
+    );
+    assert!(g.usage.forced_tokens > 0, "nothing forced");
+    let want = pollster::block_on(cpu.generate(ids, &opts, &|| false, &mut |_| {})).unwrap();
+    assert_eq!(g.generated(), want.generated());
+    assert_eq!(g.finish(), Some(kerze::FinishReason::Stop));
+    let text = s.tok.decode(g.generated(), true).unwrap();
+    eprintln!(
+        "constrained on the GPU: {text} ({} forced of {}), bytes read per step {reads:?}",
+        g.usage.forced_tokens,
+        g.generated().len()
+    );
+}
+
 /// A decode step on the GPU is one submission, reads back at most 4 KiB (the top-k) and,
 /// once a step of its shape ran, creates no buffer and no bind group; greedy generation
 /// gives the CPU engine's tokens.

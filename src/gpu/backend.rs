@@ -55,6 +55,8 @@ pub struct GpuBackend {
     pool: Pool,
     /// Rotary cos/sin put in the arena (valid for the recording of their generation).
     rope_cs: Vec<RopeCs>,
+    /// An output constraint's allowed-token bitmask, for the top-k (made at the first one).
+    mask_buf: Option<std::rc::Rc<wgpu::Buffer>>,
 }
 
 /// Rotary cos/sin in the arena: for (first position, rows, the rope's key), the recorder
@@ -80,6 +82,7 @@ impl GpuBackend {
             rec,
             pool: Pool::default(),
             rope_cs: Vec::new(),
+            mask_buf: None,
         }))
     }
 
@@ -701,12 +704,63 @@ impl Backend for GpuBackend {
     }
 
     async fn top_k(&mut self, x: &GpuTensor, k: usize) -> Result<Vec<(u32, f32)>> {
+        self.top_k_on_device(x, k, None).await
+    }
+
+    async fn top_k_masked(
+        &mut self,
+        x: &GpuTensor,
+        k: usize,
+        allowed: &[u32],
+    ) -> Result<Vec<(u32, f32)>> {
+        self.top_k_on_device(x, k, Some(allowed)).await
+    }
+
+    async fn read(&mut self, x: &GpuTensor) -> Result<Vec<f32>> {
+        let enc = self.take_enc();
+        self.gpu.read_f32(enc, &x.buf, x.len()).await
+    }
+}
+
+impl GpuBackend {
+    /// The top-k stages of [`Backend::top_k`], the first one under `allowed` when given (it
+    /// goes up in a buffer of its own: 32 KiB for 262 144 tokens).
+    async fn top_k_on_device(
+        &mut self,
+        x: &GpuTensor,
+        k: usize,
+        allowed: Option<&[u32]>,
+    ) -> Result<Vec<(u32, f32)>> {
         self.gpu.check()?;
         let k = k.clamp(1, TOPK_MAX);
         let row = self.rows(x, x.n_tok - 1, 1)?;
         let mut len = x.width;
         let mut first = true;
         let (mut in_v, mut in_i) = (row.buf.clone(), row.buf.clone());
+        let words = x.width.div_ceil(32);
+        let mask = match allowed {
+            Some(a) => {
+                let mut w = vec![0u32; words];
+                let n = a.len().min(words);
+                w[..n].copy_from_slice(&a[..n]);
+                let buf = match &self.mask_buf {
+                    Some(b) if b.size() >= (words * 4) as u64 => b.clone(),
+                    _ => {
+                        let b =
+                            std::rc::Rc::new(self.gpu.storage("token mask", (words * 4) as u64));
+                        self.mask_buf = Some(b.clone());
+                        b
+                    }
+                };
+                // Read only by this step's first stage, which the next submission runs; the
+                // last step's is read back already.
+                self.gpu
+                    .queue
+                    .write_buffer(&buf, 0, &bytes_of(&w, u32::to_le_bytes));
+                Some(buf)
+            }
+            None => None,
+        };
         loop {
             let blocks = len.div_ceil(TOPK_BLOCK);
             let out_v = self.pool.take(&self.gpu, (blocks * k * 4) as u64);
@@ -715,12 +769,14 @@ impl Backend for GpuBackend {
                 len: len as u32,
                 k: k as u32,
                 first,
+                masked: first && mask.is_some(),
             };
             self.k.topk.encode(
                 &self.gpu,
                 &mut self.rec,
                 &in_v,
                 &in_i,
+                mask.as_deref().unwrap_or(in_i.as_ref()),
                 &out_v,
                 &out_i,
                 stage,
@@ -738,10 +794,5 @@ impl Backend for GpuBackend {
             .filter(|&(v, id)| (id as usize) < x.width && v > -3.0e38)
             .map(|(v, id)| (id, v))
             .collect())
-    }
-
-    async fn read(&mut self, x: &GpuTensor) -> Result<Vec<f32>> {
-        let enc = self.take_enc();
-        self.gpu.read_f32(enc, &x.buf, x.len()).await
     }
 }

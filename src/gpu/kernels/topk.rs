@@ -16,6 +16,8 @@ pub struct TopKStage {
     pub k: u32,
     /// The input is the logits row itself (ids are positions; `in_i` is not read).
     pub first: bool,
+    /// The first stage reads the allowed-token bitmask.
+    pub masked: bool,
 }
 
 pub struct TopK {
@@ -24,13 +26,14 @@ pub struct TopK {
 
 impl TopK {
     pub fn new(gpu: &Gpu) -> Result<Self> {
-        let layout = super::layout(gpu, 4, 2, None);
+        let layout = super::layout(gpu, 5, 3, None);
         Ok(Self {
             pipeline: super::pipeline(gpu, "topk", None, "main", &layout)?,
         })
     }
 
-    /// Record one stage: `len.div_ceil(BLOCK)` workgroups, each writing `k` pairs.
+    /// Record one stage: `len.div_ceil(BLOCK)` workgroups, each writing `k` pairs. `mask`
+    /// is read only when `p.masked` (any buffer otherwise).
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &self,
@@ -38,6 +41,7 @@ impl TopK {
         rec: &mut Recorder,
         in_v: &wgpu::Buffer,
         in_i: &wgpu::Buffer,
+        mask: &wgpu::Buffer,
         out_v: &wgpu::Buffer,
         out_i: &wgpu::Buffer,
         p: TopKStage,
@@ -46,8 +50,14 @@ impl TopK {
         rec.dispatch(
             gpu,
             &self.pipeline,
-            &[in_v.into(), in_i.into(), out_v.into(), out_i.into()],
-            &[p.len, p.k, u32::from(p.first), 0],
+            &[
+                in_v.into(),
+                in_i.into(),
+                mask.into(),
+                out_v.into(),
+                out_i.into(),
+            ],
+            &[p.len, p.k, u32::from(p.first), u32::from(p.masked)],
             (blocks, 1),
         );
     }

@@ -2,23 +2,26 @@
 // instead of the whole vocabulary. One stage: each workgroup takes BLOCK candidates and
 // writes its k best, by k rounds of a tree argmax in workgroup memory (ties: the lower
 // id wins, as the CPU's argmax). Stages repeat until one block remains: 262 144 logits →
-// 256 blocks → 32 → 4 → 1 for k ≤ 128. The first stage reads the logits themselves.
+// 256 blocks → 32 → 4 → 1 for k ≤ 128. The first stage reads the logits themselves and,
+// under an output constraint, its allowed-token bitmask (bit i % 32 of word i / 32; a token
+// that is not allowed never wins), so a constrained step still reads back only k pairs.
 const BLOCK: u32 = 1024u;
 const THREADS: u32 = 256u;
 const NEG_INF: f32 = -3.4e38;
 
 struct Params {
-    len: u32,   // candidates in the input
+    len: u32,    // candidates in the input
     k: u32,
-    first: u32, // 1: the input is the logits row (ids are positions)
-    _pad: u32,
+    first: u32,  // 1: the input is the logits row (ids are positions)
+    masked: u32, // 1: the first stage reads `mask`
 }
 
 @group(0) @binding(0) var<storage, read> in_v: array<f32>;
 @group(0) @binding(1) var<storage, read> in_i: array<u32>;
-@group(0) @binding(2) var<storage, read_write> out_v: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out_i: array<u32>;
-@group(0) @binding(4) var<uniform> p: Params;
+@group(0) @binding(2) var<storage, read> mask: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out_v: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out_i: array<u32>;
+@group(0) @binding(5) var<uniform> p: Params;
 
 var<workgroup> vals: array<f32, 1024>;
 var<workgroup> ids: array<u32, 1024>;
@@ -36,8 +39,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let g = base + e;
         if (g < p.len) {
             let v = in_v[g];
-            // NaN never wins.
-            vals[e] = select(NEG_INF, v, v == v);
+            // NaN never wins, nor a token the constraint does not allow.
+            var ok = v == v;
+            if (p.masked == 1u && p.first == 1u) {
+                ok = ok && ((mask[g / 32u] >> (g % 32u)) & 1u) == 1u;
+            }
+            vals[e] = select(NEG_INF, v, ok);
             ids[e] = select(in_i[g], g, p.first == 1u);
         } else {
             vals[e] = NEG_INF;
