@@ -1,10 +1,12 @@
 //! Constrained decoding: the output must be JSON valid against a schema, any JSON object, a
-//! match of a regex, a sentence of a Lark grammar or one of a list of choices. Built on
-//! llguidance (JSON schema, regex and Lark compiled to token masks), behind one small type at
-//! the sampling boundary: [`Guide::mask`] → the sampler picks among the allowed tokens →
-//! [`Guide::commit`]. The mask only removes candidates: the allowed tokens' logits are never
-//! changed, so greedy decoding stays deterministic and picks what it would pick unconstrained
-//! whenever that is allowed.
+//! match of a regex, a sentence of a Lark grammar, one of a list of choices or tool calls.
+//! Built on llguidance (JSON schema, regex and Lark compiled to token masks), behind one small
+//! type at the sampling boundary: the allowed tokens ([`Guide::allowed_words`] for a backend's
+//! masked top-k, [`Guide::apply`] on read logits) → the sampler picks among them →
+//! [`Guide::commit`]; where only one continuation is allowed, [`Guide::take_forced`] gives its
+//! tokens without sampling. The mask only removes candidates: the allowed tokens' logits are
+//! never changed, so greedy decoding stays deterministic and picks what it would pick
+//! unconstrained whenever that is allowed.
 //!
 //! The token trie of a vocabulary (262 144 tokens for Gemma: ~1 s natively) is built once per
 //! tokenizer, at the first constrained request ([`Grammars`]); a schema compiles in about a
@@ -310,17 +312,6 @@ impl Guide {
             }
         }
         Ok(w)
-    }
-
-    /// The allowed ids among `ids` (a backend's top-k), in their order.
-    pub fn filter(&mut self, ids: &[(u32, f32)]) -> Result<Vec<(u32, f32)>> {
-        let (mask, ends) = self.mask_and_ends()?;
-        let can_end = mask.is_allowed(ends[0]);
-        Ok(ids
-            .iter()
-            .copied()
-            .filter(|&(id, _)| mask.is_allowed(id) || (can_end && ends.contains(&id)))
-            .collect())
     }
 
     /// The tokens the constraint forces next (the one continuation it allows, as the model's
