@@ -1,6 +1,6 @@
 // Compiled by `tsc --noEmit -p tests/types` in `make test`: the types describe what a site
 // writes. Not run.
-import kerze, { createEngine, probe, cache, catalog, KerzeError, type Chunk, type Progress } from 'kerze';
+import kerze, { createEngine, probe, cache, catalog, KerzeError, type Chunk, type Progress, type ChatTool } from 'kerze';
 import 'kerze/embed';
 
 async function main(out: HTMLElement): Promise<void> {
@@ -41,6 +41,25 @@ async function main(out: HTMLElement): Promise<void> {
 
   const stream = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], stream: true });
   for await (const c of stream) out.textContent += c.choices[0]?.delta.content ?? '';
+
+  const tools: ChatTool[] = [{ type: 'function', function: { name: 'get_weather', strict: true,
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+  const called = await engine.chat.completions.create({ messages: [{ role: 'user', content: 'Weather in Paris?' }], tools, tool_choice: 'required' });
+  const call = called.choices[0]?.message.tool_calls?.[0];
+  if (call && called.choices[0]?.finish_reason === 'tool_calls') {
+    const result = await engine.chat.completions.create({
+      messages: [{ role: 'user', content: 'Weather in Paris?' }, { role: 'assistant', content: null, tool_calls: [call] },
+        { role: 'tool', tool_call_id: call.id, content: JSON.parse(call.function.arguments).city + ': 18 °C' }],
+      tools, tool_choice: 'none',
+    });
+    console.log(result.choices[0]?.message.content);
+  }
+  for await (const c of await engine.chat.completions.create({ messages: [{ role: 'user', content: 'Hi' }], tools, stream: true })) {
+    const d = c.choices[0]?.delta.tool_calls?.[0];
+    if (d) console.log(d.index, d.function.name, d.function.arguments);
+  }
+  const picked = await engine.complete('Sentiment:', { choices: [' positive', ' negative'] });
+  console.log(picked.choices?.map((c) => `${c.choice} ${c.prob}`), picked.usage.forcedTokens, picked.usage.compileMs);
 
   const ids: number[] = await engine.tokenize('hello', { bos: true });
   const top = await engine.logitsTopK(ids, { k: 5 });
