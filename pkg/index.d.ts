@@ -401,6 +401,8 @@ export interface ChatCompletion {
     message: { role: 'assistant'; content: string | null; reasoning_content?: string; tool_calls?: ChatToolCall[] };
     finish_reason: 'stop' | 'length' | 'tool_calls';
     logprobs: null;
+    /** kerze: with `response_format: { type: 'choices' }`, each choice's log-likelihood and probability. */
+    choice_scores?: Array<{ choice: string; logprob: number; prob: number }>;
   }>;
   usage: ChatCompletionUsage;
   kerze: RouteTag;
@@ -416,6 +418,8 @@ export interface ChatCompletionChunk {
     delta: { role?: 'assistant'; content?: string; reasoning_content?: string; tool_calls?: ChatToolCallDelta[] };
     finish_reason: 'stop' | 'length' | 'tool_calls' | null;
     logprobs: null;
+    /** On the finish chunk, as in ChatCompletion. */
+    choice_scores?: Array<{ choice: string; logprob: number; prob: number }>;
   }>;
   usage?: ChatCompletionUsage;
   kerze: RouteTag;

@@ -605,6 +605,8 @@ export function chatCompletion(meta, text, finish, usage, toolCalls = false) {
       },
       finish_reason: calls.length && finish === 'stop' ? 'tool_calls' : finishReason(finish),
       logprobs: null,
+      // kerze: with a `choices` constraint, each choice's log-likelihood and probability.
+      ...(usage?.choices ? { choice_scores: usage.choices } : {}),
     }],
     usage: usageOf(usage),
   };
@@ -662,9 +664,11 @@ export class ChatStream {
   finish(reason, usage) {
     const parts = this.#deltas(this.#split.end(), true);
     const called = (this.#calls?.calls ?? 0) > 0 && reason === 'stop';
+    const end = this.#frame({}, called ? 'tool_calls' : finishReason(reason));
+    if (usage?.choices) end.choices[0].choice_scores = usage.choices;
     return [
       ...parts,
-      this.#frame({}, called ? 'tool_calls' : finishReason(reason)),
+      end,
       ...(this.#includeUsage ? [this.#frame(null, null, usageOf(usage))] : []),
     ];
   }

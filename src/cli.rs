@@ -673,13 +673,13 @@ fn cmd_generate(a: &GenerateArgs) -> Result<()> {
             "decode_tokens_per_s": g.usage.decode_tokens_per_s,
             "usage": g.usage,
         });
-        if let Some(c) = &g.choices {
+        if let Some(c) = &g.usage.choices {
             v["choices"] = serde_json::json!(c);
         }
         println!("{v}");
     } else {
         println!();
-        for c in g.choices.iter().flatten() {
+        for c in g.usage.choices.iter().flatten() {
             eprintln!("{:>6.1}%  {}", 100.0 * c.prob, c.choice);
         }
         eprintln!(

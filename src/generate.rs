@@ -106,6 +106,10 @@ pub struct Usage {
     /// Milliseconds the constraint took to compile (with the vocabulary's token trie the
     /// first time a model is constrained; a kept constraint is not compiled again).
     pub compile_ms: f64,
+    /// A `choices` constraint: each choice's log-likelihood after the prompt and probability
+    /// among the choices, in the order given (the answer is the one the sampler picked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub choices: Option<Vec<crate::classify::ChoiceScore>>,
 }
 
 /// The state of one generation between steps.
@@ -130,10 +134,8 @@ pub struct Generation {
     saved: Option<Prefix>,
     /// The constraint's state: which tokens may come next.
     guide: Option<Guide>,
-    /// A `choices` constraint's options, and each one's probability once the prompt is in
-    /// the cache (see [`crate::classify::ChoiceScore`]).
+    /// A `choices` constraint's options (their scores go to `usage.choices`).
     choice_list: Option<Vec<String>>,
-    pub choices: Option<Vec<crate::classify::ChoiceScore>>,
     /// Tokens decided without sampling (forced by the constraint, or a picked choice): each
     /// is emitted by a step of its own, and they are run together, as one chunk, when the
     /// last one is emitted (then the next token is sampled).
@@ -548,7 +550,6 @@ impl<B: Backend> Session<B> {
                 Some(Constraint::Choices(c)) => Some(c.clone()),
                 _ => None,
             },
-            choices: None,
             decided: Default::default(),
             end_after_decided: false,
             usage: Usage {
@@ -628,8 +629,8 @@ impl<B: Backend> Session<B> {
             return Ok(None);
         };
         let prompt = g.ids[..g.prompt_len].to_vec();
-        g.choices = self.choice_scores(&prompt, &list).await?;
-        let Some(scores) = &g.choices else {
+        g.usage.choices = self.choice_scores(&prompt, &list).await?;
+        let Some(scores) = &g.usage.choices else {
             return Ok(None);
         };
         let cands = scores

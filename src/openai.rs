@@ -817,6 +817,9 @@ pub struct ChatChoice {
     pub message: AssistantMessage,
     pub finish_reason: &'static str,
     pub logprobs: Option<()>,
+    /// kerze: with a `choices` constraint, each choice's log-likelihood and probability.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choice_scores: Option<Vec<crate::classify::ChoiceScore>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -910,6 +913,7 @@ pub fn chat_completion(
             },
             finish_reason: finish_of(finish, n),
             logprobs: None,
+            choice_scores: usage.choices.clone(),
         }],
         usage: usage.into(),
     }
@@ -932,6 +936,9 @@ pub struct ChunkChoice {
     pub delta: Delta,
     pub finish_reason: Option<&'static str>,
     pub logprobs: Option<()>,
+    /// On the finish chunk: as [`ChatChoice::choice_scores`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choice_scores: Option<Vec<crate::classify::ChoiceScore>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -1009,6 +1016,7 @@ impl ChatStream {
                     delta,
                     finish_reason: finish,
                     logprobs: None,
+                    choice_scores: None,
                 })
                 .into_iter()
                 .collect(),
@@ -1100,7 +1108,11 @@ impl ChatStream {
         let parts = self.split.end();
         let mut out = self.deltas(parts, true);
         let calls = self.calls.as_ref().map_or(0, CallSplitter::calls);
-        out.push(self.frame(Some(Delta::default()), Some(finish_of(finish, calls)), None));
+        let mut end = self.frame(Some(Delta::default()), Some(finish_of(finish, calls)), None);
+        if let Some(c) = end.choices.first_mut() {
+            c.choice_scores.clone_from(&usage.choices);
+        }
+        out.push(end);
         if self.include_usage {
             out.push(self.frame(None, None, Some(usage.into())));
         }
@@ -1125,6 +1137,10 @@ pub struct TextChoice {
     pub text: String,
     pub finish_reason: Option<&'static str>,
     pub logprobs: Option<()>,
+    /// kerze: with a `choices` constraint, each choice's log-likelihood and probability (the
+    /// whole response; not in a stream's chunks).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub choice_scores: Option<Vec<crate::classify::ChoiceScore>>,
 }
 
 /// A text completion, whole (`finish` and `usage` set) or one chunk of its stream (`finish`
@@ -1146,6 +1162,7 @@ pub fn text_completion(
                 text: t.to_string(),
                 finish_reason: finish.map(finish_reason),
                 logprobs: None,
+                choice_scores: usage.and_then(|u| u.choices.clone()),
             })
             .into_iter()
             .collect(),

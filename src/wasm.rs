@@ -335,7 +335,7 @@ impl WasmEngine {
                 "usage": g.usage,
                 "ids": g.generated(),
             });
-            if let Some(c) = &g.choices {
+            if let Some(c) = &g.usage.choices {
                 r["choices"] = serde_json::json!(c);
             }
             serde_json::to_string(&r).map_err(|e| Error::Backend(e.to_string()))

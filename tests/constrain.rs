@@ -453,7 +453,7 @@ fn a_choice_is_picked_by_its_likelihood_which_a_teacher_forced_pass_gives() {
             let g =
                 pollster::block_on(e.generate(ids, &opts, &never, &mut |c| text.push_str(&c.text)))
                     .unwrap();
-            let scores = g.choices.clone().expect("choice scores");
+            let scores = g.usage.choices.clone().expect("choice scores");
             assert_eq!(g.finish(), Some(FinishReason::Stop));
             assert!(choices.contains(&text), "{text:?}");
             assert_eq!(g.usage.forced_tokens, g.generated().len());

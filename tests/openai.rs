@@ -107,6 +107,7 @@ fn usage(u: &Value) -> Usage {
         prompt_tokens: u["promptTokens"].as_u64().unwrap() as usize,
         prefill_tokens: u["prefillTokens"].as_u64().unwrap() as usize,
         completion_tokens: u["completionTokens"].as_u64().unwrap() as usize,
+        choices: serde_json::from_value(u["choices"].clone()).ok(),
         ..Usage::default()
     }
 }

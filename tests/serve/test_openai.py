@@ -333,7 +333,7 @@ try:
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
-    @test("openai PyPI: response_format json_schema / json_object / regex: the answer parses and validates (jsonschema), whole and streamed, finish_reason stop; a bad schema is a 400")
+    @test("openai PyPI: response_format json_schema / json_object / regex / choices (with each choice's probability): the answer parses and validates (jsonschema), whole and streamed, finish_reason stop; a bad schema is a 400")
     def _():
         import jsonschema
         schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 24},
@@ -365,6 +365,20 @@ try:
         date = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "A date?"}], max_tokens=32,
                                               temperature=0, extra_body={"response_format": {"type": "regex", "regex": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}}).choices[0].message.content
         assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", date), date
+        # Choices: picked by likelihood, each one's probability beside the answer (whole and on the finish chunk).
+        options = ["billing", "delivery", "technical"]
+        ask = [{"role": "user", "content": "My parcel has not arrived. Is this about billing, delivery or technical?"}]
+        fmt = {"response_format": {"type": "choices", "choices": options}}
+        r = client.chat.completions.create(model=MODEL_ID, messages=ask, max_tokens=8, temperature=0, extra_body=fmt)
+        scores = r.choices[0].model_extra["choice_scores"]
+        assert [x["choice"] for x in scores] == options and abs(sum(x["prob"] for x in scores) - 1) < 1e-6, scores
+        assert r.choices[0].message.content == max(scores, key=lambda x: x["prob"])["choice"], (r, scores)
+        last = [c for c in client.chat.completions.create(model=MODEL_ID, messages=ask, max_tokens=8, temperature=0, stream=True,
+                                                            extra_body=fmt) if c.choices][-1]
+        assert last.choices[0].finish_reason == "stop" and last.choices[0].model_extra["choice_scores"] == scores, last
+        t = client.completions.create(model=MODEL_ID, prompt="The capital of France is", max_tokens=8, temperature=0,
+                                      extra_body={"response_format": {"type": "choices", "choices": [" Berlin", " Paris", " Rome"]}})
+        assert t.choices[0].text == " Paris" and len(t.choices[0].model_extra["choice_scores"]) == 3, t
         bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "strin"}}}}}
         expect(openai.BadRequestError, 400, lambda: client.chat.completions.create(model=MODEL_ID, messages=messages, response_format=bad))
 
