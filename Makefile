@@ -26,7 +26,7 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain fuzz clean
+.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers fuzz clean
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -194,6 +194,11 @@ bench-native: fetch
 
 bench-wasm: setup fetch
 	KERZE_BENCH=1 tests/wasm_tests.sh --test wasm_bench -- --nocapture
+
+# kerze beside llama.cpp's wasm build (@wllama/wllama) in fresh headless Chromium per run,
+# alternating, 1 and 2 threads: speeds, wall, ready, RSS after load and at its peak, ratios.
+bench-peers: setup fetch build
+	node tests/browser/bench-peers.mjs
 
 # www/bench.html through the package (worker, cache), 1 thread; prints JSON.
 bench-browser: setup fetch build

@@ -7,32 +7,7 @@
 // Beside each kerze run, the peer (www/bench-wllama.html: @wllama/wllama, llama.cpp's wasm
 // build) on the same file, prompt text and token counts in the same browser, and the ratios
 // (KERZE_BENCH_PEER=0 skips it).
-import fs from 'node:fs';
-import { serve, stopServers, launch } from './lib.mjs';
-
-/** RSS of every renderer of this browser; the largest hosts the page and its worker. */
-function rendererRssMb(browserPid) {
-  const all = [];
-  for (const pid of fs.readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-      if (!cmd.includes('--type=renderer')) continue;
-      // Only this browser's renderers: walk up the parents to its pid.
-      let p = pid;
-      let ours = false;
-      for (let i = 0; i < 8 && p && p !== '1'; i += 1) {
-        if (Number(p) === browserPid) { ours = true; break; }
-        p = fs.readFileSync(`/proc/${p}/stat`, 'utf8').split(') ')[1].split(' ')[1];
-      }
-      if (!ours) continue;
-      const rss = fs.readFileSync(`/proc/${pid}/status`, 'utf8').match(/VmRSS:\s+(\d+)/);
-      all.push(Number(rss[1]) / 1024);
-    } catch {
-      // the process ended meanwhile
-    }
-  }
-  return { page: Math.max(0, ...all), all: all.reduce((a, b) => a + b, 0) };
-}
+import { serve, stopServers, launch, rendererRssMb } from './lib.mjs';
 
 const origin = await serve('.', ['--only', 'www,pkg,dist,models,node_modules', '--coop-coep']);
 const browser = await launch();
