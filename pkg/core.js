@@ -374,12 +374,16 @@ export class Core {
       }
     }
     bytes = null;
+    // The constraint engine's token trie, built now when asked (else at the first constraint).
+    const constraintsMs = args.prepareConstraints && engineInfo.family !== 'bert'
+      ? this.engine.prepareConstraints() : null;
     this.info = {
       ...engineInfo,
       source,
       threads: loaded.threads,
       fetchMs,
       readyMs,
+      ...(constraintsMs != null ? { constraintsMs } : {}),
       sha256: spec.sha256 ?? null,
     };
     return this.info;

@@ -639,7 +639,9 @@ export async function createEngine(options = {}) {
   const {
     model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
     threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides, responseCache, prefixCache,
+    prepareConstraints = false,
   } = options;
+  if (typeof prepareConstraints !== 'boolean') throw new KerzeError('InvalidArgumentError', 'prepareConstraints must be true or false');
   const responses = limitsOf('responseCache', responseCache, RESPONSE_DEFAULTS);
   const prefixes = limitsOf('prefixCache', prefixCache, PREFIX_DEFAULTS);
   checkDevice(device);
@@ -696,7 +698,7 @@ export async function createEngine(options = {}) {
     // Set while loading: a tab killed meanwhile leaves it, and the next probe says so.
     if (spec.key) beacon.set(spec.key);
     try {
-      const info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache, prefixCache: prefixes ?? false },
+      const info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache, prefixCache: prefixes ?? false, prepareConstraints },
         { onProgress: report, signal });
       report({ phase: 'ready', loaded: 1, total: 1 });
       return info;

@@ -307,6 +307,10 @@ struct ServeArgs {
     /// Prefixes shorter than this many tokens are not kept
     #[arg(long, default_value_t = 32)]
     prefix_cache_min_tokens: usize,
+    /// Build the constraint engine's token trie at start (~1 s and ~120 MB for Gemma 3), so
+    /// that the first request with response_format, tools or choices does not wait for it
+    #[arg(long)]
+    prepare_constraints: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -492,6 +496,7 @@ fn cmd_serve(a: &ServeArgs) -> Result<()> {
             max_bytes: a.prefix_cache_mb << 20,
             min_tokens: a.prefix_cache_min_tokens,
         }),
+        prepare_constraints: a.prepare_constraints,
     })
 }
 

@@ -182,6 +182,17 @@ impl Grammars {
             .map_err(|e| Error::Backend(format!("the constraint engine did not start: {e}")))
     }
 
+    /// Build the vocabulary's token trie now (it is otherwise built at the first constraint:
+    /// ~1 s and ~120 MB for Gemma's 262 144 tokens): the milliseconds it took, 0 when built.
+    pub fn prepare(&self, tok: &Arc<Tokenizer>) -> Result<f64> {
+        if self.0.factory.get().is_some() {
+            return Ok(0.0);
+        }
+        let t0 = crate::clock::now_ms();
+        self.factory(tok)?;
+        Ok(crate::clock::now_ms() - t0)
+    }
+
     /// Compile `c` for generation with `tok`'s vocabulary: a typed error before any token.
     pub fn compile(&self, tok: &Arc<Tokenizer>, c: &Constraint, whitespace: bool) -> Result<Guide> {
         let grammar = c.grammar(whitespace)?;

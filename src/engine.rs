@@ -494,6 +494,12 @@ impl Engine {
         recovering!(self, s => s.classify(texts, labels, opts).await)
     }
 
+    /// Build the constraint engine's token trie now, so that the first constrained request
+    /// does not wait for it (~1 s and ~120 MB for Gemma 3's vocabulary): the milliseconds.
+    pub fn prepare_constraints(&self) -> Result<f64> {
+        on_session!(&self.run, s => s.prepare_constraints())
+    }
+
     /// Forget the KV cache.
     pub fn reset(&mut self) {
         on_session!(&mut self.run, s => s.reset())

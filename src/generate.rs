@@ -759,6 +759,12 @@ impl<B: Backend> Session<B> {
         (!text.is_empty()).then_some(Chunk { text, token_id: id })
     }
 
+    /// Build the constraint engine's token trie now rather than at the first constraint (see
+    /// [`Grammars::prepare`]): the milliseconds it took.
+    pub fn prepare_constraints(&self) -> Result<f64> {
+        self.grammars.prepare(&self.tok)
+    }
+
     /// The model's end of generation (eos, end of turn: see [`Tokenizer::end_of_generation`]).
     pub fn default_stop_tokens(&self) -> Vec<u32> {
         self.tok.end_of_generation().to_vec()

@@ -461,6 +461,13 @@ impl WasmEngine {
         })
     }
 
+    /// Build the constraint engine's token trie now (see `Engine::prepare_constraints`): the
+    /// milliseconds it took.
+    #[wasm_bindgen(js_name = prepareConstraints)]
+    pub fn prepare_constraints(&self) -> std::result::Result<f64, JsValue> {
+        self.with(|st| st.engine.prepare_constraints())
+    }
+
     /// Forget the KV cache.
     pub fn reset(&self) -> std::result::Result<(), JsValue> {
         self.with(|st| {

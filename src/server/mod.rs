@@ -60,6 +60,8 @@ pub struct ServeOptions {
     pub response_cache: Option<responses::ResponseCacheOptions>,
     /// Keep the KV of chats' shared prefixes (None: only in each slot's own cache).
     pub prefix_cache: Option<prefixes::PrefixOptions>,
+    /// Build the constraint engine's token trie before the server is ready.
+    pub prepare_constraints: bool,
 }
 
 /// Slots by default: 2 when the machine has 2 cores or more (a burst interleaves instead of
@@ -195,6 +197,7 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         opts.load.clone(),
         opts.slots.max(1),
         prefixes,
+        opts.prepare_constraints,
     );
     let state = Arc::new(AppState {
         admission: Admission::new(opts.slots.max(1) + opts.queue),

@@ -121,6 +121,7 @@ impl Pool {
         load: LoadOptions,
         n: usize,
         prefixes: Option<Arc<PrefixStore>>,
+        prepare_constraints: bool,
     ) -> (Arc<Pool>, mpsc::Receiver<Result<EngineInfo>>) {
         let (job_tx, job_rx) = mpsc::channel::<Job>();
         let job_rx = Arc::new(Mutex::new(job_rx));
@@ -174,6 +175,16 @@ impl Pool {
                     }
                 };
                 let on_gpu = info.backend == "webgpu";
+                if prepare_constraints && !engine.config().family.is_encoder() {
+                    // Before the forks, which share it (a GPU slot's own engine builds its own
+                    // at its first constraint).
+                    match engine.prepare_constraints() {
+                        Ok(ms) => eprintln!("kerze serve: constraint engine ready in {ms:.0} ms"),
+                        Err(e) => eprintln!(
+                            "kerze serve: warning: the constraint engine did not start: {e}"
+                        ),
+                    }
+                }
                 for tx in &init_txs {
                     let init = if on_gpu {
                         Ok(Init::Load)

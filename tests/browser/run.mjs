@@ -635,6 +635,7 @@ try {
       const out = {};
       const c = await e.complete('Extract as JSON: Anna is 31 and lives in Paris. JSON:', { schema, maxTokens: 64, temperature: 0 });
       out.json = [c.text, c.finishReason];
+      out.compile = [e.info.constraintsMs ?? null, c.usage.compileMs];
       const pieces = [];
       for await (const p of e.generate('A date:', { regex: /[0-9]{4}-[0-9]{2}-[0-9]{2}/, maxTokens: 32, temperature: 0.8, seed: 3 })) pieces.push(p.text);
       out.regex = pieces.join('');
@@ -668,6 +669,11 @@ try {
       const v = JSON.parse(r.json[0]);
       assert(typeof v.name === 'string' && v.name.length <= 20 && Number.isInteger(v.age) && ['Berlin', 'Paris', 'Rome'].includes(v.city) && Object.keys(v).length === 3, `${where}: ${r.json[0]}`);
       assertEq(r.json[1], 'stop', `${where}: the JSON ended when the object closed`);
+      if (where === 'CPU') {
+        // prepareConstraints: the token trie was built while loading, so the first schema
+        // compiles in about a millisecond (unprepared it takes ~1 s on Gemma's vocabulary).
+        assert(r.compile[0] > 0 && r.compile[1] < 200, `${where}: prepared ${JSON.stringify(r.compile)}`);
+      }
       assert(/^[0-9]{4}-[0-9]{2}-[0-9]{2}$/.test(r.regex), `${where}: regex ${r.regex}`);
       assert(['Berlin', 'Paris', 'Rome'].includes(r.choices), `${where}: choices ${r.choices}`);
       // Each choice's probability; greedy takes the likeliest.
@@ -710,7 +716,7 @@ try {
     const tinyTools = [{ type: 'function', function: { name: 'get_weather', strict: true,
       parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 6 } }, required: ['city'] } } }];
     const cpu = await withPage(`${A}/www/`, (page) => inPage(page, `
-      const e = await k.createEngine({ model, threads: 1, responseCache: false });
+      const e = await k.createEngine({ model, threads: 1, responseCache: false, prepareConstraints: true });
       ${body}`, { schema, tools, toolTokens: 200 }));
     console.log(`     CPU: ${cpu.json[0]} | ${cpu.regex} | ${cpu.choices} | ${cpu.chat[0]} | ${JSON.stringify(cpu.tools[0].tool_calls[0].function)}`);
     check(cpu, 'CPU');

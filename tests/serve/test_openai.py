@@ -111,7 +111,7 @@ def expect(cls, status, fn):
 
 
 try:
-    proc, base = start(["--api-key", KEY, "--slots", "2"])
+    proc, base = start(["--api-key", KEY, "--slots", "2", "--prepare-constraints"])
     client = openai.OpenAI(base_url=f"{base}/v1", api_key=KEY, max_retries=0)
 
     @test("openai PyPI: models.list and retrieve")
@@ -362,6 +362,8 @@ try:
                 raise AssertionError(f"length, yet whole: {obj!r}")
             except json.JSONDecodeError:
                 pass
+        # --prepare-constraints built the token trie before the server said it was ready.
+        assert any("constraint engine ready in" in x for x in proc.lines), proc.lines
         date = client.chat.completions.create(model=MODEL_ID, messages=[{"role": "user", "content": "A date?"}], max_tokens=32,
                                               temperature=0, extra_body={"response_format": {"type": "regex", "regex": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}}).choices[0].message.content
         assert re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", date), date
