@@ -217,7 +217,13 @@ impl QMatrix {
 }
 
 /// Below this many multiply-adds a matmul runs on the calling thread.
+#[cfg(not(all(target_arch = "wasm32", feature = "threads")))]
 const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// In the threads build waking the wasm pool costs more (Atomics.wait/notify across workers):
+/// a decode step's layer products (~0.3–1.3 M multiply-adds each, ~130 of them) run on the
+/// calling thread, the LM head and prefill's products on the pool.
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+const PARALLEL_MIN_MACS: usize = 1 << 22;
 /// Weight rows per work item of the pool.
 const ROW_CHUNK: usize = 64;
 
