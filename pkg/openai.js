@@ -460,6 +460,7 @@ function callHead(s) {
 export class CallSplitter {
   #state = 'text';
   #held = '';
+  #json = null;
   calls = 0;
 
   #content(out, text) {
@@ -508,22 +509,39 @@ export class CallSplitter {
         this.calls += 1;
         out.push({ index: this.calls - 1, name: h.name });
         this.#state = 'args';
+        this.#json = { depth: 0, string: false, escape: false };
         continue;
       }
-      const at = this.#held.indexOf(CALL_CLOSE);
-      if (at >= 0) {
-        const body = this.#held.slice(0, at).trimEnd();
-        this.#args(out, (body.endsWith('}') ? body.slice(0, -1) : body).trimEnd());
+      if (this.#state === 'tail') {
+        // The arguments are whole: the rest of the call (`}` and the closing tag) is skipped.
+        const at = this.#held.indexOf(CALL_CLOSE);
+        if (at < 0) break;
         this.#held = this.#held.slice(at + CALL_CLOSE.length);
         this.#state = 'text';
         continue;
       }
-      let cut = this.#held.length - partialSuffix(this.#held, CALL_CLOSE);
-      const body = this.#held.slice(0, cut).trimEnd();
-      if (body.endsWith('}')) cut = body.length - 1;
-      this.#args(out, this.#held.slice(0, cut));
+      // In the arguments: a JSON value read as it comes, so that neither a `}` nor the
+      // closing tag inside a string is taken for the call's end.
+      const a = this.#json;
+      const begun = a.depth > 0;
+      let end = -1;
+      for (let i = 0; i < this.#held.length && end < 0; i++) {
+        const c = this.#held[i];
+        if (a.escape) a.escape = false;
+        else if (c === '\\' && a.string) a.escape = true;
+        else if (c === '"') a.string = !a.string;
+        else if ((c === '{' || c === '[') && !a.string) a.depth += 1;
+        else if ((c === '}' || c === ']') && !a.string) {
+          a.depth = Math.max(0, a.depth - 1);
+          if (a.depth === 0) end = i + 1;
+        }
+      }
+      const cut = end < 0 ? this.#held.length : end;
+      const emit = this.#held.slice(0, cut);
+      this.#args(out, begun ? emit : emit.trimStart());
       this.#held = this.#held.slice(cut);
-      break;
+      if (end < 0) break;
+      this.#state = 'tail';
     }
     return out;
   }
@@ -536,7 +554,7 @@ export class CallSplitter {
     const out = [];
     if (state === 'text') this.#content(out, held);
     else if (state === 'head') this.#content(out, CALL_OPEN + held);
-    else this.#args(out, held);
+    else if (state === 'args') this.#args(out, this.#json.depth > 0 ? held : held.trimStart());
     return out;
   }
 }

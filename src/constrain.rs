@@ -148,11 +148,18 @@ impl toktrie::TokenizerEnv for Vocabulary {
     }
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<toktrie::TokenId> {
-        // Forced text as user text (never control tokens); bytes that are not whole UTF-8 the
-        // trie's longest-match way.
+        // Forced text as user text (never control tokens). Where that is not exactly these
+        // bytes (a tokenizer that adds a space before text, bytes that are not whole UTF-8),
+        // the trie's longest-match way.
         std::str::from_utf8(s)
             .ok()
             .and_then(|t| self.tok.encode_user(t, false).ok())
+            .filter(|ids| {
+                let mut b = Vec::with_capacity(s.len());
+                ids.iter()
+                    .for_each(|&id| b.extend_from_slice(self.trie.token(id)));
+                b == s
+            })
             .unwrap_or_else(|| self.trie.greedy_tokenize(s))
     }
 }

@@ -642,10 +642,12 @@ impl<B: Backend> Session<B> {
         let mut ids = self.tok.encode_user(&list[picked], false)?;
         let left = g
             .max_tokens
-            .min(self.model.cfg().n_ctx.saturating_sub(g.ids.len()));
-        ids.truncate(left.max(1));
+            .min(self.model.cfg().n_ctx.saturating_sub(g.ids.len()))
+            .max(1);
+        // Cut short by max_tokens or the context: it ends with `length`, not as a choice.
+        g.end_after_decided = ids.len() <= left;
+        ids.truncate(left);
         g.guide = None;
-        g.end_after_decided = true;
         let first = ids[0];
         g.decided.extend(&ids[1..]);
         g.usage.forced_tokens += ids.len();

@@ -479,9 +479,37 @@ fn a_choice_is_picked_by_its_likelihood_which_a_teacher_forced_pass_gives() {
 }
 
 #[test]
-fn forced_text_is_taken_without_sampling_and_run_as_one_chunk() {
+fn a_choice_cut_short_by_max_tokens_says_length() {
     for bytes in models() {
         let mut e = engine(&bytes);
+        let choices = vec!["the cat is in the garden".to_string(), "a dog".to_string()];
+        let (text, ids, finish) = run(
+            &mut e,
+            "a dog",
+            Some(Constraint::Choices(choices.clone())),
+            None,
+            1,
+        );
+        assert_eq!(ids.len(), 1);
+        assert_eq!(finish, Some(FinishReason::Length), "{text:?}");
+        assert!(
+            choices.iter().any(|c| c.starts_with(&text) && *c != text),
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
+fn forced_text_is_taken_without_sampling_and_run_as_one_chunk() {
+    // Also a SentencePiece vocabulary that puts a space before text (Llama 2's way): forced
+    // text must not gain one.
+    let mut all = models();
+    all.push(tiny_decoder_with(Family::Llama, Quants::all(GgmlType::Q8_0), 5, false).unwrap());
+    for (m, bytes) in all.iter().enumerate() {
+        // The dummy-prefix vocabulary writes forced text the trie's way (its own tokens would
+        // add a space).
+        let dummy_prefix = m == 2;
+        let mut e = engine(bytes);
         // Everything but the value's digits is forced.
         let schema = serde_json::json!({"type": "object", "properties": {
             "a_rather_long_key": {"const": "and a fixed value"}, "n": {"type": "integer", "minimum": 0, "maximum": 9}},
@@ -493,12 +521,14 @@ fn forced_text_is_taken_without_sampling_and_run_as_one_chunk() {
             let v: serde_json::Value = serde_json::from_str(&text).unwrap();
             assert_eq!(v["a_rather_long_key"], "and a fixed value");
             assert!(v["n"].as_u64().unwrap() <= 9);
-            // Forced text is written in the tokenizer's own tokens.
-            let canon = e
-                .tokenizer()
-                .encode_user("{\"a_rather_long_key\":\"and a fixed value\",\"n\":", false)
-                .unwrap();
-            assert_eq!(&ids[..canon.len()], &canon[..], "{text:?}");
+            // Forced text is written in the tokenizer's own tokens (where they are exactly
+            // the text).
+            let forced = "{\"a_rather_long_key\":\"and a fixed value\",\"n\":";
+            let canon = e.tokenizer().encode_user(forced, false).unwrap();
+            if !dummy_prefix {
+                assert_eq!(&ids[..canon.len()], &canon[..], "{text:?}");
+            }
+            assert!(text.starts_with(forced), "{text:?}");
         }
         let ids = e.tokenizer().encode_user("some json", true).unwrap();
         let opts = GenerateOptions {
@@ -515,4 +545,23 @@ fn forced_text_is_taken_without_sampling_and_run_as_one_chunk() {
             g.usage.forced_tokens
         );
     }
+}
+
+#[test]
+fn a_dummy_prefix_vocabulary_streams_its_spaces() {
+    // Llama 2's SentencePiece way: decoding strips one leading space, which must not drop the
+    // space of every streamed piece after the first.
+    let bytes = tiny_decoder_with(Family::Llama, Quants::all(GgmlType::Q8_0), 5, false).unwrap();
+    let e = engine(&bytes);
+    let tok = e.tokenizer();
+    let text = "and a fixed value, the dog";
+    let ids = tok.encode_user(text, false).unwrap();
+    let mut d = kerze::tokenizer::StreamDecoder::new();
+    let mut streamed = String::new();
+    for &id in &ids {
+        streamed.push_str(&d.step(tok, id).unwrap());
+    }
+    streamed.push_str(&d.flush(tok).unwrap());
+    assert_eq!(streamed, tok.decode(&ids, false).unwrap());
+    assert_eq!(streamed, text);
 }

@@ -53,6 +53,8 @@ for (const c of fixture('responses.json')) {
 for (const text of [
   'Sure.\n<tool_call>\n{"name": "f", "arguments": {"a": "}"}}\n</tool_call>\n<tool_call>\n{"name": "g", "arguments": {}}\n</tool_call>\n',
   'a <tool_call> b', '<tool_call>\n{"name": "f", "arguments": {"q": 1', 'text <tool_cal',
+  '<tool_call>\n{"name": "f", "arguments": {"q": "a}</tool_call>b\\"}", "n": [1, {"m": 2}]}}\n</tool_call>\nAfter.',
+  '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_',
 ]) {
   const run = (pieces) => {
     const s = new CallSplitter();
@@ -67,6 +69,10 @@ for (const text of [
     return { content, calls };
   };
   const whole = run([text]);
+  // A brace or the closing tag inside a string is the arguments'; a call cut after its
+  // arguments has no stray brace.
+  if (text.includes('a}</tool_call>b')) assert.deepEqual(whole.calls, [['f', '{"q": "a}</tool_call>b\\"}", "n": [1, {"m": 2}]}']], text);
+  if (text.endsWith('</tool_')) assert.deepEqual(whole.calls, [['f', '{"a": 1}']], text);
   for (let cut = 0; cut <= text.length; cut++) assert.deepEqual(run([text.slice(0, cut), text.slice(cut)]), whole, `${text} cut at ${cut}`);
   n += 1;
 }

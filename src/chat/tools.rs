@@ -408,8 +408,16 @@ enum Split {
     Text,
     /// After `<tool_call>`: the name is being read.
     Head,
-    /// In a call's arguments.
-    Args,
+    /// In a call's arguments: a JSON value read as it comes (its nesting depth, whether in a
+    /// string and after a backslash there), so that neither a `}` nor `</tool_call>` inside
+    /// it is taken for the call's end.
+    Args {
+        depth: usize,
+        string: bool,
+        escape: bool,
+    },
+    /// The arguments are whole: the rest of the call (`}` and `</tool_call>`) is skipped.
+    Tail,
 }
 
 /// Splits output into content and calls as the pieces of a stream arrive (the JS package's
@@ -558,7 +566,11 @@ impl CallSplitter {
                             index: self.calls - 1,
                             name,
                         });
-                        self.state = Split::Args;
+                        self.state = Split::Args {
+                            depth: 0,
+                            string: false,
+                            escape: false,
+                        };
                     }
                     Ok(None) => break,
                     Err(()) => {
@@ -569,30 +581,51 @@ impl CallSplitter {
                         break;
                     }
                 },
-                Split::Args => {
-                    if let Some(at) = self.held.find(CALL_CLOSE) {
-                        let body = self.held[..at].trim_end();
-                        let args = body
-                            .strip_suffix('}')
-                            .unwrap_or(body)
-                            .trim_end()
-                            .to_string();
-                        self.args(&mut out, &args);
-                        self.held.drain(..at + CALL_CLOSE.len());
-                        self.state = Split::Text;
+                Split::Args {
+                    mut depth,
+                    mut string,
+                    mut escape,
+                } => {
+                    // Up to where the value closes (an object or array back to depth 0).
+                    let begun = depth > 0;
+                    let mut end = None;
+                    for (i, c) in self.held.char_indices() {
+                        match c {
+                            _ if escape => escape = false,
+                            '\\' if string => escape = true,
+                            '"' => string = !string,
+                            '{' | '[' if !string => depth += 1,
+                            '}' | ']' if !string => {
+                                depth = depth.saturating_sub(1);
+                                if depth == 0 {
+                                    end = Some(i + 1);
+                                    break;
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                    let cut = end.unwrap_or(self.held.len());
+                    let emit: String = self.held.drain(..cut).collect();
+                    self.args(&mut out, if begun { &emit } else { emit.trim_start() });
+                    if end.is_some() {
+                        self.state = Split::Tail;
                         continue;
                     }
-                    // Hold the last `}` and what may be the start of the closing tag.
-                    let keep = partial_suffix(&self.held, CALL_CLOSE);
-                    let mut cut = self.held.len() - keep;
-                    let body = self.held[..cut].trim_end();
-                    if body.ends_with('}') {
-                        cut = body.len() - 1;
-                    }
-                    let emit: String = self.held.drain(..cut).collect();
-                    self.args(&mut out, &emit);
+                    self.state = Split::Args {
+                        depth,
+                        string,
+                        escape,
+                    };
                     break;
                 }
+                Split::Tail => match self.held.find(CALL_CLOSE) {
+                    Some(at) => {
+                        self.held.drain(..at + CALL_CLOSE.len());
+                        self.state = Split::Text;
+                    }
+                    None => break,
+                },
             }
         }
         out
@@ -605,7 +638,8 @@ impl CallSplitter {
         match std::mem::take(&mut self.state) {
             Split::Text => self.content(&mut out, &held),
             Split::Head => self.content(&mut out, &format!("{CALL_OPEN}{held}")),
-            Split::Args => self.args(&mut out, &held),
+            Split::Args { .. } => self.args(&mut out, held.trim_start()),
+            Split::Tail => {}
         }
         out
     }
@@ -715,6 +749,32 @@ mod tests {
                 arguments: "{\"q\": \"ab".into()
             }]
         );
+    }
+
+    #[test]
+    fn braces_and_the_closing_tag_inside_arguments_are_arguments() {
+        let text = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"q\": \"a}</tool_call>b\\\"}\", \"n\": [1, {\"m\": 2}]}}\n</tool_call>\nAfter.";
+        let args = "{\"q\": \"a}</tool_call>b\\\"}\", \"n\": [1, {\"m\": 2}]}";
+        for at in 0..=text.len() {
+            if !text.is_char_boundary(at) {
+                continue;
+            }
+            let got = joined(&all(&[&text[..at], &text[at..]]));
+            assert_eq!(
+                got,
+                (
+                    "\nAfter.".to_string(),
+                    vec![("f".to_string(), args.to_string())]
+                ),
+                "split at {at}"
+            );
+        }
+        // Cut by max_tokens right after the arguments: they are whole, no stray brace.
+        let (_, calls) = split_calls("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}");
+        assert_eq!(calls[0].arguments, "{\"a\": 1}");
+        let (_, calls) =
+            split_calls("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_");
+        assert_eq!(calls[0].arguments, "{\"a\": 1}");
     }
 
     #[test]

@@ -133,6 +133,9 @@ pub struct Tokenizer {
     byte_tokens: Vec<bool>,
     /// GPT-2 byte-level BPE: any token may end inside a UTF-8 character.
     byte_level: bool,
+    /// SentencePiece with a dummy prefix (Llama 2): decoding strips one leading space, so a
+    /// streamed piece after the first gets back the space its first `▁` stands for.
+    space_prefix: bool,
     /// The file asks for <bos> in front of a prompt (`tokenizer.ggml.add_bos_token`).
     add_bos: bool,
     /// Control tokens by id: never produced from user text.
@@ -217,6 +220,7 @@ impl Tokenizer {
         end_of_generation.sort_unstable();
         end_of_generation.dedup();
         let bos_added = bos.filter(|_| add_bos);
+        let mut space_prefix = false;
         let pipeline = if byte_level {
             let pre = g
                 .get("tokenizer.ggml.pre")
@@ -233,7 +237,7 @@ impl Tokenizer {
         } else {
             // SentencePiece's dummy prefix (Llama 2: yes; Gemma's files say no). Absent:
             // yes, as llama.cpp assumes.
-            let space_prefix = g
+            space_prefix = g
                 .get("tokenizer.ggml.add_space_prefix")
                 .and_then(Value::as_u64)
                 .is_none_or(|v| v != 0);
@@ -252,6 +256,7 @@ impl Tokenizer {
             n_vocab: n,
             byte_tokens,
             byte_level,
+            space_prefix,
             add_bos,
             control,
             chat_template,
@@ -358,6 +363,7 @@ impl Tokenizer {
             n_vocab: n,
             byte_tokens: vec![false; n],
             byte_level: false,
+            space_prefix: false,
             add_bos: bos.is_some(),
             control,
             chat_template: None,
@@ -501,6 +507,8 @@ impl Tokenizer {
 pub struct StreamDecoder {
     /// Ids not yet emitted: only a run of byte tokens that does not yet form a whole character.
     pending: Vec<u32>,
+    /// Something was emitted already (a dummy-prefix vocabulary strips only the first space).
+    emitted: bool,
 }
 
 /// A UTF-8 character has at most 4 bytes: a longer pending run is not going to complete.
@@ -520,7 +528,21 @@ impl StreamDecoder {
             return Ok(String::new());
         }
         // Both decoders (▁ → space, byte fallback, fuse; byte-level) are concatenative across
-        // pieces that end on a character boundary, so the pending ids can be forgotten here.
+        // pieces that end on a character boundary, so the pending ids can be forgotten here;
+        // but for the first leading space, which a dummy-prefix vocabulary strips.
+        let text = match self.pending.first() {
+            Some(&first)
+                if tok.space_prefix
+                    && self.emitted
+                    && tok
+                        .token(first)
+                        .is_some_and(|p| p.starts_with(SPACE) || p == "<0x20>") =>
+            {
+                format!(" {text}")
+            }
+            _ => text,
+        };
+        self.emitted |= !text.is_empty();
         self.pending.clear();
         Ok(text)
     }
