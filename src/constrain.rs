@@ -268,6 +268,9 @@ impl Guide {
                 self.ends.push(id);
             }
         }
+        if let Some(m) = self.mask.as_mut() {
+            allow_ends(&self.ends, m);
+        }
     }
 
     /// Whether `id` ends the output (it may only come where the constraint is complete).
@@ -277,15 +280,16 @@ impl Guide {
 
     /// Whether `id` may come next.
     pub fn allows(&mut self, id: u32) -> Result<bool> {
-        let eos = self.eos;
-        let ends = self.ends.len() > 1 && self.ends.contains(&id);
         let mask = self.mask()?;
-        Ok(mask.is_allowed(id) || (ends && mask.is_allowed(eos)))
+        Ok((id as usize) < mask.len() && mask.is_allowed(id))
     }
 
+    /// The tokens that may come next: the matcher's mask, with the end tokens allowed where
+    /// its end of sequence is (computed once per step, after the last commit).
     fn mask(&mut self) -> Result<&toktrie::SimpleVob> {
         if self.mask.is_none() {
-            let m = self.m.compute_mask().map_err(guide_err)?;
+            let mut m = self.m.compute_mask().map_err(guide_err)?;
+            allow_ends(&self.ends, &mut m);
             self.mask = Some(m);
         }
         self.mask
@@ -293,23 +297,12 @@ impl Guide {
             .ok_or_else(|| Error::Backend("constraint: no mask".into()))
     }
 
-    /// The mask, and the end tokens with the end of sequence first.
-    fn mask_and_ends(&mut self) -> Result<(&toktrie::SimpleVob, &[u32])> {
-        self.mask()?;
-        let mask = self
-            .mask
-            .as_ref()
-            .ok_or_else(|| Error::Backend("constraint: no mask".into()))?;
-        Ok((mask, &self.ends))
-    }
-
     /// Set every token that may not come next to −∞ in `logits` (one row of the vocabulary);
     /// allowed tokens keep their values bit for bit.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<()> {
-        let (mask, ends) = self.mask_and_ends()?;
-        let can_end = mask.is_allowed(ends[0]);
+        let mask = self.mask()?;
         for (id, l) in logits.iter_mut().enumerate() {
-            if !(mask.is_allowed(id as u32) || can_end && ends.contains(&(id as u32))) {
+            if id >= mask.len() || !mask.is_allowed(id as u32) {
                 *l = f32::NEG_INFINITY;
             }
         }
@@ -320,16 +313,7 @@ impl Guide {
     /// among them where the constraint may end: what [`crate::backend::Backend::top_k_masked`]
     /// takes.
     pub fn allowed_words(&mut self) -> Result<Vec<u32>> {
-        let (mask, ends) = self.mask_and_ends()?;
-        let mut w = mask.as_slice().to_vec();
-        if mask.is_allowed(ends[0]) {
-            for &id in ends {
-                if let Some(x) = w.get_mut(id as usize / 32) {
-                    *x |= 1 << (id % 32);
-                }
-            }
-        }
-        Ok(w)
+        Ok(self.mask()?.as_slice().to_vec())
     }
 
     /// The tokens the constraint forces next (the one continuation it allows, as the model's
@@ -368,9 +352,28 @@ impl Guide {
         if self.m.is_stopped() {
             return Ok(true);
         }
-        let eos = self.eos;
-        let mask = self.mask()?;
-        Ok(mask.num_set() == 1 && mask.is_allowed(eos))
+        // Nothing allowed but the end tokens.
+        self.mask()?;
+        let Some(mask) = self.mask.as_ref() else {
+            return Ok(false);
+        };
+        let ends = self
+            .ends
+            .iter()
+            .filter(|&&id| (id as usize) < mask.len() && mask.is_allowed(id))
+            .count();
+        Ok(mask.is_allowed(self.eos) && mask.num_set() == ends)
+    }
+}
+
+/// Allow every end token in `m` where its first (the end of sequence) is allowed: a chat
+/// model may end its turn with its own token wherever the constraint is complete.
+fn allow_ends(ends: &[u32], m: &mut toktrie::SimpleVob) {
+    if ends.first().is_some_and(|&eos| m.is_allowed(eos)) {
+        let n = m.len();
+        for &id in ends.iter().filter(|&&id| (id as usize) < n) {
+            m.allow_token(id);
+        }
     }
 }
 

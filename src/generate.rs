@@ -158,6 +158,13 @@ enum Phase {
 }
 
 impl Generation {
+    /// How many more tokens may be generated: within `max_tokens` and the context.
+    fn tokens_left(&self, n_ctx: usize) -> usize {
+        self.max_tokens
+            .saturating_sub(self.usage.completion_tokens)
+            .min(n_ctx.saturating_sub(self.ids.len()))
+    }
+
     /// Generated ids so far.
     pub fn generated(&self) -> &[u32] {
         &self.ids[self.prompt_len..]
@@ -410,15 +417,13 @@ impl<B: Backend> Session<B> {
 
     /// Sample the next token from the hidden state `h` (one row): from the backend's top-k
     /// when the sampler can decide from that (a GPU reads back a few hundred bytes), else
-    /// from all the logits. Under a constraint, only allowed tokens are candidates: the top-k
-    /// still serves when enough of it is allowed, else the logits are read and masked.
+    /// from all the logits. Under a constraint, only allowed tokens are candidates (the
+    /// backend's top-k among them, or the read logits masked); where it allows one
+    /// continuation, its tokens are taken without sampling.
     async fn sample_next(&mut self, g: &mut Generation, h: &B::Tensor) -> Result<u32> {
+        let left = g.tokens_left(self.model.cfg().n_ctx);
         if let Some(guide) = g.guide.as_mut() {
             // The one continuation the constraint allows: taken without the LM head.
-            let left = g
-                .max_tokens
-                .saturating_sub(g.usage.completion_tokens)
-                .min(self.model.cfg().n_ctx.saturating_sub(g.ids.len()));
             let t0 = now_ms();
             let forced = guide.take_forced(left);
             g.usage.mask_ms += now_ms() - t0;
@@ -640,10 +645,7 @@ impl<B: Backend> Session<B> {
             .collect();
         let picked = g.sampler.sample_candidates(cands) as usize;
         let mut ids = self.tok.encode_user(&list[picked], false)?;
-        let left = g
-            .max_tokens
-            .min(self.model.cfg().n_ctx.saturating_sub(g.ids.len()))
-            .max(1);
+        let left = g.tokens_left(self.model.cfg().n_ctx).max(1);
         // Cut short by max_tokens or the context: it ends with `length`, not as a choice.
         g.end_after_decided = ids.len() <= left;
         ids.truncate(left);
