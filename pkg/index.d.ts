@@ -2,7 +2,7 @@
 
 /** Every error name the engine produces. */
 export type KerzeErrorName =
-  | 'GgufError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelTooLargeError' | 'ModelConfigError'
+  | 'GgufError' | 'OnnxError' | 'UnsupportedArchError' | 'UnsupportedTensorTypeError' | 'ModelTooLargeError' | 'ModelConfigError'
   | 'TokenizerError' | 'ContextFullError' | 'InvalidArgumentError' | 'AbortError' | 'ModelError'
   | 'BackendError' | 'DeviceError' | 'IoError' | 'SnapshotError' | 'EngineBusyError' | 'DownloadError' | 'IntegrityError'
   | 'UnsupportedDeviceError' | 'WorkerError' | 'DisposedError' | 'EngineCrashedError'

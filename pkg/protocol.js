@@ -14,7 +14,7 @@
 
 /** Every error name the engine produces (Rust `Error::kind()` plus the JS side's own). */
 export const ERROR_NAMES = Object.freeze([
-  'GgufError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelTooLargeError', 'ModelConfigError',
+  'GgufError', 'OnnxError', 'UnsupportedArchError', 'UnsupportedTensorTypeError', 'ModelTooLargeError', 'ModelConfigError',
   'TokenizerError', 'ContextFullError', 'InvalidArgumentError', 'AbortError', 'ModelError',
   'BackendError', 'DeviceError', 'IoError', 'SnapshotError', 'EngineBusyError', 'DownloadError', 'IntegrityError',
   'UnsupportedDeviceError', 'WorkerError', 'DisposedError', 'EngineCrashedError',

@@ -104,6 +104,19 @@ fn verified(path: &Path, e: &Entry) -> Result<bool> {
     }
 }
 
+/// A model argument's bytes: a local `.gguf`, a catalog id (fetched when missing), or an
+/// ONNX export (a `.onnx` file or a folder with `model.onnx`, its `tokenizer.json` and
+/// `config.json` beside it), converted in memory to the GGUF the engine loads.
+pub fn open(model: &str, log: &mut dyn FnMut(&str)) -> Result<Box<dyn crate::ByteSource>> {
+    if let Some(onnx) = crate::convert::onnx_file(Path::new(model)) {
+        let bytes = crate::convert::convert_onnx_file(&onnx, None)?;
+        return Ok(Box::new(bytes));
+    }
+    Ok(Box::new(crate::gguf::FileSource::open(&resolve(
+        model, log,
+    )?)?))
+}
+
 /// A model argument: a path to a local `.gguf`, or a catalog id (fetched when missing).
 pub fn resolve(model: &str, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     let p = Path::new(model);
@@ -112,11 +125,13 @@ pub fn resolve(model: &str, log: &mut dyn FnMut(&str)) -> Result<PathBuf> {
     }
     match find(model)? {
         Some(e) => fetch(&e, &models_dir(), cache_dir().as_deref(), log),
-        None if model.ends_with(".gguf") => Err(Error::Model(format!("no file at {model}"))),
+        None if model.ends_with(".gguf") || model.ends_with(".onnx") => {
+            Err(Error::Model(format!("no file at {model}")))
+        }
         None => {
             let ids: Vec<String> = entries()?.into_iter().map(|e| e.id).collect();
             Err(Error::Model(format!(
-                "`{model}` is neither a .gguf file nor a catalog id (known ids: {})",
+                "`{model}` is neither a .gguf or .onnx file, a folder with model.onnx, nor a catalog id (known ids: {})",
                 ids.join(", ")
             )))
         }

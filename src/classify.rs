@@ -29,6 +29,9 @@ pub enum Labels {
     Names(Vec<String>),
     /// Label → example texts (few-shot), in the caller's order.
     Examples(Vec<(String, Vec<String>)>),
+    /// The model's own labels, scored by its classification head (a
+    /// `…ForSequenceClassification` model: no labels given).
+    Head,
 }
 
 impl Labels {
@@ -36,12 +39,16 @@ impl Labels {
         match self {
             Self::Names(n) => n.iter().map(String::as_str).collect(),
             Self::Examples(e) => e.iter().map(|(l, _)| l.as_str()).collect(),
+            Self::Head => Vec::new(),
         }
     }
 
     /// Empty, duplicate, blank or too many labels, or a label without examples: a typed
     /// error that names it.
     pub fn check(&self) -> Result<()> {
+        if *self == Self::Head {
+            return Ok(());
+        }
         let names = self.names();
         if names.is_empty() {
             return Err(bad("labels: give at least one label".into()));
@@ -341,13 +348,38 @@ impl<B: Backend> Session<B> {
             return Err(bad("no texts".into()));
         }
         let t0 = crate::clock::now_ms();
-        let mut out = if self.model.cfg().family.is_encoder() {
+        let mut out = if *labels == Labels::Head {
+            self.classify_by_head(texts).await?
+        } else if self.model.cfg().family.is_encoder() {
             self.classify_by_embeddings(texts, labels, opts).await?
         } else {
             self.classify_by_likelihood(texts, labels, opts).await?
         };
         out.usage.ms = crate::clock::now_ms() - t0;
         Ok(out)
+    }
+
+    /// Scores by the model's own head: softmax over its labels (sigmoids for a multi-label
+    /// head, the raw values for regression).
+    async fn classify_by_head(&mut self, texts: &[&str]) -> Result<Classified> {
+        let (logits, e) = self.head_logits(texts).await?;
+        let head = self
+            .model
+            .head()
+            .ok_or_else(|| Error::Backend("classify: no head".into()))?;
+        let names: Vec<&str> = head.labels.iter().map(String::as_str).collect();
+        let results = logits
+            .iter()
+            .map(|l| ranked(&names, &head.scores(l)))
+            .collect();
+        Ok(Classified {
+            results,
+            usage: ClassifyUsage {
+                texts_encoded: texts.len(),
+                prompt_tokens: e.prompt_tokens,
+                ..Default::default()
+            },
+        })
     }
 
     /// Unit embeddings of `texts` from the kept ones, the rest encoded in one call.
@@ -414,6 +446,7 @@ impl<B: Backend> Session<B> {
                     .map(|t| by_similarity(t, &lv, opts.temperature))
                     .collect()
             }
+            Labels::Head => return self.classify_by_head(texts).await,
             Labels::Examples(ex) => {
                 let all: Vec<String> = ex.iter().flat_map(|(_, t)| t.iter().cloned()).collect();
                 let vs = self.kept(&all, &mut usage).await?;
@@ -642,6 +675,9 @@ impl<B: Backend> Session<B> {
 /// (few-shot), with typed errors for anything else.
 pub fn labels_from_json(v: &serde_json::Value) -> Result<Labels> {
     use serde_json::Value;
+    if v.is_null() {
+        return Ok(Labels::Head);
+    }
     let text = |x: &Value, what: &str| -> Result<String> {
         x.as_str()
             .map(str::to_string)
@@ -673,7 +709,7 @@ pub fn labels_from_json(v: &serde_json::Value) -> Result<Labels> {
                 .collect::<Result<_>>()?,
         )),
         other => Err(bad(format!(
-            "labels are an array of names or an object label → example texts, not {other}"
+            "labels are an array of names, an object label → example texts, or null (a classification model's own labels), not {other}"
         ))),
     }
 }

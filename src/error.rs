@@ -7,6 +7,9 @@ pub enum Error {
     /// The bytes are not a GGUF file, or the file is truncated or corrupt.
     #[error("invalid GGUF: {0}")]
     Gguf(String),
+    /// The bytes are not an ONNX model kerze can read: truncated, corrupt, or past its limits.
+    #[error("invalid ONNX: {0}")]
+    Onnx(String),
     /// A well-formed file for an architecture this build does not run.
     #[error("unsupported architecture `{arch}`: kerze runs {supported}")]
     UnsupportedArch {
@@ -70,6 +73,7 @@ impl Error {
     /// `pkg/index.d.ts` lists the same: `tests/error_names.rs` checks the three agree.
     pub const KINDS: &'static [&'static str] = &[
         "GgufError",
+        "OnnxError",
         "UnsupportedArchError",
         "UnsupportedTensorTypeError",
         "ModelTooLargeError",
@@ -108,6 +112,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::Gguf(_) => "GgufError",
+            Error::Onnx(_) => "OnnxError",
             Error::UnsupportedArch { .. } => "UnsupportedArchError",
             Error::UnsupportedTensorType { .. } => "UnsupportedTensorTypeError",
             Error::ModelTooLarge { .. } => "ModelTooLargeError",

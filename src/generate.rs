@@ -839,25 +839,51 @@ impl<B: Backend> Session<B> {
         texts: &[&str],
         opts: &crate::embed::EmbedOptions,
     ) -> Result<crate::embed::Embeddings> {
-        use crate::embed::{batches, normalize, plan, pool, EmbedUsage, Embeddings};
+        use crate::embed::{normalize, Embeddings};
+        let pooling = self
+            .model
+            .cfg()
+            .pooling
+            .ok_or_else(|| self.not_an_encoder())?;
+        let t0 = now_ms();
+        let (mut data, mut usage) = self.pooled(texts, opts.overflow, pooling).await?;
+        if opts.normalize {
+            data.iter_mut().for_each(|v| normalize(v));
+        }
+        usage.encode_ms = now_ms() - t0;
+        Ok(Embeddings { data, usage })
+    }
+
+    fn not_an_encoder(&self) -> Error {
+        Error::InvalidArgument(format!(
+            "{} is a decoder: embeddings come from an encoder model (bert)",
+            self.model.cfg().arch
+        ))
+    }
+
+    /// One pooled, unnormalised vector per text; a text in chunks gets its pieces' vectors
+    /// averaged, weighted by their tokens.
+    pub(crate) async fn pooled(
+        &mut self,
+        texts: &[&str],
+        overflow: crate::embed::Overflow,
+        pooling: crate::config::Pooling,
+    ) -> Result<(Vec<Vec<f32>>, crate::embed::EmbedUsage)> {
+        use crate::embed::{batches, plan, pool, EmbedUsage};
         let cfg = self.model.cfg().clone();
-        let pooling = cfg.pooling.ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{} is a decoder: embeddings come from an encoder model (bert)",
-                cfg.arch
-            ))
-        })?;
+        if cfg.pooling.is_none() {
+            return Err(self.not_an_encoder());
+        }
         if texts.is_empty() {
             return Err(Error::InvalidArgument("embed: no texts".into()));
         }
-        let t0 = now_ms();
         let mut usage = EmbedUsage::default();
         // Each text's pieces (one, or its chunks), and which text each piece belongs to.
         let mut pieces: Vec<Vec<u32>> = Vec::new();
         let mut owner: Vec<usize> = Vec::new();
         for (i, t) in texts.iter().enumerate() {
             let ids = self.tok.encode_user(t, true)?;
-            for p in plan(ids, cfg.max_seq, opts.overflow, &mut usage)?.pieces {
+            for p in plan(ids, cfg.max_seq, overflow, &mut usage)?.pieces {
                 owner.push(i);
                 pieces.push(p);
             }
@@ -871,7 +897,6 @@ impl<B: Backend> Session<B> {
             vectors.extend(pool(&rows, cfg.n_embd, &lens, pooling));
         }
         usage.prompt_tokens = pieces.iter().map(Vec::len).sum();
-        // A chunked text: its pieces' vectors averaged, weighted by their tokens.
         let mut data = vec![vec![0f64; cfg.n_embd]; texts.len()];
         let mut weight = vec![0f64; texts.len()];
         for ((v, &i), p) in vectors.iter().zip(&owner).zip(&pieces) {
@@ -884,16 +909,35 @@ impl<B: Backend> Session<B> {
         let data = data
             .into_iter()
             .zip(weight)
-            .map(|(v, w)| {
-                let mut v: Vec<f32> = v.iter().map(|x| (x / w) as f32).collect();
-                if opts.normalize {
-                    normalize(&mut v);
-                }
-                v
-            })
+            .map(|(v, w)| v.iter().map(|x| (x / w) as f32).collect())
             .collect();
-        usage.encode_ms = now_ms() - t0;
-        Ok(Embeddings { data, usage })
+        Ok((data, usage))
+    }
+
+    /// The classification head's outputs per text (its `[CLS]` state, the text truncated
+    /// to the model's length): the logits, before softmax or sigmoid.
+    pub async fn head_logits(
+        &mut self,
+        texts: &[&str],
+    ) -> Result<(Vec<Vec<f64>>, crate::embed::EmbedUsage)> {
+        if self.model.head().is_none() {
+            return Err(Error::InvalidArgument(
+                "classify: this model has no classification head: give labels (names or examples)"
+                    .into(),
+            ));
+        }
+        let (cls, usage) = self
+            .pooled(
+                texts,
+                crate::embed::Overflow::Truncate,
+                crate::config::Pooling::Cls,
+            )
+            .await?;
+        let head = self
+            .model
+            .head()
+            .ok_or_else(|| Error::Backend("head gone".into()))?;
+        Ok((cls.iter().map(|c| head.logits(c)).collect(), usage))
     }
 }
 

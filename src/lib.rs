@@ -21,6 +21,7 @@ pub mod classify;
 pub mod clock;
 pub mod config;
 pub mod constrain;
+pub mod convert;
 pub mod cpu;
 pub mod embed;
 pub mod engine;
@@ -30,6 +31,7 @@ pub mod gguf;
 #[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod model;
+pub mod onnx;
 pub mod openai;
 pub mod prefix;
 pub mod sampler;
@@ -40,8 +42,6 @@ pub mod tokenizer;
 pub mod catalog;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod convert;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod server;
 

@@ -29,8 +29,136 @@ pub struct Layer<B: Backend> {
     pub out_norm: (B::Weight, B::Weight),  // (n_embd), (n_embd)
 }
 
+/// How a classification head's outputs become scores (`problem_type` of `config.json`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    /// Softmax over the labels (the default).
+    SingleLabel,
+    /// A sigmoid per label: each score on its own.
+    MultiLabel,
+    /// The raw outputs.
+    Regression,
+}
+
+/// A sequence-classification head (`BertForSequenceClassification`): the `[CLS]` state →
+/// pooler → tanh (DistilBERT: pre-classifier → ReLU) → classifier. A few thousand
+/// multiply-adds per text, so it runs on the host in f32, on any backend.
+pub struct Head {
+    /// `(n_embd × n_embd, n_embd)` and whether ReLU (else tanh) follows; `None`: the
+    /// classifier reads the `[CLS]` state itself.
+    pub pooler: Option<(Vec<f32>, Vec<f32>, bool)>,
+    /// `(n_labels × n_embd, n_labels)`.
+    pub out: (Vec<f32>, Vec<f32>),
+    pub labels: Vec<String>,
+    pub problem: Problem,
+}
+
+impl Head {
+    /// The head's outputs for one `[CLS]` state.
+    pub fn logits(&self, cls: &[f32]) -> Vec<f64> {
+        let affine = |w: &[f32], b: &[f32], x: &[f32]| -> Vec<f32> {
+            b.iter()
+                .zip(w.chunks_exact(x.len()))
+                .map(|(&b, row)| {
+                    let dot: f64 = row
+                        .iter()
+                        .zip(x)
+                        .map(|(&w, &x)| f64::from(w) * f64::from(x))
+                        .sum();
+                    (dot + f64::from(b)) as f32
+                })
+                .collect()
+        };
+        let pooled = match &self.pooler {
+            Some((w, b, relu)) => affine(w, b, cls)
+                .into_iter()
+                .map(|v| if *relu { v.max(0.0) } else { v.tanh() })
+                .collect(),
+            None => cls.to_vec(),
+        };
+        affine(&self.out.0, &self.out.1, &pooled)
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    }
+
+    /// Scores from [`Head::logits`]: softmax, sigmoids or the values themselves.
+    pub fn scores(&self, logits: &[f64]) -> Vec<f64> {
+        match self.problem {
+            Problem::SingleLabel => crate::classify::softmax(logits),
+            Problem::MultiLabel => logits.iter().map(|&z| 1.0 / (1.0 + (-z).exp())).collect(),
+            Problem::Regression => logits.to_vec(),
+        }
+    }
+
+    /// The head of file `g`, if it has one (`cls.output.*`, and `cls.*` for the pooler).
+    pub fn load(g: &Gguf, src: &dyn ByteSource, n_embd: usize) -> Result<Option<Self>> {
+        use crate::convert::{KEY_HEAD_ACTIVATION, KEY_LABELS, KEY_PROBLEM_TYPE};
+        let Some(out_w) = g.tensor("cls.output.weight") else {
+            return Ok(None);
+        };
+        let n = out_w.dims.get(1).copied().unwrap_or(0) as usize;
+        if n == 0 || n > crate::classify::MAX_LABELS {
+            return Err(Error::Config(format!(
+                "cls.output.weight: {n} labels (1 to {})",
+                crate::classify::MAX_LABELS
+            )));
+        }
+        let read = |name: &str, dims: &[usize]| super::host_f32(g, src, name, dims);
+        let out = (
+            read("cls.output.weight", &[n_embd, n])?,
+            read("cls.output.bias", &[n])?,
+        );
+        let act = g
+            .get(KEY_HEAD_ACTIVATION)
+            .and_then(|v| v.as_str())
+            .unwrap_or("tanh");
+        let pooler = match (act, g.tensor("cls.weight")) {
+            ("none", _) | (_, None) => None,
+            (a @ ("tanh" | "relu"), Some(_)) => Some((
+                read("cls.weight", &[n_embd, n_embd])?,
+                read("cls.bias", &[n_embd])?,
+                a == "relu",
+            )),
+            (other, _) => {
+                return Err(Error::Config(format!(
+                    "{KEY_HEAD_ACTIVATION} {other} (tanh, relu or none)"
+                )))
+            }
+        };
+        let labels: Vec<String> = match g
+            .get(KEY_LABELS)
+            .and_then(|v| v.as_array())
+            .and_then(|a| a.strings())
+        {
+            Some(s) if s.len() == n => s.iter().map(str::to_string).collect(),
+            Some(s) => {
+                return Err(Error::Config(format!(
+                    "{KEY_LABELS} has {} labels, the classifier {n} outputs",
+                    s.len()
+                )))
+            }
+            None => (0..n).map(|i| format!("LABEL_{i}")).collect(),
+        };
+        let problem = match g.get(KEY_PROBLEM_TYPE).and_then(|v| v.as_str()) {
+            None | Some("single_label_classification") => Problem::SingleLabel,
+            Some("multi_label_classification") => Problem::MultiLabel,
+            Some("regression") => Problem::Regression,
+            Some(other) => return Err(Error::Config(format!("{KEY_PROBLEM_TYPE} {other}"))),
+        };
+        Ok(Some(Self {
+            pooler,
+            out,
+            labels,
+            problem,
+        }))
+    }
+}
+
 pub struct Bert<B: Backend> {
     pub cfg: ModelConfig,
+    /// A sequence-classification head, when the file has one.
+    pub head: Option<Head>,
     pub token_embd: B::Weight,             // (n_vocab, n_embd)
     pub position_embd: B::Weight,          // (n_ctx_train, n_embd)
     pub token_types: Option<B::Weight>,    // (n_token_types, n_embd); None: DistilBERT
@@ -78,6 +206,7 @@ impl<B: Backend> Bert<B> {
                 t("layer_output_norm.bias", &[e]),
             ]);
         }
+        let head = Head::load(g, src, e)?;
         let mut w = super::load_weights(be, g, src, &wanted, progress)?;
         let token_embd = w.next_required()?;
         let position_embd = w.next_required()?;
@@ -116,6 +245,7 @@ impl<B: Backend> Bert<B> {
         }
         Ok(Self {
             cfg,
+            head,
             token_embd,
             position_embd,
             token_types,

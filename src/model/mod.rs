@@ -111,6 +111,14 @@ impl<B: Backend> Model<B> {
         }
     }
 
+    /// The sequence-classification head of an encoder that has one.
+    pub fn head(&self) -> Option<&bert::Head> {
+        match self {
+            Self::Bert(m) => m.head.as_ref(),
+            _ => None,
+        }
+    }
+
     /// Every token's state for a batch of texts, packed `(Σ len, n_embd)`: encoders only.
     pub fn encode(&self, be: &mut B, texts: &[Vec<u32>]) -> Result<B::Tensor> {
         match self {
@@ -299,6 +307,33 @@ pub fn load_weights<B: Backend>(
         out.push((w.name.clone(), weight));
     }
     Ok(Weights(out.into_iter()))
+}
+
+/// An F32 tensor of `dims` (ggml order) read on the host, every value finite.
+pub fn host_f32(g: &Gguf, src: &dyn ByteSource, name: &str, dims: &[usize]) -> Result<Vec<f32>> {
+    let info = g
+        .tensor(name)
+        .ok_or_else(|| Error::Config(format!("tensor {name} is missing")))?;
+    let want: Vec<u64> = dims.iter().map(|&d| d as u64).collect();
+    if info.ty != GgmlType::F32 || info.dims != want {
+        return Err(Error::Config(format!(
+            "tensor {name} is {} {:?}, expected F32 {want:?}",
+            info.ty, info.dims
+        )));
+    }
+    let n: usize = dims.iter().product();
+    let mut buf = vec![0u8; n * 4];
+    src.read_at(info.offset, &mut buf)?;
+    let v: Vec<f32> = buf
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err(Error::Config(format!(
+            "tensor {name} holds a value that is not finite"
+        )));
+    }
+    Ok(v)
 }
 
 /// A small F32 vector read on the host (Llama 3's `rope_freqs.weight`), if the file has it

@@ -8,7 +8,6 @@ use crate::chat::{ChatOptions, Message};
 use crate::engine::{Engine, EngineInfo, LoadOptions};
 use crate::error::{Error, Result};
 use crate::generate::{FinishReason, GenerateOptions, Usage};
-use crate::gguf::FileSource;
 use crate::server::prefixes::PrefixStore;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -256,8 +255,8 @@ fn spawn(i: usize, f: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle
 }
 
 fn open(path: &std::path::Path, load: &LoadOptions) -> Result<(Engine, EngineInfo)> {
-    let src = FileSource::open(path)?;
-    pollster::block_on(Engine::load_async(Box::new(src), load, &mut |_, _| {}))
+    let src = crate::catalog::open(&path.to_string_lossy(), &mut |_| {})?;
+    pollster::block_on(Engine::load_async(src, load, &mut |_, _| {}))
 }
 
 /// Take jobs until the queue closes.
