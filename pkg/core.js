@@ -262,6 +262,24 @@ async function readCached(hit, signal, onProgress) {
   return buf;
 }
 
+
+/** An ONNX export's tokenizer.json and config.json as text: fetched when given as URLs. */
+async function onnxCompanions(parts, signal) {
+  const text = async (v, what) => {
+    if (typeof v !== 'string') return JSON.stringify(v);
+    let r;
+    try {
+      r = await fetch(v, { signal });
+    } catch (e) {
+      if (e?.name === 'AbortError') throw e;
+      throw new KerzeError('ModelError', `the ONNX model's ${what}.json could not be fetched from ${v}: ${e?.message ?? e}`);
+    }
+    if (!r.ok) throw new KerzeError('ModelError', `the ONNX model's ${what}.json: HTTP ${r.status} from ${v}`);
+    return r.text();
+  };
+  return { tokenizer: await text(parts.tokenizer, 'tokenizer'), config: await text(parts.config, 'config') };
+}
+
 export class Core {
   /**
    * @param {{ warn?: (message: string) => void, info?: (info: object) => void,
@@ -348,8 +366,10 @@ export class Core {
     const fetchMs = performance.now() - t0;
     throwIfAborted(signal);
     const t1 = performance.now();
+    // An ONNX export: its tokenizer.json and config.json go with it, converted in the engine.
+    const onnx = spec.onnx ? await onnxCompanions(spec.onnx, signal) : null;
     // What the page's check found goes to the engine, which writes the reason (engine.rs choose).
-    const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null, noGpu: gpu ? null : noGpu });
+    const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null, noGpu: gpu ? null : noGpu, onnx });
     const progress = (loaded, total) => onProgress({ phase: 'load', loaded, total });
     progress(0, bytes.size ?? bytes.byteLength);
     this.engine = await this.glue.Engine.loadAsync(bytes, opts, progress);
@@ -618,7 +638,7 @@ export class Core {
   async classify(texts, labels, options) {
     const engine = this.#need();
     if (this.busy) throw new KerzeError('EngineBusyError', 'a generation is running on this engine');
-    return JSON.parse(await this.#switched(engine.classify(JSON.stringify(texts), JSON.stringify(labels),
+    return JSON.parse(await this.#switched(engine.classify(JSON.stringify(texts), JSON.stringify(labels ?? null),
       JSON.stringify(options ?? {}))));
   }
 

@@ -52,9 +52,24 @@ export interface ModelUrl {
   /** A catalog id: fills in sha256 and bytes when not given. */
   id?: string;
   name?: string;
+  /**
+   * An ONNX export (BERT-family encoder: feature extraction or sequence classification; f32,
+   * f16 or int8) instead of a GGUF: its tokenizer.json and config.json, each a URL or the
+   * parsed JSON. `url` is then the .onnx file, converted in the engine.
+   */
+  tokenizer?: string | object;
+  config?: string | object;
 }
 
-export type ModelSpec = string | ModelUrl | ArrayBuffer | ArrayBufferView;
+/** An ONNX export's bytes with its tokenizer.json and config.json (URLs or parsed JSON). */
+export interface OnnxBytes {
+  data: ArrayBuffer | ArrayBufferView;
+  tokenizer: string | object;
+  config: string | object;
+  name?: string;
+}
+
+export type ModelSpec = string | ModelUrl | OnnxBytes | ArrayBuffer | ArrayBufferView;
 
 export type Device = 'auto' | 'webgpu' | 'cpu';
 
@@ -483,8 +498,11 @@ export interface ProbeOptions {
 export declare function probe(options?: ProbeOptions): Promise<ProbeResult>;
 
 export interface ClassifyOptions {
-  /** Names or descriptions (zero-shot), or label → example texts (few-shot; encoders). */
-  labels: string[] | Record<string, string[] | string>;
+  /**
+   * Names or descriptions (zero-shot), or label → example texts (few-shot; encoders).
+   * Left out on a sequence-classification model: its own labels, scored by its head.
+   */
+  labels?: string[] | Record<string, string[] | string>;
   /** Few-shot: nearest centroid (default) or a logistic-regression head on the examples. */
   method?: 'centroid' | 'logistic';
   /** Softmax temperature of the cosine similarities (default 0.05). */
@@ -567,9 +585,9 @@ export declare class Engine {
    */
   embed(texts: string | string[], options?: EmbedOptions): Promise<Float32Array[]>;
   /** Labels and scores for one text (zero-/few-shot on an encoder, generative on a decoder). */
-  classify(text: string, options: ClassifyOptions): Promise<Classified>;
+  classify(text: string, options?: ClassifyOptions): Promise<Classified>;
   /** … or one list per text. */
-  classify(texts: string[], options: ClassifyOptions): Promise<Classified[] & { readonly usage: ClassifyUsage }>;
+  classify(texts: string[], options?: ClassifyOptions): Promise<Classified[] & { readonly usage: ClassifyUsage }>;
   /** A semantic-search index over docs (an encoder model). */
   index<D extends string | { text: string }>(docs: D[], options?: IndexOptions<D>): Promise<SearchIndex<D>>;
   /** Stream the continuation of `prompt` (user text; control tokens stay text). */

@@ -243,7 +243,8 @@ export class Engine {
   /**
    * Labels and scores per text: `classify(text, { labels })` → [{ label, score }] best
    * first, summing to 1; an array of texts → one such list per text. `labels` an array of
-   * names or descriptions (zero-shot), or an object label → example texts (few-shot,
+   * names or descriptions (zero-shot), left out on a sequence-classification model (its own
+   * labels, scored by its head), or an object label → example texts (few-shot,
    * `method: 'centroid' | 'logistic'`). On an encoder the label embeddings are computed once
    * and kept; on a decoder each label is scored by its calibrated log-likelihood after a
    * prompt (`prompt` with {labels} and {text}; `calibrate: false` for the raw scores). The
@@ -266,11 +267,12 @@ export class Engine {
     const isNames = Array.isArray(labels);
     const isExamples = labels && typeof labels === 'object' && !isNames
       && Object.values(labels).every((v) => Array.isArray(v) || typeof v === 'string');
-    if (!isNames && !isExamples) {
+    // No labels: a sequence-classification model's own (the engine says when it has none).
+    if (labels != null && !isNames && !isExamples) {
       throw new KerzeError('InvalidArgumentError',
-        'classify: labels must be an array of names or an object label → example texts');
+        'classify: labels must be an array of names or an object label → example texts (or left out for a classification model\'s own)');
     }
-    const r = await this.#t.request('classify', { texts: list, labels, options });
+    const r = await this.#t.request('classify', { texts: list, labels: labels ?? null, options });
     const out = one ? r.results[0] : r.results;
     Object.defineProperty(out, 'usage', { value: Object.freeze(r.usage) });
     return out;

@@ -27,6 +27,41 @@ export function baseUrl() {
  * Catalog ids resolve to the catalog's URL; `{ url, sha256 }` works for any GGUF.
  */
 export function resolveModel(model) {
+  const spec = resolveFile(model);
+  const onnx = onnxParts(model, spec);
+  return onnx ? { ...spec, onnx } : spec;
+}
+
+/** An ONNX export's companions (`tokenizer`, `config`: URLs resolved, or parsed JSON), or null. */
+function onnxParts(model, spec) {
+  if (!model || typeof model !== 'object' || ArrayBuffer.isView(model) || model instanceof ArrayBuffer) return null;
+  const named = model.tokenizer != null || model.config != null;
+  const onnxUrl = spec.url != null && /\.onnx$/i.test(new URL(spec.url).pathname);
+  if (!named && !onnxUrl) return null;
+  const part = (v, what) => {
+    if (typeof v === 'string') {
+      try {
+        return new URL(v, baseUrl()).href;
+      } catch {
+        throw new KerzeError('InvalidArgumentError', `model.${what} '${v}' is not a URL`);
+      }
+    }
+    if (v && typeof v === 'object') return v;
+    throw new KerzeError('InvalidArgumentError',
+      `an ONNX model needs model.${what}: the URL of its ${what}.json, or the parsed JSON`);
+  };
+  return { tokenizer: part(model.tokenizer, 'tokenizer'), config: part(model.config, 'config') };
+}
+
+function resolveFile(model) {
+  if (model && typeof model === 'object' && model.data != null && model.url == null) {
+    const d = model.data;
+    if (!(d instanceof ArrayBuffer || ArrayBuffer.isView(d))) {
+      throw new KerzeError('InvalidArgumentError', 'model.data must be an ArrayBuffer or a typed array');
+    }
+    const data = d instanceof ArrayBuffer ? new Uint8Array(d) : new Uint8Array(d.buffer, d.byteOffset, d.byteLength);
+    return { data, name: model.name ?? 'bytes' };
+  }
   if (typeof model === 'string') {
     const e = catalog[model];
     if (!e) {
@@ -71,7 +106,7 @@ export function resolveModel(model) {
     };
   }
   throw new KerzeError('InvalidArgumentError',
-    "model must be a catalog id (e.g. 'gemma-3-270m'), { url, sha256 }, or the file's bytes");
+    "model must be a catalog id (e.g. 'gemma-3-270m'), { url, sha256 }, { url, tokenizer, config } (ONNX), or the file's bytes");
 }
 
 /** Throws UnsupportedDeviceError where the engine cannot run at all. */

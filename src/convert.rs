@@ -12,6 +12,7 @@ use crate::gguf::Writer;
 use crate::gguf::{Array, GgmlType, Value};
 use crate::tokenizer::wordpiece;
 use serde_json::Value as Json;
+#[cfg(not(target_arch = "wasm32"))]
 use std::collections::BTreeMap;
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::{Path, PathBuf};
@@ -558,13 +559,14 @@ pub fn convert_onnx(
         crate::onnx::Stored::F16 => OutType::F16,
         _ => OutType::F32,
     }));
-    for (name, t) in &found.tensors {
+    // Each tensor's f32 values freed once encoded, the file written once at its size.
+    for (name, t) in found.tensors {
         // As the safetensors plan: the word table and the layers' matrices take the type.
         let is_matrix = name == "token_embd.weight"
             || (name.starts_with("blk.") && name.ends_with(".weight") && t.shape.len() == 2);
-        put(&mut w, name, &t.shape, &t.values, is_matrix, matrix)?;
+        put(&mut w, &name, &t.shape, &t.values, is_matrix, matrix)?;
     }
-    Ok(w.to_bytes())
+    Ok(w.into_bytes())
 }
 
 /// The GGUF bytes of the BERT-family model in Hugging Face folder `dir`.

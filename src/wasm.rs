@@ -121,6 +121,19 @@ impl WasmEngine {
     }
 }
 
+/// The `onnx` field of the load options: an ONNX export's tokenizer.json and config.json.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct OnnxParts {
+    onnx: Option<OnnxText>,
+}
+
+#[derive(serde::Deserialize)]
+struct OnnxText {
+    tokenizer: String,
+    config: String,
+}
+
 #[wasm_bindgen(js_class = Engine)]
 impl WasmEngine {
     /// Load on the device `options.device` asks for (`auto`: a WebGPU adapter that is not a
@@ -134,7 +147,8 @@ impl WasmEngine {
     ) -> std::result::Result<WasmEngine, JsValue> {
         console_error_panic_hook::set_once();
         let opts: LoadOptions = parse("load options", &options)?;
-        let src: Box<dyn ByteSource> = if source.is_instance_of::<web_sys::Blob>() {
+        let onnx: OnnxParts = parse("load options", &options)?;
+        let mut src: Box<dyn ByteSource> = if source.is_instance_of::<web_sys::Blob>() {
             Box::new(JsBlob::new(source.unchecked_into()))
         } else if source.is_instance_of::<Uint8Array>() {
             Box::new(JsBytes(source.unchecked_into()))
@@ -143,6 +157,32 @@ impl WasmEngine {
                 "the model must be a Uint8Array or a Blob".into(),
             )));
         };
+        if let Some(parts) = onnx.onnx {
+            // An ONNX export: read whole, converted to the GGUF the engine loads; the ONNX
+            // bytes are dropped before the weights are copied.
+            let gguf = (|| -> Result<Vec<u8>> {
+                let n = usize::try_from(src.len())
+                    .map_err(|_| Error::Onnx("the file is larger than wasm memory".into()))?;
+                let mut bytes = Vec::new();
+                bytes
+                    .try_reserve_exact(n)
+                    .map_err(|_| Error::ModelTooLarge {
+                        need_mb: (n >> 20) as u64,
+                        limit_mb: 4096,
+                        what: "to read the ONNX file",
+                    })?;
+                bytes.resize(n, 0);
+                src.read_at(0, &mut bytes)?;
+                crate::convert::convert_onnx(
+                    &bytes,
+                    parts.tokenizer.as_bytes(),
+                    parts.config.as_bytes(),
+                    None,
+                )
+            })()
+            .map_err(to_js)?;
+            src = Box::new(gguf);
+        }
         let mut progress = |loaded: u64, total: u64| {
             let _ = on_progress.call2(
                 &JsValue::NULL,

@@ -493,3 +493,186 @@ fn bad_family_and_tokenizer_metadata_are_typed_errors() {
         assert!(e.tokenizer().encode_user("hi", false).is_ok());
     }
 }
+
+// ---- ONNX: hand-written protobuf that is hostile, and mutated real exports ----
+
+/// A protobuf varint.
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// Field `n` with length-delimited `body`.
+fn field(n: u64, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    varint(n << 3 | 2, &mut out);
+    varint(body.len() as u64, &mut out);
+    out.extend_from_slice(body);
+    out
+}
+
+/// A ModelProto: ir_version 8 and `graph`.
+fn onnx_model(graph: &[u8]) -> Vec<u8> {
+    let mut m = vec![0x08, 8];
+    m.extend(field(7, graph));
+    m
+}
+
+const MINI_CONFIG: &[u8] = br#"{"model_type": "bert", "hidden_size": 8, "num_hidden_layers": 1,
+  "num_attention_heads": 2, "intermediate_size": 16, "max_position_embeddings": 16,
+  "vocab_size": 8, "type_vocab_size": 2}"#;
+
+fn wordpiece_json() -> Vec<u8> {
+    let vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b", "c", "d"]
+        .iter()
+        .enumerate()
+        .map(|(i, t)| format!("\"{t}\": {i}"))
+        .collect();
+    format!(
+        r#"{{"model": {{"type": "WordPiece", "unk_token": "[UNK]", "vocab": {{{}}}}}, "normalizer": {{"lowercase": true}}, "added_tokens": []}}"#,
+        vocab.join(", ")
+    )
+    .into_bytes()
+}
+
+/// Convert `onnx` with a tiny config: the outcome and the largest single allocation.
+fn convert_onnx(onnx: &[u8]) -> (kerze::Result<Vec<u8>>, usize) {
+    let tok = wordpiece_json();
+    reset_largest();
+    let r =
+        std::panic::catch_unwind(|| kerze::convert::convert_onnx(onnx, &tok, MINI_CONFIG, None))
+            .unwrap_or_else(|_| panic!("convert_onnx panicked"));
+    (r, largest())
+}
+
+#[test]
+fn onnx_bombs_are_typed_errors_without_giant_allocations() {
+    // 150 000 empty nodes (2 bytes each in the file, ~120 bytes each parsed).
+    let nodes: Vec<u8> = std::iter::repeat_n([0x0a, 0x00], 150_000)
+        .flatten()
+        .collect();
+    // A million one-byte dims in one tensor.
+    let mut dims = Vec::new();
+    dims.extend(field(1, &vec![1u8; 1_000_000]));
+    let dims_graph = field(5, &dims);
+    // A sub-graph attribute nested 20 000 deep (never descended into).
+    let mut deep = Vec::new();
+    for _ in 0..20_000 {
+        deep = field(6, &deep);
+    }
+    let deep_graph = field(1, &field(5, &deep));
+    // A 2^31 × 2^31 weight with 8 bytes of data, used by a MatMul.
+    let mut w = Vec::new();
+    varint(1 << 3, &mut w);
+    varint(1 << 31, &mut w);
+    varint(1 << 3, &mut w);
+    varint(1 << 31, &mut w);
+    w.extend([0x10, 0x01]); // data_type FLOAT
+    w.extend(field(8, b"W"));
+    w.extend(field(9, &[0u8; 8]));
+    let mut mm = field(1, b"x");
+    mm.extend(field(1, b"W"));
+    mm.extend(field(2, b"y"));
+    mm.extend(field(4, b"MatMul"));
+    let mut huge = field(1, &mm);
+    huge.extend(field(5, &w));
+    // A length prefix that claims 2^60 bytes.
+    let mut lie = vec![0x08, 8, 0x3a];
+    varint(1 << 60, &mut lie);
+    lie.extend([0u8; 16]);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("150 000 empty nodes", onnx_model(&nodes)),
+        ("a million dims", onnx_model(&dims_graph)),
+        ("a sub-graph 20 000 deep", onnx_model(&deep_graph)),
+        ("a 2^31 × 2^31 weight", onnx_model(&huge)),
+        ("a length of 2^60", lie),
+        ("no graph", vec![0x08, 8]),
+        ("empty", Vec::new()),
+        (
+            "garbage",
+            (0..4096u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let (r, big) = convert_onnx(&bytes);
+        let err = r.err().unwrap_or_else(|| panic!("{what}: converted"));
+        eprintln!(
+            "{what} ({} bytes): {err} [largest allocation {big} bytes]",
+            bytes.len()
+        );
+        assert!(
+            matches!(err, Error::Onnx(_) | Error::UnsupportedArch { .. }),
+            "{what}: {err:?}"
+        );
+        assert!(big <= 32 << 20, "{what}: allocated {big} bytes at once");
+    }
+}
+
+#[test]
+fn mutated_onnx_exports_give_typed_errors() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models/onnx/classifier/model_quantized.onnx");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make onnx-models`",
+        path.display()
+    );
+    let base = std::fs::read(&path).unwrap();
+    let dir = path.parent().unwrap();
+    let tok = std::fs::read(dir.join("tokenizer.json")).unwrap();
+    let cfg = std::fs::read(dir.join("config.json")).unwrap();
+    let cases: usize = std::env::var("KERZE_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(300, |n: usize| n / 100);
+    let mut rng = kerze::sampler::Rng::new(17);
+    // The graph's structure (nodes, names, attributes) lies outside the big weights: mutate
+    // anywhere, but mostly in the first and last 64 KiB where the nodes are.
+    let limit = base.len() * 10 + (64 << 20);
+    let (mut ok, mut err) = (0, 0);
+    for i in 0..cases {
+        let mut b = base.clone();
+        for _ in 0..1 + rng.next_u64() % 8 {
+            let r = rng.next_u64() as usize;
+            let at = match r % 3 {
+                0 => r / 3 % b.len(),
+                1 => r / 3 % (64 << 10).min(b.len()),
+                _ => b.len() - 1 - r / 3 % (64 << 10).min(b.len()),
+            };
+            match rng.next_u64() % 3 {
+                0 => b[at] = rng.next_u64() as u8,
+                1 => b[at] ^= 1 << (rng.next_u64() % 8),
+                _ => b[at] = [0x00, 0xFF, 0x7F, 0x80][(rng.next_u64() % 4) as usize],
+            }
+        }
+        if i % 4 == 0 {
+            let cut = (rng.next_u64() as usize) % b.len();
+            b.truncate(cut);
+        }
+        reset_largest();
+        let r = std::panic::catch_unwind(|| kerze::convert::convert_onnx(&b, &tok, &cfg, None))
+            .unwrap_or_else(|_| panic!("case {i} panicked"));
+        let big = largest();
+        assert!(big <= limit, "case {i}: allocated {big} bytes at once");
+        match r {
+            Ok(_) => ok += 1,
+            Err(
+                Error::Onnx(_)
+                | Error::UnsupportedArch { .. }
+                | Error::UnsupportedTensorType { .. }
+                | Error::Model(_),
+            ) => err += 1,
+            Err(e) => panic!("case {i}: {e:?}"),
+        }
+    }
+    eprintln!("{cases} mutated ONNX exports: {ok} converted, {err} typed errors");
+}

@@ -28,8 +28,9 @@ impl Writer {
         self
     }
 
-    /// The file's bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    /// The header (padded to the data's start), each tensor's offset in the data, and the
+    /// data's length.
+    fn layout(&self) -> (Vec<u8>, Vec<u64>, u64) {
         let mut out = Vec::new();
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&3u32.to_le_bytes());
@@ -55,9 +56,31 @@ impl Writer {
         }
         let data_start = (out.len() as u64).div_ceil(DEFAULT_ALIGNMENT) * DEFAULT_ALIGNMENT;
         out.resize(data_start as usize, 0);
+        (out, offsets, rel)
+    }
+
+    /// The file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let (mut out, offsets, _) = self.layout();
+        let start = out.len();
         for ((_, _, _, data), off) in self.tensors.iter().zip(offsets) {
-            out.resize((data_start + off) as usize, 0);
+            out.resize(start + off as usize, 0);
             out.extend_from_slice(data);
+        }
+        out
+    }
+
+    /// The file's bytes, allocated once at their final size, each tensor's data freed once
+    /// copied: the peak is the data plus the file, not twice the file.
+    pub fn into_bytes(self) -> Vec<u8> {
+        let (head, offsets, len) = self.layout();
+        let start = head.len();
+        let mut out = Vec::with_capacity(start + len as usize);
+        out.extend_from_slice(&head);
+        drop(head);
+        for ((_, _, _, data), off) in self.tensors.into_iter().zip(offsets) {
+            out.resize(start + off as usize, 0);
+            out.extend_from_slice(&data);
         }
         out
     }

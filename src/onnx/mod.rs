@@ -665,7 +665,9 @@ fn dequantize(x: &Const, s: &Const, zp: Option<&Const>, axis: i64, at: &str) -> 
 fn op_summary(g: &Graph) -> String {
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     for n in &g.nodes {
-        *counts.entry(n.op).or_default() += 1;
+        *counts
+            .entry(if n.op.is_empty() { "(no op)" } else { n.op })
+            .or_default() += 1;
     }
     let mut v: Vec<_> = counts.into_iter().collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
@@ -838,7 +840,19 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
         ));
     }
 
+    let stored = if lins.iter().any(|l| l.quantized) {
+        Stored::Int8
+    } else if lins.iter().all(|l| l.w.f16) {
+        Stored::F16
+    } else {
+        Stored::F32
+    };
+    let eps = lns.first().map(|l| l.eps);
+    // From here each value has one owner (the cache let go), so the tables move out and
+    // each matrix is freed once transposed: the peak is the file, its values and one matrix.
+    v.consts.borrow_mut().clear();
     let mut out: BTreeMap<String, Weight> = BTreeMap::new();
+    let owned = |c: Rc<Const>| Rc::try_unwrap(c).map_or_else(|c| c.v.clone(), |c| c.v);
     let matrix = |c: &Const| -> Result<Weight> {
         // (in, out) → (out, in)
         v.charge(c.v.len())?;
@@ -860,7 +874,7 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
     };
     let put_lin = |out: &mut BTreeMap<String, Weight>,
                    name: &str,
-                   l: &Lin,
+                   l: Lin,
                    k: usize,
                    o: usize|
      -> Result<()> {
@@ -903,16 +917,23 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
     };
 
     put_ln(&mut out, "token_embd_norm", &lns[0])?;
+    let n_lins = lins.len();
+    let mut slots: Vec<Option<Lin>> = lins.into_iter().map(Some).collect();
+    let mut take = |j: usize| {
+        slots
+            .get_mut(j)
+            .and_then(Option::take)
+            .ok_or_else(|| bad("a linear layer taken twice"))
+    };
     for il in 0..s.n_layer {
-        let chunk = &lins[6 * il..6 * il + 6];
         let mut qkv = [None; 3];
         let mut rest = Vec::new();
-        for (k, l) in chunk.iter().enumerate() {
-            match roles.get(&(6 * il + k)) {
-                Some(Role::Q) => qkv[0] = Some(l),
-                Some(Role::K) => qkv[1] = Some(l),
-                Some(Role::V) => qkv[2] = Some(l),
-                None => rest.push(l),
+        for j in 6 * il..6 * il + 6 {
+            match roles.get(&j) {
+                Some(Role::Q) => qkv[0] = Some(j),
+                Some(Role::K) => qkv[1] = Some(j),
+                Some(Role::V) => qkv[2] = Some(j),
+                None => rest.push(j),
             }
         }
         let (Some(q), Some(k), Some(val), &[o, up, down]) = (qkv[0], qkv[1], qkv[2], &rest[..])
@@ -922,31 +943,35 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
                 format!("layer {il}'s six linear layers are not Q, K, V, output, up and down"),
             ));
         };
-        let b = |n: &str| format!("blk.{il}.{n}");
-        put_lin(&mut out, &b("attn_q"), q, e, e)?;
-        put_lin(&mut out, &b("attn_k"), k, e, e)?;
-        put_lin(&mut out, &b("attn_v"), val, e, e)?;
-        put_lin(&mut out, &b("attn_output"), o, e, e)?;
-        put_lin(&mut out, &b("ffn_up"), up, e, f)?;
-        put_lin(&mut out, &b("ffn_down"), down, f, e)?;
         let (n1, n2) = (&lns[1 + 2 * il], &lns[2 + 2 * il]);
+        let b = |n: &str| format!("blk.{il}.{n}");
+        let (o, up, down) = (take(o)?, take(up)?, take(down)?);
         // Each LayerNorm sits between its layer's linears: after the attention output,
         // before up; after down.
         if !(o.at < n1.at && n1.at < up.at && down.at < n2.at) {
             return Err(unsupported(g, format!("layer {il}'s LayerNorms are not post-LN (after attention and after the feed-forward)")));
         }
+        put_lin(&mut out, &b("attn_q"), take(q)?, e, e)?;
+        put_lin(&mut out, &b("attn_k"), take(k)?, e, e)?;
+        put_lin(&mut out, &b("attn_v"), take(val)?, e, e)?;
+        put_lin(&mut out, &b("attn_output"), o, e, e)?;
+        put_lin(&mut out, &b("ffn_up"), up, e, f)?;
+        put_lin(&mut out, &b("ffn_down"), down, f, e)?;
         put_ln(&mut out, &b("attn_output_norm"), n1)?;
         put_ln(&mut out, &b("layer_output_norm"), n2)?;
     }
-    let head_lins = &lins[6 * s.n_layer..];
-    let head = match head_lins {
-        [] => None,
-        [cls] => {
+    let head_lins: Vec<Lin> = (6 * s.n_layer..n_lins)
+        .map(&mut take)
+        .collect::<Result<_>>()?;
+    let mut head_lins = head_lins.into_iter();
+    let head = match (head_lins.next(), head_lins.next(), head_lins.len()) {
+        (None, _, _) => None,
+        (Some(cls), None, _) => {
             let n = cls.w.dims[1];
             put_lin(&mut out, "cls.output", cls, e, n)?;
             None
         }
-        [pool, cls] => {
+        (Some(pool), Some(cls), 0) => {
             let act = pool.outs.last().and_then(|o| {
                 v.users(o).find_map(|(_, n)| match n.op {
                     "Tanh" => Some(HeadActivation::Tanh),
@@ -965,37 +990,37 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
             put_lin(&mut out, "cls.output", cls, e, n)?;
             Some(act)
         }
-        more => return Err(unsupported(
-            g,
-            format!(
+        (_, _, more) => {
+            return Err(unsupported(
+                g,
+                format!(
                 "{} linear layers after the last encoder layer (a head kerze maps has one or two)",
-                more.len()
+                more + 2
             ),
-        )),
+            ))
+        }
     };
 
     // Embedding tables by their rows (the word table also by its indices: input_ids).
     let mut word = None;
     let mut pos = None;
     let mut types = None;
-    for (_, t, idx) in &tables {
+    let n_tables = tables.len();
+    for (_, t, idx) in tables {
         let rows = t.dims[0];
         let from_ids = g.inputs.contains(&idx.as_str()) && idx.contains("input_ids");
         if (from_ids || rows == s.n_vocab) && word.is_none() {
-            word = Some(t.clone());
+            word = Some(t);
         } else if rows == s.n_pos && pos.is_none() {
-            pos = Some(t.clone());
+            pos = Some(t);
         } else if rows == s.n_types && types.is_none() {
-            types = Some(t.clone());
+            types = Some(t);
         }
     }
     let (Some(word), Some(pos)) = (word, pos) else {
         return Err(unsupported(
             g,
-            format!(
-                "{} embedding tables, no word or position table among them",
-                tables.len()
-            ),
+            format!("{n_tables} embedding tables, no word or position table among them"),
         ));
     };
     if word.dims[0] != s.n_vocab {
@@ -1004,25 +1029,18 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
             word.dims[0], s.n_vocab
         )));
     }
-    let table = |c: &Const| Weight {
+    let table = |c: Rc<Const>| Weight {
         shape: c.dims.clone(),
-        values: c.v.clone(),
+        values: owned(c),
     };
-    out.insert("token_embd.weight".into(), table(&word));
-    out.insert("position_embd.weight".into(), table(&pos));
+    out.insert("token_embd.weight".into(), table(word));
+    out.insert("position_embd.weight".into(), table(pos));
     if let Some(t) = types {
-        out.insert("token_types.weight".into(), table(&t));
+        out.insert("token_types.weight".into(), table(t));
     }
-    let stored = if lins.iter().any(|l| l.quantized) {
-        Stored::Int8
-    } else if lins.iter().all(|l| l.w.f16) {
-        Stored::F16
-    } else {
-        Stored::F32
-    };
     Ok(Found {
         tensors: out,
-        eps: lns.first().map(|l| l.eps),
+        eps,
         head,
         stored,
         producer: m.producer.to_string(),

@@ -789,6 +789,66 @@ try {
     assert(worst >= 0.99999, `F16 in wasm: cosine ${worst}`);
   });
 
+  await test('ONNX exports in the page: all-MiniLM-L6-v2 f32 by URL and int8 as bytes equal onnxruntime; a sequence-classification model classifies with its own labels; bad graphs are typed errors', async () => {
+    const ref = JSON.parse(fs.readFileSync(path.join(ROOT, 'models/onnx/reference.json'), 'utf8'));
+    const O = '/models/onnx';
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      const O = arg.O;
+      const out = {};
+      const e = await k.createEngine({ model: { url: O + '/minilm/model.onnx', tokenizer: O + '/minilm/tokenizer.json', config: O + '/minilm/config.json' }, device: 'cpu', threads: 1 });
+      out.f32 = (await e.embed(arg.texts)).map((a) => Array.from(a));
+      out.info = { family: e.info.family, nEmbd: e.info.nEmbd };
+      await e.dispose();
+      // int8 as bytes, the companions as parsed JSON.
+      const get = async (u) => (await fetch(O + u)).arrayBuffer();
+      const json = async (u) => (await fetch(O + u)).json();
+      const q = await k.createEngine({ model: { data: await get('/minilm/model_quantized.onnx'), tokenizer: await json('/minilm/tokenizer.json'), config: await json('/minilm/config.json') }, device: 'cpu', threads: 1 });
+      out.q8 = (await q.embed(arg.texts)).map((a) => Array.from(a));
+      try { await q.classify('x'); out.noHead = null; } catch (x) { out.noHead = x.name; }
+      await q.dispose();
+      const c = await k.createEngine({ model: { url: O + '/classifier/model.onnx', tokenizer: O + '/classifier/tokenizer.json', config: O + '/classifier/config.json' }, device: 'cpu', threads: 1 });
+      out.classified = await c.classify(arg.ctexts);
+      out.zeroShot = await c.classify(arg.ctexts[0], { labels: ['a', 'b'] });
+      await c.dispose();
+      out.errors = [];
+      for (const m of [
+        { url: O + '/nonbert/model.onnx', tokenizer: O + '/minilm/tokenizer.json', config: O + '/minilm/config.json' },
+        { data: (await get('/classifier/model.onnx')).slice(0, 100000), tokenizer: O + '/classifier/tokenizer.json', config: O + '/classifier/config.json' },
+        { url: O + '/minilm/model.onnx' },
+      ]) {
+        try { const x = await k.createEngine({ model: m, device: 'cpu', threads: 1 }); await x.dispose(); out.errors.push(null); } catch (x) { out.errors.push([x.name, x.message]); }
+      }
+      return out;`, { O, texts: ref.minilm.texts, ctexts: ref.classifier.texts }));
+    const cos = (a, b) => {
+      let d = 0; let na = 0; let nb = 0;
+      for (let i = 0; i < a.length; i++) { d += a[i] * b[i]; na += a[i] * a[i]; nb += b[i] * b[i]; }
+      return d / Math.sqrt(na * nb);
+    };
+    const worst = (got, want) => Math.min(...got.map((v, i) => cos(v, want[i])));
+    assertEq([r.info.family, r.info.nEmbd], ['bert', 384], 'info');
+    const wf = worst(r.f32, ref.minilm['model.onnx']);
+    const wq = worst(r.q8, ref.minilm['model_quantized.onnx:dequantized']);
+    console.log(`     wasm: f32 export worst cosine ${wf.toFixed(7)} to onnxruntime; uint8 export ${wq.toFixed(7)} to onnxruntime on its dequantized weights`);
+    assert(wf >= 0.9999 && wq >= 0.9999, `cosines ${wf} ${wq}`);
+    assertEq(r.noHead, 'InvalidArgumentError', 'classify without labels on a model without a head');
+    const cfg = JSON.parse(fs.readFileSync(path.join(ROOT, 'models/onnx/classifier/config.json'), 'utf8'));
+    r.classified.forEach((res, i) => {
+      const l = ref.classifier['model.onnx'][i];
+      const m = Math.max(...l);
+      const z = l.map((x) => Math.exp(x - m));
+      const sum = z.reduce((a, b) => a + b, 0);
+      const best = l.indexOf(m);
+      assertEq(res[0].label, cfg.id2label[String(best)], `text ${i}: the head's label`);
+      for (const s of res) {
+        const id = Number(Object.entries(cfg.id2label).find(([, v]) => v === s.label)[0]);
+        assert(Math.abs(s.score - z[id] / sum) < 1e-3, `text ${i}: ${s.label} ${s.score} vs onnxruntime's ${z[id] / sum}`);
+      }
+    });
+    assertEq(r.zeroShot.map((s) => s.label).sort(), ['a', 'b'], 'labels given: zero-shot on the same model');
+    assertEq(r.errors.map((e) => e && e[0]), ['UnsupportedArchError', 'OnnxError', 'InvalidArgumentError'], `errors ${JSON.stringify(r.errors)}`);
+    assert(/Conv/.test(r.errors[0][1]), 'the error names what the graph holds');
+  });
+
   await test('a synthetic Qwen-style GGUF (qwen2, byte-level BPE, Q4_1, ChatML template) loads, generates as natively, and its chat prompt is the template\'s', async () => {
     const file = 'tiny-qwen2-chatml.gguf';
     const kerze = path.join(ROOT, 'target/release/kerze');

@@ -85,6 +85,11 @@ async function main(out: HTMLElement): Promise<void> {
   console.log(scores[0]?.label, scores[0]?.score, scores.usage.textsEncoded);
   const many = await minilm.classify(['a', 'b'], { labels: { yes: ['sure', 'ok'], no: ['never'] }, method: 'logistic' });
   console.log(many[1]?.[0]?.label);
+  // An ONNX sequence-classification export: its own labels, no labels given.
+  const sentiment = await createEngine({ model: { url: '/models/sst2/onnx/model_quantized.onnx', tokenizer: '/models/sst2/tokenizer.json', config: '/models/sst2/config.json' } });
+  console.log((await sentiment.classify('What a film!'))[0]?.label);
+  const fromBytes = await createEngine({ model: { data: new Uint8Array(8), tokenizer: {}, config: { model_type: 'bert' } } });
+  console.log((await fromBytes.embed(['x'])).length);
   const ix = await minilm.index([{ text: 'Opening hours: 9 to 5', id: 'hours' }], { key: 'id' });
   const hits = await ix.search('when are you open?', { topK: 1 });
   console.log(hits[0]?.doc.id, hits[0]?.score, ix.size, ix.stats.cached, ix.remove('hours'));
