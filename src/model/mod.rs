@@ -344,21 +344,10 @@ pub fn host_vector(
     name: &str,
     len: usize,
 ) -> Result<Option<Vec<f32>>> {
-    let Some(info) = g.tensor(name) else {
+    if g.tensor(name).is_none() {
         return Ok(None);
-    };
-    if info.ty != GgmlType::F32 || info.dims != [len as u64] {
-        return Err(Error::Config(format!(
-            "tensor {name} is {} {:?}, expected F32 [{len}]",
-            info.ty, info.dims
-        )));
     }
-    let mut buf = vec![0u8; len * 4];
-    src.read_at(info.offset, &mut buf)?;
-    let v: Vec<f32> = buf
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
+    let v = host_f32(g, src, name, &[len])?;
     if v.iter().any(|x| !x.is_finite() || *x <= 0.0) {
         return Err(Error::Config(format!(
             "tensor {name} holds a value that is not a positive number"

@@ -322,22 +322,14 @@ impl<'m, 'a> View<'m, 'a> {
                     let perm = attr_ints(n, "perm").unwrap_or(&[1, 0]);
                     if perm == [0, 1] {
                         return Ok(Some(c));
-                    } else {
-                        self.charge(c.v.len())?;
-                        let (r, k) = (c.dims[0], c.dims[1]);
-                        let mut v = vec![0f32; c.v.len()];
-                        for i in 0..r {
-                            for j in 0..k {
-                                v[j * r + i] = c.v[i * k + j];
-                            }
-                        }
-                        Some(Const {
-                            dims: vec![k, r],
-                            v,
-                            int: c.int,
-                            f16: c.f16,
-                        })
                     }
+                    self.charge(c.v.len())?;
+                    Some(Const {
+                        dims: vec![c.dims[1], c.dims[0]],
+                        v: transpose(&c.v, c.dims[0], c.dims[1]),
+                        int: c.int,
+                        f16: c.f16,
+                    })
                 }
                 _ => None,
             },
@@ -389,16 +381,9 @@ impl<'m, 'a> View<'m, 'a> {
                 let mut w = w.ok_or_else(|| bad("Gemm without weight"))?;
                 if attr_i(n, "transB").unwrap_or(0) != 0 {
                     self.charge(w.v.len())?;
-                    let (o, k) = (w.dims[0], w.dims[1]);
-                    let mut v = vec![0f32; w.v.len()];
-                    for r in 0..o {
-                        for c in 0..k {
-                            v[c * o + r] = w.v[r * k + c];
-                        }
-                    }
                     w = Rc::new(Const {
-                        dims: vec![k, o],
-                        v,
+                        dims: vec![w.dims[1], w.dims[0]],
+                        v: transpose(&w.v, w.dims[0], w.dims[1]),
                         int: w.int,
                         f16: w.f16,
                     });
@@ -622,6 +607,17 @@ fn check_bias(b: Option<Rc<Const>>, out: usize, at: &str) -> Result<Option<Rc<Co
         ))),
         None => Ok(None),
     }
+}
+
+/// A row-major `rows × cols` matrix transposed.
+fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0f32; x.len()];
+    for (i, row) in x.chunks_exact(cols).enumerate().take(rows) {
+        for (j, &v) in row.iter().enumerate() {
+            t[j * rows + i] = v;
+        }
+    }
+    t
 }
 
 /// `(x − zero_point) · scale` in f32, per tensor or per slice along `axis`.
@@ -856,16 +852,9 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
     let matrix = |c: &Const| -> Result<Weight> {
         // (in, out) → (out, in)
         v.charge(c.v.len())?;
-        let (k, o) = (c.dims[0], c.dims[1]);
-        let mut v = vec![0f32; c.v.len()];
-        for r in 0..k {
-            for j in 0..o {
-                v[j * k + r] = c.v[r * o + j];
-            }
-        }
         Ok(Weight {
-            shape: vec![o, k],
-            values: v,
+            shape: vec![c.dims[1], c.dims[0]],
+            values: transpose(&c.v, c.dims[0], c.dims[1]),
         })
     };
     let vector = |c: &Const| Weight {
