@@ -46,11 +46,14 @@ setup-gpu:
 	fi
 	@mkdir -p -m 700 $(XDG_RUNTIME_DIR)
 
-# npm dev tools of this repo (esbuild, binaryen's wasm-opt, playwright-core, typescript).
+# npm dev tools of this repo (esbuild, binaryen's wasm-opt, playwright-core, typescript, and
+# the peers of bench-peers: wllama, transformers.js). transformers.js depends on
+# onnxruntime-node, whose install script would download CUDA libraries on Linux x64: skipped
+# (the benchmark runs onnxruntime-web in the browser only).
 setup-node: node_modules/.installed
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
+	ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
 # The official PyPI `openai` client for the server tests, in its own venv (not in the clone).
@@ -170,7 +173,7 @@ lint: setup-rust
 	cargo clippy --release --all-targets $(NATIVE_FEATURES) -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown --all-targets --features gpu -- -D warnings
 
-test-native: setup-gpu setup-node setup-python fetch
+test-native: setup-gpu setup-node setup-python fetch onnx-models
 	cargo test --release $(NATIVE_FEATURES)
 	$(SERVE_VENV)/bin/python tests/constrain/schemas.py
 
@@ -178,7 +181,7 @@ test-wasm: setup fetch
 	tests/wasm_tests.sh
 
 # The package, worker, cache, script tag and demo in headless Chromium (Playwright).
-test-browser: setup fetch build
+test-browser: setup fetch onnx-models build
 	node tests/openai.mjs
 	node_modules/.bin/tsc -p tests/types/tsconfig.paths.json
 	node tests/browser/run.mjs
@@ -218,9 +221,12 @@ bench-native: fetch
 bench-wasm: setup fetch
 	KERZE_BENCH=1 tests/wasm_tests.sh --test wasm_bench -- --nocapture
 
-# kerze beside llama.cpp's wasm build (@wllama/wllama) in fresh headless Chromium per run,
-# alternating, 1 and 2 threads: speeds, wall, ready, RSS after load and at its peak, ratios.
-bench-peers: setup fetch build
+# kerze beside its peers in fresh headless Chromium per run, alternating, 1 and 2 threads:
+# llama.cpp's wasm build (@wllama/wllama) on a decoder (speeds, wall, ready, RSS after load
+# and at its peak, ratios), transformers.js on all-MiniLM-L6-v2's ONNX files (ms per sentence
+# at 16-256 tokens, 1 and 32 texts per call, ready, RSS). KERZE_PEERS_ONLY=decoder|encoder
+# runs one section (the encoder's alone: ~7 min on 2 cores).
+bench-peers: setup fetch build $(if $(filter decoder,$(KERZE_PEERS_ONLY)),,onnx-models)
 	node tests/browser/bench-peers.mjs
 
 # www/bench.html through the package (worker, cache), 1 thread; prints JSON.

@@ -249,15 +249,30 @@ impl std::str::FromStr for OutType {
 
 /// `rows × cols` f32 values in `ty` (ggml's Q8_0: a scale per 32 values, round to nearest).
 fn encode(values: &[f32], rows: usize, cols: usize, ty: GgmlType) -> Result<Vec<u8>> {
-    use candle_core::quantized::{GgmlDType, QTensor};
-    use candle_core::{Device, Tensor};
+    #[cfg(target_arch = "wasm32")]
+    let _ = (rows, cols);
     match ty {
-        GgmlType::F32 => Ok(values.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        GgmlType::F16 => Ok(values
-            .iter()
-            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-            .collect()),
+        // Sized up front (a flat_map's collect grows by doubling: twice the tensor at once).
+        GgmlType::F32 => {
+            let mut out = Vec::with_capacity(values.len() * 4);
+            values
+                .iter()
+                .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+            Ok(out)
+        }
+        GgmlType::F16 => {
+            let mut out = Vec::with_capacity(values.len() * 2);
+            values
+                .iter()
+                .for_each(|x| out.extend_from_slice(&half::f16::from_f32(*x).to_le_bytes()));
+            Ok(out)
+        }
+        // Natively only: the browser converts ONNX files to their own f32/f16, and candle's
+        // quantizers would add ~100 KB to the wasm.
+        #[cfg(not(target_arch = "wasm32"))]
         GgmlType::Q8_0 => {
+            use candle_core::quantized::{GgmlDType, QTensor};
+            use candle_core::{Device, Tensor};
             let t = Tensor::from_slice(values, (rows, cols), &Device::Cpu)?;
             Ok(QTensor::quantize(&t, GgmlDType::Q8_0)?.data()?.into_owned())
         }

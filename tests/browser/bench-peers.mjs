@@ -1,7 +1,10 @@
-// `make bench-peers`: kerze and llama.cpp's wasm build (@wllama/wllama, a dev dependency) side
-// by side in headless Chromium on the same file (Gemma 3 270M Q4_K_M by default), the same
-// 128-token prompt and 64 greedy tokens (end of sequence ignored), timed the same way, the two
-// engines alternating, each run in a fresh browser (a new profile, nothing cached):
+// `make bench-peers`: kerze beside the peers that run the same models in the browser, in
+// headless Chromium, each run in a fresh browser (a new profile, nothing cached), the engines
+// alternating. Two sections (KERZE_PEERS_ONLY=decoder|encoder runs one; default both):
+//
+// Decoder: kerze and llama.cpp's wasm build (@wllama/wllama, a dev dependency) on the same
+// file (Gemma 3 270M Q4_K_M by default), the same 128-token prompt and 64 greedy tokens (end
+// of sequence ignored), timed the same way:
 // - kerze: a first visit (download, hash, cache write, load: its peak memory), then the
 //   measured page, which loads from the Cache API (www/bench.html);
 // - wllama: the file fetched as a Blob and loaded (www/bench-wllama.html).
@@ -9,13 +12,37 @@
 // renderer's RSS (the largest renderer of that browser, read from /proc every 50 ms) after
 // load and at its peak. Medians per engine and thread count, and the kerze / wllama ratios.
 // KERZE_PEERS_RUNS (default 5), KERZE_PEERS_THREADS (default 1,2), KERZE_BENCH_MODEL.
-// Prints JSON lines (each run) and a JSON summary (last line).
+//
+// Encoder: kerze and transformers.js (@huggingface/transformers, a dev dependency;
+// onnxruntime-web's wasm backend) on the same ONNX file of all-MiniLM-L6-v2 (`make
+// onnx-models`): (f32) model.onnx in both; (q8) model_quantized.onnx in both (transformers.js
+// dtype 'q8'; kerze dequantizes its int8 weights and runs its f32 path). www/bench-encoder.html
+// loads the engine (ready: import to ready, the files from this server, no Cache API) and
+// times ms per sentence at 16, 64, 128 and 256 tokens ([CLS] and [SEP] included, the same
+// texts in both, every text of a size exactly that long, so a batch has no padding), one text
+// and 32 different texts per call, mean pooled and normalized: one warm-up call per size and
+// batch (all before the first timing), then KERZE_PEERS_ENCODER_REPS (default 3) timed calls
+// of 32 texts and KERZE_PEERS_ENCODER_REPS1 (default 5) of one text, their median. RSS after
+// load and at its peak as above. KERZE_PEERS_ENCODER_RUNS browsers per engine, pair and thread count (default
+// 1: about 8 minutes on a 2-core machine), KERZE_PEERS_THREADS as above. Ratios:
+// transformers.js / kerze (above 1: kerze is faster, or lighter).
+//
+// Prints JSON lines (each run), the encoder's table, and a JSON summary (last line: the
+// decoder's medians and ratios as `results`, the encoder's under `encoder`).
 import fs from 'node:fs';
-import { serve, stopServers, launch, rendererRssMb } from './lib.mjs';
+import path from 'node:path';
+import { serve, stopServers, launch, rendererRssMb, ROOT } from './lib.mjs';
 
 const RUNS = Number(process.env.KERZE_PEERS_RUNS ?? 5);
 const THREADS = (process.env.KERZE_PEERS_THREADS ?? '1,2').split(',').map(Number);
 const MODEL = process.env.KERZE_BENCH_MODEL ?? 'gemma-3-270m';
+const ONLY = process.env.KERZE_PEERS_ONLY ?? '';
+if (!['', 'decoder', 'encoder'].includes(ONLY)) throw new Error(`KERZE_PEERS_ONLY=${ONLY}: decoder or encoder (or unset: both)`);
+const ENC_RUNS = Number(process.env.KERZE_PEERS_ENCODER_RUNS ?? 1);
+const ENC_REPS = Number(process.env.KERZE_PEERS_ENCODER_REPS ?? 3);
+const ENC_REPS1 = Number(process.env.KERZE_PEERS_ENCODER_REPS1 ?? 5);
+const ENC_PAIRS = ['f32', 'q8'];
+const ENC_ENGINES = ['kerze', 'transformers'];
 const median = (xs) => {
   const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   if (!v.length) return null;
@@ -31,8 +58,6 @@ function sampler() {
   const t = setInterval(tick, 50);
   return { peak: () => { tick(); return peak; }, reset: () => { peak = 0; }, stop: () => clearInterval(t) };
 }
-
-const origin = await serve('.', ['--only', 'www,pkg,dist,models,node_modules', '--coop-coep']);
 
 /** One run of `engine` with `threads` in a fresh browser. */
 async function runOnce(engine, threads, promptText) {
@@ -86,8 +111,8 @@ async function runOnce(engine, threads, promptText) {
   }
 }
 
-const summary = { model: MODEL, date: new Date().toISOString().slice(0, 10), runs: RUNS, load_before: loadavg(), results: {} };
-try {
+/** The decoder section: medians and ratios per thread count into `results`. */
+async function decoder(results) {
   let promptText = null;
   for (const threads of THREADS) {
     const runs = { kerze: [], wllama: [] };
@@ -108,7 +133,7 @@ try {
     const k = of(runs.kerze);
     const w = of(runs.wllama);
     const ratio = (a, b) => (a != null && b ? Math.round((a / b) * 100) / 100 : null);
-    summary.results[`${threads}_thread${threads > 1 ? 's' : ''}`] = {
+    results[`${threads}_thread${threads > 1 ? 's' : ''}`] = {
       kerze: k,
       wllama: w,
       // kerze / wllama: above 1 is better for speeds, below 1 for time and memory.
@@ -123,6 +148,198 @@ try {
       },
     };
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// Encoder section.
+
+const MINILM = path.join(ROOT, 'models/onnx/minilm');
+const TJS_DIR = path.join(ROOT, 'models/onnx/minilm-transformers-js');
+// MiniLM's tokenizer settings as its tokenizer_config.json gives them (transformers.js needs
+// the file; models/onnx/minilm/ has tokenizer.json and config.json only).
+const TOKENIZER_CONFIG = {
+  tokenizer_class: 'BertTokenizer', do_lower_case: true, model_max_length: 512, cls_token: '[CLS]', sep_token: '[SEP]',
+  pad_token: '[PAD]', unk_token: '[UNK]', mask_token: '[MASK]', tokenize_chinese_chars: true, strip_accents: null,
+  clean_up_tokenization_spaces: true,
+};
+
+/**
+ * transformers.js's layout of models/onnx/minilm/ beside it: links to its files (nothing
+ * copied; tests/serve.py follows them), onnx/model.onnx and onnx/model_quantized.onnx, and
+ * the tokenizer_config.json it reads.
+ */
+function transformersLayout() {
+  for (const f of ['model.onnx', 'model_quantized.onnx', 'tokenizer.json', 'config.json']) {
+    if (!fs.existsSync(path.join(MINILM, f))) throw new Error(`models/onnx/minilm/${f} is missing: make onnx-models`);
+  }
+  fs.mkdirSync(path.join(TJS_DIR, 'onnx'), { recursive: true });
+  const link = (target, at) => {
+    const p = path.join(TJS_DIR, at);
+    try {
+      if (fs.readlinkSync(p) === target) return;
+      fs.unlinkSync(p);
+    } catch (e) {
+      if (e.code === 'EINVAL') fs.unlinkSync(p); // a file, not a link
+      else if (e.code !== 'ENOENT') throw e;
+    }
+    fs.symlinkSync(target, p);
+  };
+  link('../minilm/config.json', 'config.json');
+  link('../minilm/tokenizer.json', 'tokenizer.json');
+  link('../../minilm/model.onnx', 'onnx/model.onnx');
+  link('../../minilm/model_quantized.onnx', 'onnx/model_quantized.onnx');
+  fs.writeFileSync(path.join(TJS_DIR, 'tokenizer_config.json'), `${JSON.stringify(TOKENIZER_CONFIG, null, 2)}\n`);
+}
+
+/** One encoder run: `engine` on `pair` with `threads`, in a fresh browser. */
+async function encoderOnce(engine, threads, pair) {
+  const browser = await launch();
+  const rss = sampler();
+  try {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    const ortFiles = new Set();
+    const elsewhere = [];
+    context.on('request', (r) => {
+      const m = r.url().match(/\/(ort-wasm[^/?]*)$/);
+      if (m) ortFiles.add(m[1]);
+      // Everything from this server (no model hub, no CDN).
+      if (!r.url().startsWith(`${origin}/`) && !/^(blob|data):/.test(r.url())) elsewhere.push(r.url());
+    });
+    let workers = 0;
+    page.on('worker', () => { workers += 1; });
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    const url = `${origin}/www/bench-encoder.html?engine=${engine}&threads=${threads}&pair=${pair}&reps=${ENC_REPS}&reps1=${ENC_REPS1}`;
+    await page.goto(url);
+    await page.waitForFunction(() => window.benchLoaded, null, { timeout: 300000 });
+    const loaded = await page.evaluate(() => window.benchLoaded);
+    if (loaded.error) throw new Error(`${engine} ${pair} ${threads}: ${loaded.error} ${errors.join('; ')}`);
+    const loadPeak = rss.peak();
+    // After load, once the garbage of loading could be collected.
+    await page.waitForTimeout(2000);
+    const afterLoad = rendererRssMb(process.pid).page;
+    const result = await page.evaluate(() => window.runEncoder().catch((e) => ({ error: `${e.name}: ${e.message}` })));
+    if (result.error) throw new Error(`${engine} ${pair} ${threads}: ${result.error}`);
+    if (elsewhere.length) throw new Error(`${engine} ${pair} ${threads}: requests off this server: ${elsewhere.join(' ')}`);
+    return {
+      engine,
+      pair,
+      threads,
+      file: result.file,
+      ready_s: Math.round(result.ready_ms) / 1000,
+      rss_after_load_mib: Math.round(afterLoad),
+      load_peak_rss_mib: Math.round(loadPeak),
+      peak_rss_mib: Math.round(rss.peak()),
+      ms_per_sentence: Object.fromEntries(result.rows.map((r) => [`${r.tokens}x${r.batch}`, Math.round(r.ms_per_sentence * 100) / 100])),
+      ms_per_call: Object.fromEntries(result.rows.map((r) => [`${r.tokens}x${r.batch}`, r.ms_per_call.map((x) => Math.round(x))])),
+      // What ran: the page's workers (kerze: its engine worker and thread pool; onnxruntime-web:
+      // its pthreads), onnxruntime-web's wasm files, what each engine says of itself.
+      workers,
+      ...(ortFiles.size ? { ort_files: [...ortFiles] } : {}),
+      info: Object.fromEntries(Object.entries(result).filter(([k]) =>
+        ['version', 'ort_version', 'num_threads', 'backend', 'worker', 'cross_origin_isolated'].includes(k))),
+      probe_vector: result.probe_vector,
+    };
+  } finally {
+    rss.stop();
+    await browser.close();
+  }
+}
+
+const version = (pkg) => JSON.parse(fs.readFileSync(path.join(ROOT, 'node_modules', pkg, 'package.json'), 'utf8')).version;
+
+const cosine = (a, b) => {
+  let ab = 0;
+  let aa = 0;
+  let bb = 0;
+  for (let i = 0; i < a.length; i++) {
+    ab += a[i] * b[i];
+    aa += a[i] * a[i];
+    bb += b[i] * b[i];
+  }
+  return ab / Math.sqrt(aa * bb);
+};
+
+/** The encoder section: medians and transformers.js / kerze ratios per pair and thread count. */
+async function encoder() {
+  transformersLayout();
+  const out = {
+    model: 'all-MiniLM-L6-v2 (models/onnx/minilm)',
+    runs: ENC_RUNS, reps: { batch_32: ENC_REPS, batch_1: ENC_REPS1 },
+    versions: {
+      transformers_js: version('@huggingface/transformers'),
+      onnxruntime_web: version('onnxruntime-web'),
+    },
+    ratio_is: 'transformers.js / kerze: above 1, kerze is faster (or lighter)',
+    results: {},
+  };
+  const table = [];
+  let config = 0;
+  for (const threads of THREADS) {
+    for (const pair of ENC_PAIRS) {
+      const runs = { kerze: [], transformers: [] };
+      for (let i = 0; i < ENC_RUNS; i++) {
+        // Alternate which engine goes first, across runs and configurations.
+        const order = (i + config) % 2 === 0 ? ENC_ENGINES : [...ENC_ENGINES].reverse();
+        for (const engine of order) {
+          const r = await encoderOnce(engine, threads, pair);
+          const { probe_vector: probe, ...line } = r;
+          console.log(`KERZE_PEERS_ENCODER_RUN ${JSON.stringify(line)}`);
+          runs[engine].push(r);
+        }
+      }
+      config += 1;
+      const of = (xs) => {
+        const keys = Object.keys(xs[0].ms_per_sentence);
+        return {
+          ready_s: median(xs.map((x) => x.ready_s)),
+          rss_after_load_mib: median(xs.map((x) => x.rss_after_load_mib)),
+          peak_rss_mib: median(xs.map((x) => x.peak_rss_mib)),
+          ms_per_sentence: Object.fromEntries(keys.map((k) => [k, median(xs.map((x) => x.ms_per_sentence[k]))])),
+        };
+      };
+      const k = of(runs.kerze);
+      const t = of(runs.transformers);
+      const ratio = (a, b) => (a != null && b ? Math.round((a / b) * 100) / 100 : null);
+      const key = `${threads}_thread${threads > 1 ? 's' : ''}`;
+      out.results[pair] ??= {};
+      out.results[pair][key] = {
+        kerze: k,
+        transformers_js: t,
+        ratio: {
+          ms_per_sentence: Object.fromEntries(Object.keys(k.ms_per_sentence).map((s) => [s, ratio(t.ms_per_sentence[s], k.ms_per_sentence[s])])),
+          ready: ratio(t.ready_s, k.ready_s),
+          rss_after_load: ratio(t.rss_after_load_mib, k.rss_after_load_mib),
+          peak_rss: ratio(t.peak_rss_mib, k.peak_rss_mib),
+        },
+        // The two engines' vectors of the first 16-token text (1 = the same direction).
+        cosine_kerze_transformers: Math.round(cosine(runs.kerze[0].probe_vector, runs.transformers[0].probe_vector) * 1e6) / 1e6,
+      };
+      for (const s of Object.keys(k.ms_per_sentence)) {
+        const [tokens, batch] = s.split('x');
+        table.push([pair, threads, tokens, batch, k.ms_per_sentence[s], t.ms_per_sentence[s], ratio(t.ms_per_sentence[s], k.ms_per_sentence[s])]);
+      }
+      table.push([pair, threads, 'ready s', '', k.ready_s, t.ready_s, ratio(t.ready_s, k.ready_s)]);
+      table.push([pair, threads, 'RSS after load MiB', '', k.rss_after_load_mib, t.rss_after_load_mib, ratio(t.rss_after_load_mib, k.rss_after_load_mib)]);
+      table.push([pair, threads, 'peak RSS MiB', '', k.peak_rss_mib, t.peak_rss_mib, ratio(t.peak_rss_mib, k.peak_rss_mib)]);
+    }
+  }
+  const fmt = (x) => (typeof x === 'number' ? (Number.isInteger(x) ? String(x) : x.toFixed(x < 10 ? 2 : 1)) : String(x));
+  console.log('\nencoder: ms per sentence (medians), kerze beside transformers.js; ratio = transformers.js / kerze (> 1: kerze faster)');
+  console.log(['pair', 'threads', 'tokens', 'batch', 'kerze', 'transformers.js', 'ratio'].join('\t'));
+  for (const row of table) console.log(row.map(fmt).join('\t'));
+  console.log('');
+  return out;
+}
+
+const origin = await serve('.', ['--only', 'www,pkg,dist,models,node_modules', '--coop-coep']);
+const date = new Date().toISOString().slice(0, 10);
+const summary = ONLY === 'encoder' ? { date, load_before: loadavg() }
+  : { model: MODEL, date, runs: RUNS, load_before: loadavg(), results: {} };
+try {
+  if (ONLY !== 'encoder') await decoder(summary.results);
+  if (ONLY !== 'decoder') summary.encoder = await encoder();
 } finally {
   stopServers();
 }
