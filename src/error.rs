@@ -153,6 +153,7 @@ mod tests {
     fn every_kind_is_listed() {
         let all = [
             Error::Gguf(String::new()),
+            Error::Onnx(String::new()),
             Error::UnsupportedArch {
                 arch: String::new(),
                 supported: "",
