@@ -153,6 +153,10 @@ fn attr_f(n: &Node, name: &str) -> Option<f32> {
     n.attrs.iter().find(|a| a.name == name).and_then(|a| a.f)
 }
 
+fn attr_s<'n>(n: &'n Node, name: &str) -> Option<&'n [u8]> {
+    n.attrs.iter().find(|a| a.name == name).and_then(|a| a.s)
+}
+
 fn attr_ints<'n>(n: &'n Node, name: &str) -> Option<&'n [i64]> {
     n.attrs
         .iter()
@@ -408,7 +412,7 @@ impl<'m, 'a> View<'m, 'a> {
                 let wq = wq.ok_or_else(|| bad("MatMulInteger without weight"))?;
                 let zp = self.constant(n.inputs.get(3).copied().unwrap_or(""))?;
                 let scale = self.integer_scale(n)?;
-                let (Some((scale, out)),) = (scale,) else {
+                let Some((scale, out)) = scale else {
                     return Err(bad(format!(
                         "MatMulInteger {}: no Cast → Mul by the weight's scale after it (not onnxruntime's dynamic quantization)",
                         n.name
@@ -804,18 +808,11 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
             ),
         ));
     }
-    let gelus = g
-        .nodes
-        .iter()
-        .filter(|n| {
-            n.op == "Erf"
-                || (n.op == "Gelu"
-                    && !n
-                        .attrs
-                        .iter()
-                        .any(|a| a.name == "approximate" && a.t.is_none() && a.i.is_none()))
-        })
-        .count();
+    // Erf (the decomposition) or an opset-20 Gelu that is not the tanh approximation.
+    let erf_gelu = |n: &&Node| {
+        n.op == "Erf" || (n.op == "Gelu" && attr_s(n, "approximate").is_none_or(|a| a == b"none"))
+    };
+    let gelus = g.nodes.iter().filter(erf_gelu).count();
     if gelus < s.n_layer {
         return Err(unsupported(
             g,

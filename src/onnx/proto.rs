@@ -97,6 +97,8 @@ pub struct Attr<'a> {
     pub i: Option<i64>,
     pub ints: Vec<i64>,
     pub floats: Vec<f32>,
+    /// A string attribute's bytes (`Gelu`'s `approximate`).
+    pub s: Option<&'a [u8]>,
     pub t: Option<Tensor<'a>>,
 }
 
@@ -372,6 +374,7 @@ fn attr<'a>(b: &'a [u8], budget: &mut Budget) -> Result<Attr<'a>> {
                 _ => return Err(bad("attribute f: wrong wire type")),
             },
             3 => a.i = Some(want_varint(w, "attribute i")? as i64),
+            4 => a.s = Some(want_bytes(w, "attribute s")?),
             5 => a.t = Some(tensor(want_bytes(w, "attribute t")?, budget)?),
             7 => match w {
                 Wire::Fixed32(x) => {
@@ -418,8 +421,7 @@ fn tensor<'a>(b: &'a [u8], budget: &mut Budget) -> Result<Tensor<'a>> {
                 match w {
                     Wire::Bytes(x) => t.varints.push(x),
                     Wire::Varint(_) => {
-                        // One unpacked value: keep the varint's own bytes. The reader has just
-                        // passed them, so re-encode instead (values are small in practice).
+                        // onnx.proto declares these fields packed; exporters write them so.
                         return Err(bad(
                             "unpacked int data in a tensor (not written by any ONNX exporter)",
                         ));
