@@ -15,6 +15,7 @@
 //! with 16 bits the whole forward pass matches it to 0.001. Overflow: |x| ≤ 32 767,
 //! |w| ≤ 128, so a 32-value block sums below 2^27 per lane.
 
+use super::pool::{self, SharedOut};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType};
 use half::f16;
@@ -129,49 +130,23 @@ impl QMatrix {
         Ok(out)
     }
 
-    /// The threads build: row chunks on the wasm-bindgen-rayon pool.
-    #[cfg(all(target_arch = "wasm32", feature = "threads"))]
-    fn rows_parallel_wasm(&self, act: &Activations, m: usize, yt: &mut [f32]) {
-        use rayon::prelude::*;
-        yt.par_chunks_mut(ROW_CHUNK * m)
-            .enumerate()
-            .for_each(|(i, part)| {
-                let r = i * ROW_CHUNK..(i * ROW_CHUNK + part.len() / m);
-                self.rows_into(act, r, part);
-            });
-    }
-
-    #[cfg(not(all(target_arch = "wasm32", feature = "threads")))]
-    fn rows_parallel_wasm(&self, act: &Activations, _m: usize, yt: &mut [f32]) {
-        self.rows_into(act, 0..self.rows, yt);
-    }
-
     /// `x (m × cols) @ selfᵀ → (m × rows)`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         let sums = self.offsets.as_ref().map(|_| self.group);
         let act = Activations::quantize(x, m, self.cols, sums);
         // Computed as (rows × m), so that a range of weight rows owns one contiguous slice.
         let mut yt = vec![0f32; self.rows * m];
-        if m * self.rows * self.cols < PARALLEL_MIN_MACS {
-            self.rows_into(&act, 0..self.rows, &mut yt);
-        } else if cfg!(all(target_arch = "wasm32", feature = "threads")) {
-            self.rows_parallel_wasm(&act, m, &mut yt);
-        } else {
-            // candle's persistent pool (CANDLE_NUM_THREADS, else the physical cores; no
-            // workers in wasm, where this runs inline): row chunks handed out by a cursor.
-            let out = SharedOut(yt.as_mut_ptr());
-            let n_chunks = self.rows.div_ceil(ROW_CHUNK);
-            candle_core::utils::barrier_pool().execute_chunked(n_chunks, |chunks| {
-                let r = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
-                // SAFETY: the pool hands out disjoint chunk ranges, so these row ranges of
-                // `yt` (r.len() × m values from r.start × m) are disjoint and in bounds, and
-                // `yt` outlives `execute_chunked`, which returns only when all are done.
-                let part = unsafe {
-                    std::slice::from_raw_parts_mut(out.get().add(r.start * m), r.len() * m)
-                };
-                self.rows_into(&act, r, part);
-            });
-        }
+        let out = SharedOut::new(&mut yt);
+        let n_chunks = self.rows.div_ceil(ROW_CHUNK);
+        let work = m.saturating_mul(self.rows).saturating_mul(self.cols);
+        pool::for_chunks(n_chunks, work, |chunks| {
+            let r = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
+            // SAFETY: the chunk ranges are disjoint, so these row ranges of `yt`
+            // (r.len() × m values from r.start × m) are disjoint and in bounds, and `yt`
+            // outlives `for_chunks`, which returns only when all are done.
+            let part = unsafe { out.part(r.start * m, r.len() * m) };
+            self.rows_into(&act, r, part);
+        });
         if m == 1 {
             return yt;
         }
@@ -216,28 +191,8 @@ impl QMatrix {
     }
 }
 
-/// Below this many multiply-adds a matmul runs on the calling thread.
-#[cfg(not(all(target_arch = "wasm32", feature = "threads")))]
-const PARALLEL_MIN_MACS: usize = 1 << 18;
-/// In the threads build waking the wasm pool costs more (Atomics.wait/notify across workers):
-/// a decode step's layer products (~0.3–1.3 M multiply-adds each, ~130 of them) run on the
-/// calling thread, the LM head and prefill's products on the pool.
-#[cfg(all(target_arch = "wasm32", feature = "threads"))]
-const PARALLEL_MIN_MACS: usize = 1 << 22;
 /// Weight rows per work item of the pool.
 const ROW_CHUNK: usize = 64;
-
-/// The output pointer shared by the pool's workers, each writing its own rows.
-struct SharedOut(*mut f32);
-
-impl SharedOut {
-    fn get(&self) -> *mut f32 {
-        self.0
-    }
-}
-
-// SAFETY: workers write disjoint ranges through it (see `QMatrix::matmul`).
-unsafe impl Sync for SharedOut {}
 
 /// (file block, its values, its scales, its offsets: empty-valued when the type has none).
 type UnpackFn = fn(&[u8], &mut [i8], &mut [f32], &mut [f32]);

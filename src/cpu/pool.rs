@@ -1,0 +1,70 @@
+//! Work split over the CPU backend's threads, one seam for every kernel: natively candle's
+//! persistent barrier pool (`CANDLE_NUM_THREADS`, else the physical cores); in the wasm
+//! threads build the wasm-bindgen-rayon pool; in the single-thread wasm build inline.
+
+use std::cell::Cell;
+use std::ops::Range;
+
+thread_local! {
+    /// This thread is running a work item of [`for_chunks`].
+    static IN_ITEM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Below this many multiply-adds a product runs on the calling thread.
+#[cfg(not(all(target_arch = "wasm32", feature = "threads")))]
+pub const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// In the threads build waking the wasm pool costs more (Atomics.wait/notify across workers):
+/// a decode step's layer products (~0.3–1.3 M multiply-adds each, ~130 of them) run on the
+/// calling thread, the LM head and prefill's products on the pool.
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+pub const PARALLEL_MIN_MACS: usize = 1 << 22;
+
+/// Runs `f` on disjoint ranges that together cover `0..n_items`, on the pool when `work`
+/// (multiply-adds or a like count; saturate it: usize is 32 bits in wasm) reaches [`PARALLEL_MIN_MACS`], else inline as `f(0..n)`.
+/// Returns when every range is done.
+/// A call from inside a work item (attention's per-head products) runs inline.
+pub fn for_chunks<F: Fn(Range<usize>) + Sync>(n_items: usize, work: usize, f: F) {
+    if n_items == 0 {
+        return;
+    }
+    if n_items == 1 || work < PARALLEL_MIN_MACS || IN_ITEM.with(Cell::get) {
+        f(0..n_items);
+        return;
+    }
+    let f = |r: Range<usize>| {
+        let outer = IN_ITEM.with(|c| c.replace(true));
+        f(r);
+        IN_ITEM.with(|c| c.set(outer));
+    };
+    #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+    {
+        use rayon::prelude::*;
+        (0..n_items).into_par_iter().for_each(|i| f(i..i + 1));
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    candle_core::utils::barrier_pool().execute_chunked(n_items, f);
+    #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
+    f(0..n_items);
+}
+
+/// An output pointer shared by the pool's workers, each writing its own disjoint part.
+pub struct SharedOut(*mut f32);
+
+impl SharedOut {
+    pub fn new(out: &mut [f32]) -> Self {
+        Self(out.as_mut_ptr())
+    }
+
+    /// `len` values from `start`.
+    ///
+    /// # Safety
+    /// The range must lie inside the slice this was made from, that slice must outlive the
+    /// use, and no two live results may overlap (each worker owns its range).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+// SAFETY: workers write disjoint ranges through it (see `part`).
+unsafe impl Sync for SharedOut {}
