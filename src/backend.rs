@@ -169,6 +169,17 @@ pub trait Backend {
     }
     /// `x @ wᵀ`: `(n_tok, k) × (n, k)ᵀ → (n_tok, n)`.
     fn matmul(&mut self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// `x @ wᵀ + b`: a layer with its bias (`b` a vector of `w`'s rows). A backend may do it
+    /// in one pass; the bias is added to the finished sum either way.
+    fn linear(
+        &mut self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        b: &Self::Weight,
+    ) -> Result<Self::Tensor> {
+        let y = self.matmul(x, w)?;
+        self.add_bias(&y, b)
+    }
     /// Rotary embedding of every `rope.head_dim` group; row `t` is at position `pos[t]`.
     fn rope(&mut self, x: &Self::Tensor, pos: &[usize], rope: &Rope) -> Result<Self::Tensor>;
     /// Append `k`, `v` (rows at `pos`) to `kv`, and attend with `q` over everything visible:

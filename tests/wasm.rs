@@ -179,3 +179,32 @@ async fn every_family_in_wasm_matches_the_f64_reference() {
         }
     }
 }
+
+/// The dense kernel's simd128 path equals the portable one (the same sums in the same order:
+/// bit for bit) and the f64 definition, in the browser; row, panel and bias tails included.
+#[wasm_bindgen_test]
+fn dense_simd_kernel_equals_the_portable_one_in_wasm() {
+    use kerze::cpu::dense::{DenseMatrix, Kernel};
+    assert_eq!(Kernel::best(), Kernel::Simd);
+    let mut rng = kerze::sampler::Rng::new(5);
+    for (m, n, k) in [(1, 3, 5), (7, 13, 33), (65, 70, 384)] {
+        let mut random = |len: usize| (0..len).map(|_| rng.normal()).collect::<Vec<f32>>();
+        let (x, w, b) = (random(m * k), random(n * k), random(n));
+        let d = DenseMatrix::pack(&w, n, k);
+        let simd = d.matmul_with(Kernel::Simd, &x, m, Some(&b));
+        let portable = d.matmul_with(Kernel::Portable, &x, m, Some(&b));
+        assert_eq!(simd, portable, "{m}×{n}×{k}");
+        for i in 0..m {
+            for j in 0..n {
+                let exact: f64 = (0..k)
+                    .map(|kk| f64::from(x[i * k + kk]) * f64::from(w[j * k + kk]))
+                    .sum::<f64>()
+                    + f64::from(b[j]);
+                assert!(
+                    (f64::from(simd[i * n + j]) - exact).abs() < 1e-4,
+                    "{m}×{n}×{k}"
+                );
+            }
+        }
+    }
+}

@@ -2,7 +2,9 @@
 //! slots; a global layer keeps one slot per context position. Each slot remembers its
 //! absolute position, so visibility is decided by positions, never by slot order.
 
-use super::ops::{axpy, dot};
+use super::dense::DenseMatrix;
+use super::ops::{axpy, dot, exp_approx};
+use super::pool::{self, SharedOut};
 use super::Act;
 use crate::backend::{AttnParams, KvRows};
 use crate::error::{Error, Result};
@@ -246,41 +248,65 @@ pub fn attend_packed(q: &Act, k: &Act, v: &Act, lens: &[usize], p: AttnParams) -
         ));
     }
     let group = n_head / n_kv;
-    let mut out = vec![0f32; n_tok * n_head * hd];
-    let mut scores: Vec<f32> = Vec::new();
-    let mut start = 0;
-    for &len in lens {
-        for t in start..start + len {
-            for h in 0..n_head {
-                let kh = h / group;
-                let qv = &q.data[t * q.width + h * hd..t * q.width + (h + 1) * hd];
-                scores.clear();
-                scores.extend((start..start + len).map(|j| {
-                    dot(qv, &k.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd]) * p.scale
-                }));
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let width = n_head * hd;
+    let mut out = vec![0f32; n_tok * width];
+    let starts: Vec<usize> = lens
+        .iter()
+        .scan(0, |s, &len| {
+            *s += len;
+            Some(*s - len)
+        })
+        .collect();
+    // One work item per (sequence, head): S = Q·Kᵀ and O = softmax(S)·V as two products on
+    // the dense kernel (K and Vᵀ packed as its weights), each item writing its own head's
+    // columns of its own rows.
+    let shared = SharedOut::new(&mut out);
+    let work = lens.iter().fold(0usize, |w, &l| {
+        w.saturating_add(l.saturating_mul(l) * hd * 2 * n_head)
+    });
+    pool::for_chunks(lens.len() * n_head, work, |items| {
+        for item in items {
+            let (s, h) = (item / n_head, item % n_head);
+            let (start, len, kh) = (starts[s], lens[s], h / group);
+            fn rows(a: &Act, start: usize, len: usize) -> &[f32] {
+                &a.data[start * a.width..(start + len) * a.width]
+            }
+            let keys = DenseMatrix::pack_strided(&rows(k, start, len)[kh * hd..], len, hd, kv_w, 1);
+            let values_t =
+                DenseMatrix::pack_strided(&rows(v, start, len)[kh * hd..], hd, len, 1, kv_w);
+            let mut qh = Vec::with_capacity(len * hd);
+            for row in rows(q, start, len).chunks_exact(q.width) {
+                qh.extend_from_slice(&row[h * hd..(h + 1) * hd]);
+            }
+            let mut scores = keys.matmul(&qh, len, None); // (len × len)
+            for row in scores.chunks_exact_mut(len) {
+                let mut max = f32::NEG_INFINITY;
+                for v in row.iter_mut() {
+                    *v *= p.scale;
+                    max = max.max(*v);
+                }
                 let mut sum = 0f32;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
+                for v in row.iter_mut() {
+                    *v = exp_approx(*v - max);
+                }
+                for v in row.iter() {
+                    sum += *v;
                 }
                 let inv = 1.0 / sum;
-                let o = &mut out[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
-                for (i, j) in (start..start + len).enumerate() {
-                    axpy(
-                        o,
-                        scores[i] * inv,
-                        &v.data[j * kv_w + kh * hd..j * kv_w + (kh + 1) * hd],
-                    );
+                for v in row.iter_mut() {
+                    *v *= inv;
                 }
             }
+            let o = values_t.matmul(&scores, len, None); // (len × hd)
+            for (t, row) in o.chunks_exact(hd).enumerate() {
+                // SAFETY: item (s, h) alone writes head h's columns of sequence s's rows,
+                // inside `out`, which outlives `for_chunks`.
+                let dst = unsafe { shared.part((start + t) * width + h * hd, hd) };
+                dst.copy_from_slice(row);
+            }
         }
-        start += len;
-    }
-    Ok(Act {
-        data: out,
-        width: n_head * hd,
-    })
+    });
+    Ok(Act { data: out, width })
 }
 
 #[cfg(test)]

@@ -1,19 +1,20 @@
 //! The CPU backend. Quantized matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K … Q6_K) run on our
 //! int8 kernel with 16-bit activations (int8.rs: SIMD natively and with `+simd128` in wasm);
-//! F32, F16 and BF16 matrices through candle-core; norms, RoPE and attention in plain Rust.
+//! F32, F16 and BF16 matrices as packed f32 panels on the dense kernel (dense/); norms, RoPE
+//! and attention in plain Rust. Products and attention split over threads in pool.rs.
 //!
 //! Every weight is copied once, from the byte source straight into its final place.
 
 mod attention;
+pub mod dense;
 pub mod int8;
 mod ops;
+mod pool;
 
 use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 use candle_core::quantized::k_quants::GgmlType as Block;
-use candle_core::quantized::{QMatMul, QStorage, QTensor, QuantizedType};
-use candle_core::{Device, Module, Tensor};
 
 pub use attention::KvCache;
 
@@ -47,13 +48,8 @@ impl Act {
 pub enum CpuWeight {
     /// A vector (norm weights), f32.
     Vector(Vec<f32>),
-    /// A matrix `(rows, cols)` in candle's storage (F32, F16, BF16). `QMatMul` holds the
-    /// only copy: the f32 (or f16) tensor it made.
-    Matrix {
-        mm: QMatMul,
-        rows: usize,
-        cols: usize,
-    },
+    /// A float matrix (F32, F16, BF16 in the file), held as f32 panels.
+    Dense(dense::DenseMatrix),
     /// A quantized matrix unpacked to int8 for our kernel.
     Int8(int8::QMatrix),
 }
@@ -63,6 +59,47 @@ pub enum CpuWeight {
 pub struct CpuBackend;
 
 impl CpuBackend {
+    /// `x @ wᵀ`, plus `bias` on every row when given (added to the finished sums).
+    fn product(&mut self, x: &Act, w: &CpuWeight, bias: Option<&[f32]>) -> Result<Act> {
+        let check = |rows: usize, cols: usize| {
+            if x.width != cols {
+                return Err(Error::Backend(format!(
+                    "matmul: input width {} ≠ weight columns {cols}",
+                    x.width
+                )));
+            }
+            match bias {
+                Some(b) if b.len() != rows => Err(Error::Backend(format!(
+                    "linear: a bias of {} for {rows} outputs",
+                    b.len()
+                ))),
+                _ => Ok(rows),
+            }
+        };
+        let (data, width) = match w {
+            CpuWeight::Dense(d) => {
+                let rows = check(d.rows(), d.cols())?;
+                (d.matmul(&x.data, x.n_tok(), bias), rows)
+            }
+            CpuWeight::Int8(m) => {
+                let rows = check(m.rows, m.cols)?;
+                let mut y = m.matmul(&x.data, x.n_tok());
+                if let Some(b) = bias {
+                    for row in y.chunks_exact_mut(rows) {
+                        for (v, bi) in row.iter_mut().zip(b) {
+                            *v += bi;
+                        }
+                    }
+                }
+                (y, rows)
+            }
+            CpuWeight::Vector(_) => {
+                return Err(Error::Backend("matmul weight is not a matrix".into()))
+            }
+        };
+        Ok(Act { data, width })
+    }
+
     pub fn new() -> Self {
         Self
     }
@@ -138,14 +175,28 @@ impl Backend for CpuBackend {
                 info.ty,
             )?));
         }
-        let storage: Box<dyn QuantizedType> = match info.ty {
-            GgmlType::F32 => Box::new(read_blocks::<f32>(src, info.offset, n)?),
-            GgmlType::F16 => Box::new(read_blocks::<half::f16>(src, info.offset, n)?),
-            GgmlType::BF16 => Box::new(read_blocks::<half::bf16>(src, info.offset, n)?),
+        let floats = match info.ty {
+            GgmlType::F32 => read_blocks::<f32>(src, info.offset, n)?,
+            GgmlType::F16 => read_blocks::<half::f16>(src, info.offset, n)?
+                .iter()
+                .map(|v| v.to_f32())
+                .collect(),
+            GgmlType::BF16 => read_blocks::<half::bf16>(src, info.offset, n)?
+                .iter()
+                .map(|v| v.to_f32())
+                .collect(),
             other => return Err(unsupported(other.name(), SUPPORTED_TYPES)),
         };
-        let mm = QMatMul::from_qtensor(QTensor::new(QStorage::Cpu(storage), (rows, cols))?)?;
-        Ok(CpuWeight::Matrix { mm, rows, cols })
+        if floats.len() != rows * cols {
+            return Err(Error::Config(format!(
+                "tensor {}: {} values for {rows} × {cols}",
+                info.name,
+                floats.len()
+            )));
+        }
+        Ok(CpuWeight::Dense(dense::DenseMatrix::pack(
+            &floats, rows, cols,
+        )))
     }
 
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<KvCache> {
@@ -171,24 +222,24 @@ impl Backend for CpuBackend {
                 width: m.cols,
             });
         }
-        let CpuWeight::Matrix { mm, rows, cols } = table else {
+        let CpuWeight::Dense(d) = table else {
             return Err(Error::Backend("embedding table is not a matrix".into()));
         };
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= *rows) {
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= d.rows()) {
             return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary of {rows} tokens"
+                "token id {bad} is outside the vocabulary of {} tokens",
+                d.rows()
             )));
         }
-        let ids_t = Tensor::from_vec(ids.to_vec(), ids.len(), &Device::Cpu)?;
-        let rows_t = match mm {
-            QMatMul::QTensor(q) => q.embedding(&ids_t)?,
-            QMatMul::Tensor(t) | QMatMul::TensorF16(t) => t
-                .index_select(&ids_t, 0)?
-                .to_dtype(candle_core::DType::F32)?,
-        };
-        let mut data = rows_t.flatten_all()?.to_vec1::<f32>()?;
+        let mut data = Vec::with_capacity(ids.len() * d.cols());
+        for &id in ids {
+            d.row_into(id as usize, &mut data);
+        }
         ops::scale(&mut data, scale);
-        Ok(Act { data, width: *cols })
+        Ok(Act {
+            data,
+            width: d.cols(),
+        })
     }
 
     fn rms_norm(&mut self, x: &Act, w: &CpuWeight, eps: f32) -> Result<Act> {
@@ -211,33 +262,14 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&mut self, x: &Act, w: &CpuWeight) -> Result<Act> {
-        if let CpuWeight::Int8(m) = w {
-            if x.width != m.cols {
-                return Err(Error::Backend(format!(
-                    "matmul: input width {} ≠ weight columns {}",
-                    x.width, m.cols
-                )));
-            }
-            return Ok(Act {
-                data: m.matmul(&x.data, x.n_tok()),
-                width: m.rows,
-            });
-        }
-        let CpuWeight::Matrix { mm, rows, cols, .. } = w else {
-            return Err(Error::Backend("matmul weight is not a matrix".into()));
+        self.product(x, w, None)
+    }
+
+    fn linear(&mut self, x: &Act, w: &CpuWeight, b: &CpuWeight) -> Result<Act> {
+        let CpuWeight::Vector(b) = b else {
+            return Err(Error::Backend("bias is not a vector".into()));
         };
-        if x.width != *cols {
-            return Err(Error::Backend(format!(
-                "matmul: input width {} ≠ weight columns {cols}",
-                x.width
-            )));
-        }
-        let t = Tensor::from_slice(&x.data, (x.n_tok(), x.width), &Device::Cpu)?;
-        let y = mm.forward(&t)?;
-        Ok(Act {
-            data: y.flatten_all()?.to_vec1::<f32>()?,
-            width: *rows,
-        })
+        self.product(x, w, Some(b))
     }
 
     fn rope(&mut self, x: &Act, pos: &[usize], rope: &Rope) -> Result<Act> {
@@ -318,8 +350,12 @@ impl Backend for CpuBackend {
     }
 
     fn gelu(&mut self, x: &Act) -> Result<Act> {
+        let mut data = x.data.clone();
+        for v in &mut data {
+            *v = ops::gelu_erf(*v);
+        }
         Ok(Act {
-            data: x.data.iter().map(|&v| ops::gelu_erf(v)).collect(),
+            data,
             width: x.width,
         })
     }
@@ -408,11 +444,13 @@ impl Backend for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::quantized::QTensor;
+    use candle_core::{Device, Tensor};
 
-    /// F32, F16 and BF16 matrices (candle's path) and Q4_0 (the int8 kernel): the embedding
-    /// rows and the product agree with the dequantized weights.
+    /// F32, F16 and BF16 matrices (the dense kernel) and Q4_0 (the int8 kernel), quantized
+    /// by candle: the embedding rows and the product agree with the dequantized weights.
     #[test]
-    fn candle_matrices_embed_and_multiply() {
+    fn matrices_embed_and_multiply() {
         let (rows, cols) = (5usize, 64usize);
         let mut rng = crate::sampler::Rng::new(1);
         let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();

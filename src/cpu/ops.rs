@@ -80,12 +80,33 @@ pub fn erf(x: f32) -> f32 {
     let poly = t
         * (0.254_829_6
             + t * (-0.284_496_74 + t * (1.421_413_8 + t * (-1.453_152 + t * 1.061_405_4))));
-    let y = 1.0 - poly * (-x * x).exp();
-    if x < 0.0 {
-        -y
-    } else {
-        y
-    }
+    let y = 1.0 - poly * exp_approx(-x * x);
+    y.copysign(x)
+}
+
+/// `e^x` to 2 ulps for x in [−87, 88] (below, e^−87; above, e^88), without branches or
+/// calls, so a loop over a slice vectorises (wasm has no exp instruction, and libm's is a
+/// call per value). Cody–Waite reduction to `r` in [−ln 2/2, ln 2/2], a degree-6 polynomial
+/// (Cephes' expf coefficients), then 2ⁿ through the exponent bits. The encoder's softmax and
+/// GELU use it; the decoders keep `f32::exp`, whose results their reference gates pin.
+#[inline]
+pub fn exp_approx(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    // Adding and subtracting 1.5·2²³ rounds to the nearest integer in f32.
+    const ROUND: f32 = 12_582_912.0;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 0.166_666_65;
+    let p = p * r + 0.5;
+    let e = p * r * r + r + 1.0;
+    e * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
 pub fn silu(x: f32) -> f32 {
@@ -120,6 +141,51 @@ pub fn rope(x: &mut [f32], width: usize, pos: &[usize], rope: &crate::backend::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// exp_approx within 2 ulps of f64's exp over the range, and the clamps; GELU (erf) within
+    /// 3e-7 · max(1, |x|) of the f64 definition.
+    #[test]
+    fn exp_and_gelu_match_f64() {
+        let mut worst = 0f64;
+        for i in -870_000..=880_000 {
+            let x = i as f32 * 1e-4;
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_approx(x));
+            worst = worst.max(((got - want) / want).abs());
+        }
+        assert!(worst < 2.5e-7, "exp_approx relative error {worst}");
+        assert!(exp_approx(-1000.0) > 0.0 && exp_approx(-1000.0) < 1e-37);
+        assert!(exp_approx(1000.0).is_finite());
+        for i in -20_000..=20_000 {
+            let x = i as f32 * 5e-4;
+            let xd = f64::from(x);
+            let want = 0.5 * xd * (1.0 + libm_erf(xd / std::f64::consts::SQRT_2));
+            let got = f64::from(gelu_erf(x));
+            assert!(
+                (got - want).abs() < 3e-7 * xd.abs().max(1.0),
+                "gelu({x}): {got} vs {want}"
+            );
+        }
+    }
+
+    /// erf in f64 by its Taylor series (|x| ≤ 3) or the continued fraction of erfc beyond.
+    fn libm_erf(x: f64) -> f64 {
+        if x.abs() > 3.0 {
+            let a = x.abs();
+            let mut f = 0.0;
+            for k in (1..60).rev() {
+                f = (k as f64 / 2.0) / (a + f);
+            }
+            let erfc = (-a * a).exp() / (a + f) / std::f64::consts::PI.sqrt();
+            return (1.0 - erfc).copysign(x);
+        }
+        let (mut term, mut sum) = (x, x);
+        for n in 1..200 {
+            term *= -x * x / n as f64;
+            sum += term / (2 * n + 1) as f64;
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    }
 
     #[test]
     fn dot_matches_naive() {

@@ -273,10 +273,7 @@ impl<B: Backend> Bert<B> {
         let ids: Vec<u32> = texts.concat();
         let pos: Vec<u32> = lens.iter().flat_map(|&n| 0..n as u32).collect();
         let types = vec![0u32; ids.len()];
-        let lin = |be: &mut B, x: &B::Tensor, l: &Linear<B>| -> Result<B::Tensor> {
-            let y = be.matmul(x, &l.w)?;
-            be.add_bias(&y, &l.b)
-        };
+        let lin = |be: &mut B, x: &B::Tensor, l: &Linear<B>| be.linear(x, &l.w, &l.b);
         let norm = |be: &mut B, x: &B::Tensor, n: &(B::Weight, B::Weight)| {
             be.layer_norm(x, &n.0, &n.1, c.rms_eps)
         };
