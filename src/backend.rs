@@ -2,8 +2,36 @@
 //! written once against this trait; the CPU backend executes each call at once, a GPU backend
 //! records it. Activations are 2-D: `n_tok` rows of `width` values, row-major.
 
-use crate::error::Result;
-use crate::gguf::{ByteSource, TensorInfo};
+use crate::error::{Error, Result};
+use crate::gguf::{ByteSource, GgmlType, TensorInfo};
+
+/// The values of an I8 matrix `(rows, cols)` with a scale and zero per row, checked.
+pub fn int8_rows(
+    info: &TensorInfo,
+    scale: &[f32],
+    zero: &[f32],
+    src: &dyn ByteSource,
+) -> Result<Vec<i8>> {
+    let (rows, cols) = info.rows_cols();
+    if info.ty != GgmlType::I8
+        || info.dims.len() != 2
+        || scale.len() != rows
+        || zero.len() != rows
+        || info.n_bytes != rows as u64 * cols as u64
+    {
+        return Err(Error::Config(format!(
+            "tensor {}: an int8 matrix {:?} ({}) with {} scales and {} zeros",
+            info.name,
+            info.dims,
+            info.ty,
+            scale.len(),
+            zero.len()
+        )));
+    }
+    let mut buf = vec![0u8; rows * cols];
+    src.read_at(info.offset, &mut buf)?;
+    Ok(buf.into_iter().map(|b| b as i8).collect())
+}
 
 /// Shape and policy of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -141,6 +169,31 @@ pub trait Backend {
 
     /// Copy one tensor out of the model file into its final place (the only copy).
     fn load_weight(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<Self::Weight>;
+    /// An I8 matrix whose weight `(r, c)` is `(v − zero[r]) · scale[r]` (an int8 ONNX export's,
+    /// kept as stored). By default dequantized to f32 on the host, exactly, and loaded as an
+    /// F32 tensor; a backend with an int8 kernel keeps the int8 values.
+    fn load_int8_weight(
+        &mut self,
+        info: &TensorInfo,
+        scale: &[f32],
+        zero: &[f32],
+        src: &dyn ByteSource,
+    ) -> Result<Self::Weight> {
+        let values = int8_rows(info, scale, zero, src)?;
+        let mut bytes = Vec::with_capacity(values.len() * 4);
+        for (r, row) in values.chunks_exact(info.dims[0] as usize).enumerate() {
+            for &v in row {
+                bytes.extend_from_slice(&((f32::from(v) - zero[r]) * scale[r]).to_le_bytes());
+            }
+        }
+        let f32_info = TensorInfo {
+            ty: crate::gguf::GgmlType::F32,
+            offset: 0,
+            n_bytes: bytes.len() as u64,
+            ..info.clone()
+        };
+        self.load_weight(&f32_info, &bytes)
+    }
     /// A KV cache of `n_slots` positions (a ring when smaller than the context).
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<Self::Kv>;
     /// Forget every cached position.

@@ -378,8 +378,9 @@ struct ConvertArgs {
     /// The GGUF to write
     #[arg(long)]
     to: std::path::PathBuf,
-    /// The matrices' type (norms, biases and token types stay f32)
-    #[arg(long = "type", default_value = "f16", value_parser = ["f32", "f16", "q8_0"])]
+    /// The matrices' type (norms, biases and token types stay f32); i8 keeps an int8 ONNX
+    /// export's matrices as stored (a GGUF only kerze runs)
+    #[arg(long = "type", default_value = "f16", value_parser = ["f32", "f16", "q8_0", "i8"])]
     out_type: String,
     /// {"file", "bytes", "sha256"}
     #[arg(long)]

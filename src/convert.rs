@@ -233,6 +233,10 @@ pub enum OutType {
     F32,
     F16,
     Q8_0,
+    /// An int8 ONNX export's matrices as the file stores them (ggml's I8 with an F32 scale
+    /// and zero per row beside each: `NAME.scale`, `NAME.zero`); kerze's own, no other GGUF
+    /// reader runs it. Float matrices stay F32.
+    I8,
 }
 
 impl std::str::FromStr for OutType {
@@ -242,7 +246,8 @@ impl std::str::FromStr for OutType {
             "f32" => Ok(Self::F32),
             "f16" => Ok(Self::F16),
             "q8_0" => Ok(Self::Q8_0),
-            _ => Err(format!("`{s}` is not one of f32, f16, q8_0")),
+            "i8" => Ok(Self::I8),
+            _ => Err(format!("`{s}` is not one of f32, f16, q8_0, i8")),
         }
     }
 }
@@ -514,7 +519,8 @@ fn put(
         [c] => (1, *c),
         _ => return Err(bad(format!("{name}: shape {shape:?}"))),
     };
-    let ty = if is_matrix && (matrix != GgmlType::Q8_0 || cols % 32 == 0) {
+    let ty = if is_matrix && matrix != GgmlType::I8 && (matrix != GgmlType::Q8_0 || cols % 32 == 0)
+    {
         matrix
     } else {
         GgmlType::F32
@@ -533,12 +539,43 @@ fn ggml_type(ty: OutType) -> GgmlType {
         OutType::F32 => GgmlType::F32,
         OutType::F16 => GgmlType::F16,
         OutType::Q8_0 => GgmlType::Q8_0,
+        OutType::I8 => GgmlType::I8,
     }
 }
 
+/// An int8 matrix (`shape`: rows, cols) as I8 with its `.scale` and `.zero` rows.
+fn put_int8(w: &mut Writer, name: &str, shape: &[usize], q: &crate::onnx::Int8Rows) -> Result<()> {
+    let [rows, cols] = shape[..] else {
+        return Err(bad(format!("{name}: shape {shape:?}")));
+    };
+    if q.values.len() != rows * cols || q.scale.len() != rows || q.zero.len() != rows {
+        return Err(bad(format!(
+            "{name}: int8 parts disagree with {rows} × {cols}"
+        )));
+    }
+    let bytes = q.values.iter().map(|&v| v as u8).collect();
+    w.tensor(name, GgmlType::I8, &[cols as u64, rows as u64], bytes);
+    put(
+        w,
+        &format!("{name}.scale"),
+        &[rows],
+        &q.scale,
+        false,
+        GgmlType::F32,
+    )?;
+    put(
+        w,
+        &format!("{name}.zero"),
+        &[rows],
+        &q.zero,
+        false,
+        GgmlType::F32,
+    )
+}
+
 /// The GGUF bytes of a BERT-family ONNX export (`model.onnx`) with its `tokenizer.json` and
-/// `config.json`; `ty`: the matrices' type, by default the file's own (f32, f16; int8
-/// dequantized exactly to f32). The weights go through the same names and writer as a
+/// `config.json`; `ty`: the matrices' type, by default the file's own (f32, f16, or int8 kept
+/// as [`OutType::I8`]; any other type dequantizes int8 exactly first). The weights go through the same names and writer as a
 /// safetensors conversion, so both load into the one encoder.
 pub fn convert_onnx(
     onnx: &[u8],
@@ -572,14 +609,18 @@ pub fn convert_onnx(
     let mut w = header(&c, tokenizer, found.eps.unwrap_or(c.eps), head)?;
     let matrix = ggml_type(ty.unwrap_or(match found.stored {
         crate::onnx::Stored::F16 => OutType::F16,
-        _ => OutType::F32,
+        crate::onnx::Stored::Int8 => OutType::I8,
+        crate::onnx::Stored::F32 => OutType::F32,
     }));
     // Each tensor's f32 values freed once encoded, the file written once at its size.
     for (name, t) in found.tensors {
         // As the safetensors plan: the word table and the layers' matrices take the type.
         let is_matrix = name == "token_embd.weight"
             || (name.starts_with("blk.") && name.ends_with(".weight") && t.shape.len() == 2);
-        put(&mut w, &name, &t.shape, &t.values, is_matrix, matrix)?;
+        match &t.int8 {
+            Some(q) if is_matrix && matrix == GgmlType::I8 => put_int8(&mut w, &name, &t.shape, q)?,
+            _ => put(&mut w, &name, &t.shape, &t.to_f32(), is_matrix, matrix)?,
+        }
     }
     Ok(w.into_bytes())
 }
@@ -587,6 +628,11 @@ pub fn convert_onnx(
 /// The GGUF bytes of the BERT-family model in Hugging Face folder `dir`.
 #[cfg(not(target_arch = "wasm32"))]
 pub fn convert_dir(dir: &Path, ty: OutType) -> Result<Vec<u8>> {
+    if ty == OutType::I8 {
+        return Err(bad(
+            "--type i8 keeps an int8 ONNX export's matrices; these weights are float (f32, f16 or q8_0)",
+        ));
+    }
     let cfg = read_json(dir, "config.json")?
         .ok_or_else(|| bad(format!("no config.json in {}", dir.display())))?;
     // sentence-transformers' pooling and length, when the folder is one of its models.

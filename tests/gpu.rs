@@ -1341,3 +1341,37 @@ fn a_restored_prefix_on_the_gpu_gives_the_computed_logits_bit_for_bit() {
         );
     }
 }
+
+/// An int8 ONNX export kept int8 (I8 matrices with a scale and zero per row): the GPU loads
+/// it dequantized to f32 (the backend's default) and gives the CPU's int8 kernel's
+/// embeddings to the 16-bit activations' rounding.
+#[test]
+fn an_int8_onnx_export_on_the_gpu_equals_the_cpu() {
+    use kerze::embed::{cosine, EmbedOptions};
+    use kerze::{Device, Engine, LoadOptions};
+    let onnx = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("models/onnx/minilm/model_quantized.onnx");
+    let g = kerze::convert::convert_onnx_file(&onnx, None).unwrap();
+    let load = |device| {
+        pollster::block_on(Engine::load_async(
+            Box::new(g.clone()),
+            &LoadOptions {
+                device,
+                n_ctx: None,
+            },
+            &mut |_, _| {},
+        ))
+        .unwrap()
+        .0
+    };
+    let (mut gpu, mut cpu) = (load(Device::Webgpu), load(Device::Cpu));
+    assert_eq!(gpu.info().backend, "webgpu");
+    let texts = ["The weather is lovely today.", "He drove to the stadium."];
+    let opts = EmbedOptions::default();
+    let want = pollster::block_on(cpu.embed(&texts, &opts)).unwrap();
+    let got = pollster::block_on(gpu.embed(&texts, &opts)).unwrap();
+    for (a, b) in got.data.iter().zip(&want.data) {
+        let cos = cosine(a, b);
+        assert!(cos > 0.99999, "cosine {cos}");
+    }
+}

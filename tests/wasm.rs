@@ -180,11 +180,12 @@ async fn every_family_in_wasm_matches_the_f64_reference() {
     }
 }
 
-/// The dense kernel's simd128 path equals the portable one (the same sums in the same order:
-/// bit for bit) and the f64 definition, in the browser; row, panel and bias tails included.
+/// The dense kernels' simd128 paths equal the portable ones (the same sums in the same order:
+/// bit for bit) and the f64 definition, in the browser; row, panel and bias tails included;
+/// the int8 one (i32x4.dot_i16x8_s) across its k split too.
 #[wasm_bindgen_test]
-fn dense_simd_kernel_equals_the_portable_one_in_wasm() {
-    use kerze::cpu::dense::{DenseMatrix, Kernel};
+fn dense_simd_kernels_equal_the_portable_ones_in_wasm() {
+    use kerze::cpu::dense::{DenseMatrix, I8Matrix, Kernel};
     assert_eq!(Kernel::best(), Kernel::Simd);
     let mut rng = kerze::sampler::Rng::new(5);
     for (m, n, k) in [(1, 3, 5), (7, 13, 33), (65, 70, 384)] {
@@ -206,5 +207,15 @@ fn dense_simd_kernel_equals_the_portable_one_in_wasm() {
                 );
             }
         }
+    }
+    for (m, n, k) in [(1, 3, 8), (5, 13, 40), (33, 70, 4104)] {
+        let v: Vec<i8> = (0..n * k).map(|i| (i * 53 % 256) as u8 as i8).collect();
+        let scale: Vec<f32> = (0..n).map(|j| 0.01 + j as f32 * 1e-3).collect();
+        let zero: Vec<f32> = (0..n).map(|j| (j % 7) as f32 - 3.0).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
+        let q = I8Matrix::pack(&v, scale, zero, n, k);
+        let simd = q.matmul_with(Kernel::Simd, &x, m, None);
+        let portable = q.matmul_with(Kernel::Portable, &x, m, None);
+        assert_eq!(simd, portable, "int8 {m}×{n}×{k}");
     }
 }

@@ -50,6 +50,8 @@ pub enum CpuWeight {
     Vector(Vec<f32>),
     /// A float matrix (F32, F16, BF16 in the file), held as f32 panels.
     Dense(dense::DenseMatrix),
+    /// An int8 matrix with a scale and zero per row (an int8 ONNX export's), kept int8.
+    DenseI8(dense::I8Matrix),
     /// A quantized matrix unpacked to int8 for our kernel.
     Int8(int8::QMatrix),
 }
@@ -78,6 +80,10 @@ impl CpuBackend {
         };
         let (data, width) = match w {
             CpuWeight::Dense(d) => {
+                let rows = check(d.rows(), d.cols())?;
+                (d.matmul(&x.data, x.n_tok(), bias), rows)
+            }
+            CpuWeight::DenseI8(d) => {
                 let rows = check(d.rows(), d.cols())?;
                 (d.matmul(&x.data, x.n_tok(), bias), rows)
             }
@@ -199,6 +205,35 @@ impl Backend for CpuBackend {
         )))
     }
 
+    fn load_int8_weight(
+        &mut self,
+        info: &TensorInfo,
+        scale: &[f32],
+        zero: &[f32],
+        src: &dyn ByteSource,
+    ) -> Result<CpuWeight> {
+        let values = crate::backend::int8_rows(info, scale, zero, src)?;
+        let (rows, cols) = info.rows_cols();
+        if !dense::I8Matrix::takes(cols) {
+            // Rows the int8 layout does not take: as f32, exactly dequantized.
+            let floats: Vec<f32> = values
+                .chunks_exact(cols.max(1))
+                .zip(scale.iter().zip(zero))
+                .flat_map(|(row, (&s, &z))| row.iter().map(move |&v| (f32::from(v) - z) * s))
+                .collect();
+            return Ok(CpuWeight::Dense(dense::DenseMatrix::pack(
+                &floats, rows, cols,
+            )));
+        }
+        Ok(CpuWeight::DenseI8(dense::I8Matrix::pack(
+            &values,
+            scale.to_vec(),
+            zero.to_vec(),
+            rows,
+            cols,
+        )))
+    }
+
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<KvCache> {
         Ok(KvCache::new(n_slots, n_head_kv * head_dim))
     }
@@ -222,24 +257,26 @@ impl Backend for CpuBackend {
                 width: m.cols,
             });
         }
-        let CpuWeight::Dense(d) = table else {
-            return Err(Error::Backend("embedding table is not a matrix".into()));
+        let (rows, cols) = match table {
+            CpuWeight::Dense(d) => (d.rows(), d.cols()),
+            CpuWeight::DenseI8(d) => (d.rows(), d.cols()),
+            _ => return Err(Error::Backend("embedding table is not a matrix".into())),
         };
-        if let Some(bad) = ids.iter().find(|&&id| id as usize >= d.rows()) {
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= rows) {
             return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary of {} tokens",
-                d.rows()
+                "token id {bad} is outside the vocabulary of {rows} tokens"
             )));
         }
-        let mut data = Vec::with_capacity(ids.len() * d.cols());
+        let mut data = Vec::with_capacity(ids.len() * cols);
         for &id in ids {
-            d.row_into(id as usize, &mut data);
+            match table {
+                CpuWeight::Dense(d) => d.row_into(id as usize, &mut data),
+                CpuWeight::DenseI8(d) => d.row_into(id as usize, &mut data),
+                _ => {}
+            }
         }
         ops::scale(&mut data, scale);
-        Ok(Act {
-            data,
-            width: d.cols(),
-        })
+        Ok(Act { data, width: cols })
     }
 
     fn rms_norm(&mut self, x: &Act, w: &CpuWeight, eps: f32) -> Result<Act> {

@@ -296,6 +296,16 @@ pub fn load_weights<B: Backend>(
     let mut out = Vec::with_capacity(wanted.len());
     for (w, info) in wanted.iter().zip(infos) {
         let weight = match info {
+            Some(info) if info.ty == GgmlType::I8 && info.dims.len() == 2 => {
+                // An int8 matrix with its scale and zero per row (convert.rs, OutType::I8).
+                let rows = info.dims[1] as usize;
+                let scale = host_f32(g, src, &format!("{}.scale", info.name), &[rows])?;
+                let zero = host_f32(g, src, &format!("{}.zero", info.name), &[rows])?;
+                let weight = be.load_int8_weight(info, &scale, &zero, src)?;
+                done += info.n_bytes;
+                progress(done, total);
+                Some(weight)
+            }
             Some(info) => {
                 let weight = be.load_weight(info, src)?;
                 done += info.n_bytes;

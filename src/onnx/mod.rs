@@ -63,7 +63,51 @@ pub enum HeadActivation {
 #[derive(Clone, Debug)]
 pub struct Weight {
     pub shape: Vec<usize>,
+    /// Empty when `int8` holds the matrix.
     pub values: Vec<f32>,
+    /// An int8 matrix as the file stores it (a `MatMulInteger`'s weight).
+    pub int8: Option<Int8Rows>,
+}
+
+impl Weight {
+    fn float(shape: Vec<usize>, values: Vec<f32>) -> Self {
+        Self {
+            shape,
+            values,
+            int8: None,
+        }
+    }
+
+    /// The values in f32: the float ones, or the int8 ones dequantized.
+    pub fn to_f32(&self) -> Vec<f32> {
+        match &self.int8 {
+            Some(q) if self.values.is_empty() => q.dequantize(),
+            _ => self.values.clone(),
+        }
+    }
+}
+
+/// An `(out, in)` int8 matrix whose weight `(r, c)` is `(values[r·in + c] − zero[r]) ·
+/// scale[r]`: `DequantizeLinear`'s `(q − zero_point) · scale` with `q` and the zero point both
+/// less 128 for uint8, so the values fit in i8 and the differences (small integers, exact in
+/// f32) are unchanged: dequantized, it is onnxruntime's f32 bit for bit.
+#[derive(Clone, Debug)]
+pub struct Int8Rows {
+    pub values: Vec<i8>,
+    pub scale: Vec<f32>,
+    pub zero: Vec<f32>,
+}
+
+impl Int8Rows {
+    pub fn dequantize(&self) -> Vec<f32> {
+        let cols = self.values.len().checked_div(self.scale.len()).unwrap_or(0);
+        let mut out = Vec::with_capacity(self.values.len());
+        for (r, row) in self.values.chunks_exact(cols.max(1)).enumerate() {
+            let (s, z) = (self.scale[r], self.zero[r]);
+            out.extend(row.iter().map(|&v| (f32::from(v) - z) * s));
+        }
+        out
+    }
 }
 
 /// An encoder's weights, by their GGUF names (`token_embd.weight`, `blk.0.attn_q.weight`,
@@ -99,6 +143,9 @@ struct Lin {
     /// Its output (after the bias when there is one) and the MatMul's own output.
     outs: Vec<String>,
     quantized: bool,
+    /// A `MatMulInteger`'s weight as stored: `(q (in, out), scale, zero point)` per output
+    /// (then `w` holds only the dims).
+    int8: Option<(Rc<Const>, Vec<f32>, Vec<f32>)>,
 }
 
 struct Ln {
@@ -358,6 +405,7 @@ impl<'m, 'a> View<'m, 'a> {
     /// The linear whose MatMul is node `i`, if it is one.
     fn linear(&self, i: usize, n: &Node) -> Result<Option<Lin>> {
         let two_d = |c: &Option<Rc<Const>>| c.as_ref().is_some_and(|c| c.dims.len() == 2);
+        let mut int8 = None;
         let (w, mut out, quantized) = match n.op {
             "MatMul" => {
                 let w = self.constant(n.inputs.get(1).copied().unwrap_or(""))?;
@@ -400,6 +448,7 @@ impl<'m, 'a> View<'m, 'a> {
                     w,
                     outs: vec![n.outputs[0].to_string()],
                     quantized,
+                    int8: None,
                 }));
             }
             "MatMulInteger" => {
@@ -418,14 +467,27 @@ impl<'m, 'a> View<'m, 'a> {
                         n.name
                     )));
                 };
-                self.charge(wq.v.len())?;
-                let v = dequantize(&wq, &scale, zp.as_deref(), 1, n.name)?;
+                let per_out = |c: &Const, what: &str| match c.v.len() {
+                    1 => Ok(vec![c.v[0]; wq.dims[1]]),
+                    n if n == wq.dims[1] => Ok(c.v.clone()),
+                    len => Err(bad(format!(
+                        "{}: {len} {what} for a weight of {:?} (one, or one per output)",
+                        n.name, wq.dims
+                    ))),
+                };
+                let scales = per_out(&scale, "scales")?;
+                let zeros = match &zp {
+                    Some(z) => per_out(z, "zero points")?,
+                    None => vec![0.0; wq.dims[1]],
+                };
+                // The matrix stays int8; `w` carries its dims (and its kind) only.
                 let w = Const {
                     dims: wq.dims.clone(),
-                    v,
+                    v: Vec::new(),
                     int: true,
                     f16: false,
                 };
+                int8 = Some((wq, scales, zeros));
                 (Some(Rc::new(w)), out, true)
             }
             _ => return Ok(None),
@@ -455,6 +517,7 @@ impl<'m, 'a> View<'m, 'a> {
             bias,
             outs,
             quantized,
+            int8,
         }))
     }
 
@@ -622,6 +685,36 @@ fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
         }
     }
     t
+}
+
+/// A `MatMulInteger`'s `(in, out)` weight `q` with a scale and zero point per output, as
+/// `(out, in)` int8 rows: `q` and the zero points less 128 when `q` is uint8.
+fn int8_rows(q: &Const, scale: &[f32], zero: &[f32], at: &str) -> Result<Weight> {
+    let (k, o) = (q.dims[0], q.dims[1]);
+    let (lo, hi) =
+        q.v.iter()
+            .fold((f32::MAX, f32::MIN), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let shift = if hi > 127.0 { 128.0 } else { 0.0 };
+    if lo - shift < -128.0 || hi - shift > 127.0 || q.v.iter().any(|v| v.fract() != 0.0) {
+        return Err(bad(format!(
+            "{at}: an integer weight from {lo} to {hi}: not int8 or uint8"
+        )));
+    }
+    let mut values = vec![0i8; k * o];
+    for (i, row) in q.v.chunks_exact(o).enumerate() {
+        for (j, &x) in row.iter().enumerate() {
+            values[j * k + i] = (x - shift) as i8;
+        }
+    }
+    Ok(Weight {
+        shape: vec![o, k],
+        values: Vec::new(),
+        int8: Some(Int8Rows {
+            values,
+            scale: scale.to_vec(),
+            zero: zero.iter().map(|z| z - shift).collect(),
+        }),
+    })
 }
 
 /// `(x − zero_point) · scale` in f32, per tensor or per slice along `axis`.
@@ -849,15 +942,12 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
     let matrix = |c: &Const| -> Result<Weight> {
         // (in, out) → (out, in)
         v.charge(c.v.len())?;
-        Ok(Weight {
-            shape: vec![c.dims[1], c.dims[0]],
-            values: transpose(&c.v, c.dims[0], c.dims[1]),
-        })
+        Ok(Weight::float(
+            vec![c.dims[1], c.dims[0]],
+            transpose(&c.v, c.dims[0], c.dims[1]),
+        ))
     };
-    let vector = |c: &Const| Weight {
-        shape: vec![c.v.len()],
-        values: c.v.clone(),
-    };
+    let vector = |c: &Const| Weight::float(vec![c.v.len()], c.v.clone());
     let put_lin = |out: &mut BTreeMap<String, Weight>,
                    name: &str,
                    l: Lin,
@@ -870,14 +960,15 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
                 l.w.dims[0], l.w.dims[1]
             )));
         }
-        out.insert(format!("{name}.weight"), matrix(&l.w)?);
-        let b = l.bias.as_ref().map_or_else(
-            || Weight {
-                shape: vec![o],
-                values: vec![0.0; o],
-            },
-            |b| vector(b),
-        );
+        let w = match &l.int8 {
+            Some((q, scale, zero)) => int8_rows(q, scale, zero, name)?,
+            None => matrix(&l.w)?,
+        };
+        out.insert(format!("{name}.weight"), w);
+        let b = l
+            .bias
+            .as_ref()
+            .map_or_else(|| Weight::float(vec![o], vec![0.0; o]), |b| vector(b));
         out.insert(format!("{name}.bias"), b);
         Ok(())
     };
@@ -891,13 +982,9 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
         out.insert(format!("{name}.weight"), vector(&l.gamma));
         out.insert(
             format!("{name}.bias"),
-            l.beta.as_ref().map_or_else(
-                || Weight {
-                    shape: vec![e],
-                    values: vec![0.0; e],
-                },
-                |b| vector(b),
-            ),
+            l.beta
+                .as_ref()
+                .map_or_else(|| Weight::float(vec![e], vec![0.0; e]), |b| vector(b)),
         );
         Ok(())
     };
@@ -1015,10 +1102,7 @@ pub fn read_bert(bytes: &[u8], s: &Sizes) -> Result<Found> {
             word.dims[0], s.n_vocab
         )));
     }
-    let table = |c: Rc<Const>| Weight {
-        shape: c.dims.clone(),
-        values: owned(c),
-    };
+    let table = |c: Rc<Const>| Weight::float(c.dims.clone(), owned(c));
     out.insert("token_embd.weight".into(), table(word));
     out.insert("position_embd.weight".into(), table(pos));
     if let Some(t) = types {

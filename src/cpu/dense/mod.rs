@@ -21,6 +21,12 @@ use super::pool::{self, SharedOut};
 pub const PANEL: usize = 8;
 /// A kernel's result: up to 8 rows of one panel's 8 columns.
 pub type Tile = [[f32; PANEL]; 8];
+/// Weight rows per int8 panel.
+pub const I8_PANEL: usize = 4;
+/// An int8 kernel's result: up to 2 activation rows × one panel's 4 weight rows, exact.
+pub type TileI8 = [[i64; I8_PANEL]; 2];
+/// Values of `k` per int8 kernel call, so that its i32 lanes cannot overflow.
+const I8_KC: usize = 2048;
 
 /// Activation rows per work item.
 const ROW_BLOCK: usize = 64;
@@ -63,6 +69,23 @@ impl Kernel {
             #[cfg(target_arch = "wasm32")]
             Kernel::Simd => wasm::MR,
             _ => portable::MR,
+        }
+    }
+
+    fn mr_i8(self) -> usize {
+        match self {
+            #[cfg(target_arch = "wasm32")]
+            Kernel::Simd => wasm::MR_I8,
+            _ => portable::MR_I8,
+        }
+    }
+
+    /// The int8 kernel: wasm's `i32x4.dot_i16x8_s`, else the portable one (no x86 one yet).
+    fn tile_i8(self, t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+        match self {
+            #[cfg(target_arch = "wasm32")]
+            Kernel::Simd => wasm::tile_i8(t, x, ldx, k, panel, out),
+            _ => portable::tile_i8(t, x, ldx, k, panel, out),
         }
     }
 
@@ -188,6 +211,165 @@ impl DenseMatrix {
     }
 }
 
+/// An int8 matrix `(rows, cols)` whose weight `(r, c)` is `(v − zero[r]) · scale[r]` (an int8
+/// ONNX export's, kept as stored: a quarter of f32's bytes). Packed in panels of
+/// [`I8_PANEL`] rows: per 8 values of `k`, 8 of each row (32 bytes). The product quantizes
+/// each activation row to 16 bits with one scale (`amax / 32767`), sums `x_q · v` exactly in
+/// integers, and gives `scale · s_x · (Σ x_q v − zero · Σ x_q)`: the dequantized weights'
+/// product up to the activations' rounding (relative 2⁻¹⁶ of the row's largest value).
+pub struct I8Matrix {
+    panels: Vec<i8>,
+    scale: Vec<f32>,
+    zero: Vec<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl I8Matrix {
+    /// Whether rows of `cols` values fit the layout (a multiple of 8).
+    pub fn takes(cols: usize) -> bool {
+        cols > 0 && cols.is_multiple_of(8)
+    }
+
+    /// Packs `values` (`rows × cols`, row-major; [`Self::takes`] `cols`) with a scale and zero
+    /// per row.
+    pub fn pack(values: &[i8], scale: Vec<f32>, zero: Vec<f32>, rows: usize, cols: usize) -> Self {
+        assert!(Self::takes(cols) && values.len() == rows * cols);
+        assert!(scale.len() == rows && zero.len() == rows);
+        let n_panels = rows.div_ceil(I8_PANEL);
+        let mut panels = vec![0i8; n_panels * I8_PANEL * cols];
+        for (j, row) in values.chunks_exact(cols).enumerate() {
+            let (p, r) = (j / I8_PANEL, j % I8_PANEL);
+            let panel = &mut panels[p * I8_PANEL * cols..(p + 1) * I8_PANEL * cols];
+            for (c, v) in row.chunks_exact(8).enumerate() {
+                let at = c * 8 * I8_PANEL + r * 8;
+                panel[at..at + 8].copy_from_slice(v);
+            }
+        }
+        Self {
+            panels,
+            scale,
+            zero,
+            rows,
+            cols,
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row `j`, dequantized, appended to `out`.
+    pub fn row_into(&self, j: usize, out: &mut Vec<f32>) {
+        let (p, r, k) = (j / I8_PANEL, j % I8_PANEL, self.cols);
+        let panel = &self.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
+        let (s, z) = (self.scale[j], self.zero[j]);
+        for c in panel.chunks_exact(8 * I8_PANEL) {
+            out.extend(c[r * 8..r * 8 + 8].iter().map(|&v| (f32::from(v) - z) * s));
+        }
+    }
+
+    /// `x (m × cols) · selfᵀ (+ bias) → (m × rows)`, on the best kernel.
+    pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>) -> Vec<f32> {
+        self.matmul_with(Kernel::best(), x, m, bias)
+    }
+
+    /// [`Self::matmul`] on a chosen kernel.
+    pub fn matmul_with(
+        &self,
+        kernel: Kernel,
+        x: &[f32],
+        m: usize,
+        bias: Option<&[f32]>,
+    ) -> Vec<f32> {
+        let (n, k) = (self.rows, self.cols);
+        assert_eq!(x.len(), m * k, "int8 matmul: input shape");
+        if let Some(b) = bias {
+            assert_eq!(b.len(), n, "int8 matmul: bias length");
+        }
+        // Each activation row as 16-bit integers with one scale, and the sum of the rounded
+        // row: the zero term then cancels the rounding's share of the uncentred `v`, leaving
+        // an error in proportion to `v − zero`, the weight itself.
+        let mut xq = vec![0i16; m * k];
+        let mut sx = vec![0f32; m];
+        let mut sum = vec![0f32; m];
+        for (i, row) in x.chunks_exact(k).enumerate() {
+            let amax = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+            if amax == 0.0 {
+                continue;
+            }
+            if !amax.is_finite() {
+                sx[i] = f32::NAN;
+                continue;
+            }
+            sx[i] = amax / 32767.0;
+            let inv = 32767.0 / amax;
+            let mut total = 0i64;
+            for (q, &v) in xq[i * k..(i + 1) * k].iter_mut().zip(row) {
+                *q = (v * inv).round() as i16;
+                total += i64::from(*q);
+            }
+            sum[i] = (f64::from(sx[i]) * total as f64) as f32;
+        }
+        let mut y = vec![0f32; m * n];
+        if m == 0 || n == 0 {
+            return y;
+        }
+        let n_panels = n.div_ceil(I8_PANEL);
+        let per_block = (PANEL_BLOCK_BYTES / (I8_PANEL * k)).clamp(1, n_panels);
+        let (row_blocks, panel_blocks) = (m.div_ceil(ROW_BLOCK), n_panels.div_ceil(per_block));
+        let out = SharedOut::new(&mut y);
+        let mr = kernel.mr_i8();
+        let work = m.saturating_mul(n).saturating_mul(k) / 2;
+        pool::for_chunks(row_blocks * panel_blocks, work, |items| {
+            let mut part: TileI8 = [[0; I8_PANEL]; 2];
+            for item in items {
+                let (rb, pb) = (item / panel_blocks, item % panel_blocks);
+                let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(m);
+                let panels = pb * per_block..((pb + 1) * per_block).min(n_panels);
+                let mut i = rows.start;
+                while i < rows.end {
+                    let t = (rows.end - i).min(mr);
+                    for p in panels.clone() {
+                        let panel = &self.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
+                        let mut total = [[0i64; I8_PANEL]; 2];
+                        for k0 in (0..k).step_by(I8_KC) {
+                            let kc = (k - k0).min(I8_KC);
+                            let xt = &xq[i * k + k0..(i + t - 1) * k + k0 + kc];
+                            let pc = &panel[k0 * I8_PANEL..(k0 + kc) * I8_PANEL];
+                            kernel.tile_i8(t, xt, k, kc, pc, &mut part);
+                            for (tr, pr) in total.iter_mut().zip(&part).take(t) {
+                                for (a, b) in tr.iter_mut().zip(pr) {
+                                    *a += b;
+                                }
+                            }
+                        }
+                        let (j0, w) = (p * I8_PANEL, I8_PANEL.min(n - p * I8_PANEL));
+                        for (r, sums) in total.iter().enumerate().take(t) {
+                            let row = i + r;
+                            // SAFETY: items are disjoint (row block, panel block) pairs, so
+                            // this row's columns j0..j0 + w are written by this item alone,
+                            // and lie inside `y`, which outlives `for_chunks`.
+                            let dst = unsafe { out.part(row * n + j0, w) };
+                            for (c, d) in dst.iter_mut().enumerate() {
+                                let j = j0 + c;
+                                let dot = sx[row] * sums[c] as f32 - self.zero[j] * sum[row];
+                                *d = self.scale[j] * dot + bias.map_or(0.0, |b| b[j]);
+                            }
+                        }
+                    }
+                    i += t;
+                }
+            }
+        });
+        y
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,6 +437,63 @@ mod tests {
             let mut row = Vec::new();
             d.row_into(n - 1, &mut row);
             assert_eq!(row, w[(n - 1) * k..]);
+        }
+    }
+
+    /// The int8 product equals the dequantized weights' f64 product to the activations'
+    /// 16-bit rounding, on every kernel and across the k split (k > 2048), with extreme
+    /// values (every activation at its row's maximum, weights at −128) that would overflow
+    /// i32 sums in one pass; the kernels agree exactly; rows dequantize as defined.
+    #[test]
+    fn int8_kernels_equal_the_dequantized_product() {
+        let mut rng = crate::sampler::Rng::new(3);
+        for (m, n, k, extreme) in [
+            (1, 1, 8, false),
+            (3, 7, 40, false),
+            (67, 130, 384, false),
+            (5, 6, 4104, true),
+        ] {
+            let v: Vec<i8> = (0..n * k)
+                .map(|i| {
+                    if extreme {
+                        -128
+                    } else {
+                        (i * 37 % 256) as u8 as i8
+                    }
+                })
+                .collect();
+            let scale: Vec<f32> = (0..n).map(|_| rng.normal().abs() * 0.01 + 1e-3).collect();
+            let zero: Vec<f32> = (0..n).map(|j| (j % 5) as f32 - 2.0).collect();
+            let x: Vec<f32> = (0..m * k)
+                .map(|_| if extreme { 3.0 } else { rng.normal() })
+                .collect();
+            let b = random(&mut rng, n);
+            let q = I8Matrix::pack(&v, scale.clone(), zero.clone(), n, k);
+            let best = q.matmul_with(Kernel::best(), &x, m, Some(&b));
+            let portable = q.matmul_with(Kernel::Portable, &x, m, Some(&b));
+            assert_eq!(best, portable, "{m}×{n}×{k}");
+            for i in 0..m {
+                for j in 0..n {
+                    let w = |c: usize| {
+                        (f64::from(v[j * k + c]) - f64::from(zero[j])) * f64::from(scale[j])
+                    };
+                    let exact: f64 = (0..k).map(|c| f64::from(x[i * k + c]) * w(c)).sum::<f64>()
+                        + f64::from(b[j]);
+                    let size: f64 = (0..k).map(|c| (f64::from(x[i * k + c]) * w(c)).abs()).sum();
+                    let got = f64::from(best[i * n + j]);
+                    assert!(
+                        (got - exact).abs() <= 1e-4 * size + 1e-5,
+                        "{m}×{n}×{k} ({i}, {j}): {got} vs {exact}"
+                    );
+                }
+            }
+            let mut row = Vec::new();
+            q.row_into(n - 1, &mut row);
+            let want: Vec<f32> = v[(n - 1) * k..]
+                .iter()
+                .map(|&q| (f32::from(q) - zero[n - 1]) * scale[n - 1])
+                .collect();
+            assert_eq!(row, want);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The dense kernel in plain Rust: the reference the SIMD kernels are tested against, and
 //! the path where neither runs.
 
-use super::{Tile, PANEL};
+use super::{Tile, TileI8, PANEL};
 
 /// Rows per tile.
 pub const MR: usize = 4;
@@ -16,6 +16,30 @@ pub fn tile(t: usize, x: &[f32], ldx: usize, k: usize, panel: &[f32], out: &mut 
         for (&xv, w) in xr.iter().zip(panel.chunks_exact(PANEL)) {
             for (ol, &wl) in o.iter_mut().zip(w) {
                 *ol += xv * wl;
+            }
+        }
+    }
+}
+
+/// Rows of activations per int8 tile.
+pub const MR_I8: usize = 2;
+
+/// `t ≤ MR_I8` rows of 16-bit activations (stride `ldx`) times one int8 panel (4 weight rows,
+/// 8 values of each per 32 bytes) over `k` values (a multiple of 8): the exact sums.
+pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+    use super::I8_PANEL;
+    assert!((1..=MR_I8).contains(&t) && k.is_multiple_of(8));
+    for (i, o) in out.iter_mut().enumerate().take(t) {
+        let xr = &x[i * ldx..i * ldx + k];
+        *o = [0; I8_PANEL];
+        for (xc, wc) in xr.chunks_exact(8).zip(panel.chunks_exact(8 * I8_PANEL)) {
+            for (or, wr) in o.iter_mut().zip(wc.chunks_exact(8)) {
+                let s: i32 = xc
+                    .iter()
+                    .zip(wr)
+                    .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                    .sum();
+                *or += i64::from(s);
             }
         }
     }

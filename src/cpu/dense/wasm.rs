@@ -3,7 +3,7 @@
 //! accumulators, 2 weight vectors and a broadcast stay within the 16 registers V8 maps
 //! v128 to on x86-64 (6 rows spill and run at half speed).
 
-use super::{Tile, PANEL};
+use super::{Tile, TileI8, PANEL};
 use core::arch::wasm32::*;
 
 /// Rows per tile.
@@ -39,5 +39,64 @@ unsafe fn rows<const R: usize>(x: *const f32, ldx: usize, k: usize, p: *const f3
     for (o, a) in out.iter_mut().zip(&acc) {
         v128_store(o.as_mut_ptr() as *mut v128, a[0]);
         v128_store(o.as_mut_ptr().add(4) as *mut v128, a[1]);
+    }
+}
+
+/// Rows of activations per int8 tile (times [`super::I8_PANEL`] weight rows).
+pub const MR_I8: usize = 2;
+
+/// `t ≤ MR_I8` rows of 16-bit activations (stride `ldx`) times one int8 panel (4 weight rows,
+/// 8 values of each per 32 bytes) over `k ≤ I8_KC` values (a multiple of 8): the exact sums
+/// (each i32 lane holds k/4 products of at most 2¹⁵ · 2⁷, below 2³¹ for k ≤ 2048). Each 8 weights widen to i16 and meet 8 activations in one `i32x4.dot_i16x8_s`.
+pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+    use super::I8_PANEL;
+    assert!(
+        (1..=MR_I8).contains(&t)
+            && k.is_multiple_of(8)
+            && x.len() >= (t - 1) * ldx + k
+            && panel.len() >= I8_PANEL * k
+    );
+    // SAFETY: the assert bounds every read: activation rows r < t at r·ldx + 8c + 8 ≤ x.len(),
+    // the panel's 32 bytes at 32c + 32 ≤ 4k ≤ panel.len(); v128_load needs no alignment.
+    unsafe {
+        match t {
+            2 => rows_i8::<2>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
+            _ => rows_i8::<1>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn rows_i8<const R: usize>(
+    x: *const i16,
+    ldx: usize,
+    k: usize,
+    p: *const i8,
+    out: &mut TileI8,
+) {
+    let mut acc = [[i32x4_splat(0); 4]; R];
+    for c in 0..k / 8 {
+        let w01 = v128_load(p.add(c * 32) as *const v128);
+        let w23 = v128_load(p.add(c * 32 + 16) as *const v128);
+        let w = [
+            i16x8_extend_low_i8x16(w01),
+            i16x8_extend_high_i8x16(w01),
+            i16x8_extend_low_i8x16(w23),
+            i16x8_extend_high_i8x16(w23),
+        ];
+        for (i, a) in acc.iter_mut().enumerate() {
+            let xv = v128_load(x.add(i * ldx + c * 8) as *const v128);
+            for (ar, wr) in a.iter_mut().zip(&w) {
+                *ar = i32x4_add(*ar, i32x4_dot_i16x8(xv, *wr));
+            }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        for (or, ar) in o.iter_mut().zip(a) {
+            *or = i64::from(i32x4_extract_lane::<0>(*ar))
+                + i64::from(i32x4_extract_lane::<1>(*ar))
+                + i64::from(i32x4_extract_lane::<2>(*ar))
+                + i64::from(i32x4_extract_lane::<3>(*ar));
+        }
     }
 }
