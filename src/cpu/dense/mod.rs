@@ -23,8 +23,8 @@ pub const PANEL: usize = 8;
 pub type Tile = [[f32; PANEL]; 8];
 /// Weight rows per int8 panel.
 pub const I8_PANEL: usize = 4;
-/// An int8 kernel's result: up to 2 activation rows × one panel's 4 weight rows, exact.
-pub type TileI8 = [[i64; I8_PANEL]; 2];
+/// An int8 kernel's result: up to 4 activation rows × one panel's 4 weight rows, exact.
+pub type TileI8 = [[i64; I8_PANEL]; 4];
 /// Values of `k` per int8 kernel call, so that its i32 lanes cannot overflow.
 const I8_KC: usize = 2048;
 
@@ -74,15 +74,19 @@ impl Kernel {
 
     fn mr_i8(self) -> usize {
         match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd => avx2::MR_I8,
             #[cfg(target_arch = "wasm32")]
             Kernel::Simd => wasm::MR_I8,
             _ => portable::MR_I8,
         }
     }
 
-    /// The int8 kernel: wasm's `i32x4.dot_i16x8_s`, else the portable one (no x86 one yet).
+    /// The int8 kernel: wasm's `i32x4.dot_i16x8_s`, AVX2's `vpmaddwd`, or the portable one.
     fn tile_i8(self, t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
         match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Simd => avx2::tile_i8(t, x, ldx, k, panel, out),
             #[cfg(target_arch = "wasm32")]
             Kernel::Simd => wasm::tile_i8(t, x, ldx, k, panel, out),
             _ => portable::tile_i8(t, x, ldx, k, panel, out),
@@ -308,11 +312,13 @@ impl I8Matrix {
             }
             sx[i] = amax / 32767.0;
             let inv = 32767.0 / amax;
-            let mut total = 0i64;
+            // Round to nearest by adding and subtracting 1.5·2²³ (|v·inv| ≤ 32767): one add
+            // each way where `round` is a libm call per value in wasm.
+            const ROUND: f32 = 12_582_912.0;
             for (q, &v) in xq[i * k..(i + 1) * k].iter_mut().zip(row) {
-                *q = (v * inv).round() as i16;
-                total += i64::from(*q);
+                *q = ((v * inv + ROUND) - ROUND) as i16;
             }
+            let total: i64 = xq[i * k..(i + 1) * k].iter().map(|&q| i64::from(q)).sum();
             sum[i] = (f64::from(sx[i]) * total as f64) as f32;
         }
         let mut y = vec![0f32; m * n];
@@ -326,7 +332,7 @@ impl I8Matrix {
         let mr = kernel.mr_i8();
         let work = m.saturating_mul(n).saturating_mul(k) / 2;
         pool::for_chunks(row_blocks * panel_blocks, work, |items| {
-            let mut part: TileI8 = [[0; I8_PANEL]; 2];
+            let mut part: TileI8 = [[0; I8_PANEL]; 4];
             for item in items {
                 let (rb, pb) = (item / panel_blocks, item % panel_blocks);
                 let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(m);
@@ -336,7 +342,7 @@ impl I8Matrix {
                     let t = (rows.end - i).min(mr);
                     for p in panels.clone() {
                         let panel = &self.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
-                        let mut total = [[0i64; I8_PANEL]; 2];
+                        let mut total = [[0i64; I8_PANEL]; 4];
                         for k0 in (0..k).step_by(I8_KC) {
                             let kc = (k - k0).min(I8_KC);
                             let xt = &xq[i * k + k0..(i + t - 1) * k + k0 + kc];
