@@ -52,11 +52,11 @@ unsafe fn rows<const R: usize>(x: *const f32, ldx: usize, k: usize, p: *const f3
 pub const MR_I8: usize = 4;
 
 /// `t ≤ MR_I8` rows of 16-bit activations (stride `ldx`) times one int8 panel (4 weight rows,
-/// 8 values of each per 32 bytes) over `k ≤ 2048` values (a multiple of 8): the exact sums.
-/// The panel's 32 bytes widen to two registers of 16 i16 (rows 0 and 1, rows 2 and 3); the
+/// 8 values of each, widened to i16) over `k ≤ 2048` values (a multiple of 8): the exact sums.
+/// The panel's 32 values fill two registers of 16 i16 (rows 0 and 1, rows 2 and 3); the
 /// 8 activations, broadcast to both halves, meet them in `vpmaddwd`. Call only when
 /// [`available`].
-pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i16], out: &mut TileI8) {
     use super::I8_PANEL;
     assert!(available());
     assert!(
@@ -66,7 +66,7 @@ pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mu
             && panel.len() >= I8_PANEL * k
     );
     // SAFETY: AVX2 is present (asserted); the assert above bounds every read: activation rows
-    // r < t at r·ldx + 8c + 8 ≤ x.len(), the panel's 32 bytes at 32c + 32 ≤ 4k ≤ panel.len().
+    // r < t at r·ldx + 8c + 8 ≤ x.len(), the panel's 32 values at 32c + 32 ≤ 4k ≤ panel.len().
     unsafe {
         let (x, p) = (x.as_ptr(), panel.as_ptr());
         match t {
@@ -83,13 +83,13 @@ unsafe fn rows_i8<const R: usize>(
     x: *const i16,
     ldx: usize,
     k: usize,
-    p: *const i8,
+    p: *const i16,
     out: &mut TileI8,
 ) {
     let mut acc = [[_mm256_setzero_si256(); 2]; R];
     for c in 0..k / 8 {
-        let w01 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(c * 32) as *const __m128i));
-        let w23 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(c * 32 + 16) as *const __m128i));
+        let w01 = _mm256_loadu_si256(p.add(c * 32) as *const __m256i);
+        let w23 = _mm256_loadu_si256(p.add(c * 32 + 16) as *const __m256i);
         for (i, a) in acc.iter_mut().enumerate() {
             let xv = _mm_loadu_si128(x.add(i * ldx + c * 8) as *const __m128i);
             let xx = _mm256_broadcastsi128_si256(xv);

@@ -25,8 +25,8 @@ pub fn tile(t: usize, x: &[f32], ldx: usize, k: usize, panel: &[f32], out: &mut 
 pub const MR_I8: usize = 2;
 
 /// `t ≤ MR_I8` rows of 16-bit activations (stride `ldx`) times one int8 panel (4 weight rows,
-/// 8 values of each per 32 bytes) over `k` values (a multiple of 8): the exact sums.
-pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+/// 8 values of each, widened to i16) over `k` values (a multiple of 8): the exact sums.
+pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i16], out: &mut TileI8) {
     use super::I8_PANEL;
     assert!((1..=MR_I8).contains(&t) && k.is_multiple_of(8));
     for (i, o) in out.iter_mut().enumerate().take(t) {

@@ -46,9 +46,9 @@ unsafe fn rows<const R: usize>(x: *const f32, ldx: usize, k: usize, p: *const f3
 pub const MR_I8: usize = 2;
 
 /// `t ≤ MR_I8` rows of 16-bit activations (stride `ldx`) times one int8 panel (4 weight rows,
-/// 8 values of each per 32 bytes) over `k ≤ I8_KC` values (a multiple of 8): the exact sums
+/// 8 values of each per 64 bytes, widened to i16) over `k ≤ I8_KC` values (a multiple of 8): the exact sums
 /// (each i32 lane holds k/4 products of at most 2¹⁵ · 2⁷, below 2³¹ for k ≤ 2048). Each 8 weights widen to i16 and meet 8 activations in one `i32x4.dot_i16x8_s`.
-pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i16], out: &mut TileI8) {
     use super::I8_PANEL;
     assert!(
         (1..=MR_I8).contains(&t)
@@ -57,7 +57,7 @@ pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i8], out: &mu
             && panel.len() >= I8_PANEL * k
     );
     // SAFETY: the assert bounds every read: activation rows r < t at r·ldx + 8c + 8 ≤ x.len(),
-    // the panel's 32 bytes at 32c + 32 ≤ 4k ≤ panel.len(); v128_load needs no alignment.
+    // the panel's 32 values at 32c + 32 ≤ 4k ≤ panel.len(); v128_load needs no alignment.
     unsafe {
         match t {
             2 => rows_i8::<2>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
@@ -71,18 +71,16 @@ unsafe fn rows_i8<const R: usize>(
     x: *const i16,
     ldx: usize,
     k: usize,
-    p: *const i8,
+    p: *const i16,
     out: &mut TileI8,
 ) {
     let mut acc = [[i32x4_splat(0); 4]; R];
     for c in 0..k / 8 {
-        let w01 = v128_load(p.add(c * 32) as *const v128);
-        let w23 = v128_load(p.add(c * 32 + 16) as *const v128);
         let w = [
-            i16x8_extend_low_i8x16(w01),
-            i16x8_extend_high_i8x16(w01),
-            i16x8_extend_low_i8x16(w23),
-            i16x8_extend_high_i8x16(w23),
+            v128_load(p.add(c * 32) as *const v128),
+            v128_load(p.add(c * 32 + 8) as *const v128),
+            v128_load(p.add(c * 32 + 16) as *const v128),
+            v128_load(p.add(c * 32 + 24) as *const v128),
         ];
         for (i, a) in acc.iter_mut().enumerate() {
             let xv = v128_load(x.add(i * ldx + c * 8) as *const v128);
