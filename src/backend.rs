@@ -5,6 +5,17 @@
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 
+/// Int8 rows (`scale.len()` of them) with a scale and zero per row, as f32:
+/// `(v − zero) · scale`, `DequantizeLinear`'s value (the difference is an exact small integer).
+pub fn dequantize_int8_rows(values: &[i8], scale: &[f32], zero: &[f32]) -> Vec<f32> {
+    let cols = values.len().checked_div(scale.len()).unwrap_or(0);
+    let mut out = Vec::with_capacity(values.len());
+    for (row, (&s, &z)) in values.chunks_exact(cols.max(1)).zip(scale.iter().zip(zero)) {
+        out.extend(row.iter().map(|&v| (f32::from(v) - z) * s));
+    }
+    out
+}
+
 /// The values of an I8 matrix `(rows, cols)` with a scale and zero per row, checked.
 pub fn int8_rows(
     info: &TensorInfo,
@@ -180,11 +191,10 @@ pub trait Backend {
         src: &dyn ByteSource,
     ) -> Result<Self::Weight> {
         let values = int8_rows(info, scale, zero, src)?;
-        let mut bytes = Vec::with_capacity(values.len() * 4);
-        for (r, row) in values.chunks_exact(info.dims[0] as usize).enumerate() {
-            for &v in row {
-                bytes.extend_from_slice(&((f32::from(v) - zero[r]) * scale[r]).to_le_bytes());
-            }
+        let floats = dequantize_int8_rows(&values, scale, zero);
+        let mut bytes = Vec::with_capacity(floats.len() * 4);
+        for v in floats {
+            bytes.extend_from_slice(&v.to_le_bytes());
         }
         let f32_info = TensorInfo {
             ty: crate::gguf::GgmlType::F32,

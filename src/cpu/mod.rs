@@ -138,6 +138,26 @@ fn read_blocks<T: Block>(src: &dyn ByteSource, offset: u64, n_bytes: usize) -> R
     Ok(v)
 }
 
+/// A float tensor (F32, F16, BF16) of `n_bytes` as f32; `None` for any other type.
+fn read_floats(
+    src: &dyn ByteSource,
+    info: &TensorInfo,
+    n_bytes: usize,
+) -> Result<Option<Vec<f32>>> {
+    Ok(Some(match info.ty {
+        GgmlType::F32 => read_blocks::<f32>(src, info.offset, n_bytes)?,
+        GgmlType::F16 => read_blocks::<half::f16>(src, info.offset, n_bytes)?
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        GgmlType::BF16 => read_blocks::<half::bf16>(src, info.offset, n_bytes)?
+            .iter()
+            .map(|v| v.to_f32())
+            .collect(),
+        _ => return Ok(None),
+    }))
+}
+
 impl Backend for CpuBackend {
     type Tensor = Act;
     type Weight = CpuWeight;
@@ -153,23 +173,9 @@ impl Backend for CpuBackend {
             supported,
         };
         if info.dims.len() == 1 {
-            let floats = match info.ty {
-                GgmlType::F32 => read_blocks::<f32>(src, info.offset, n)?,
-                GgmlType::F16 => read_blocks::<half::f16>(src, info.offset, n)?
-                    .iter()
-                    .map(|v| v.to_f32())
-                    .collect(),
-                GgmlType::BF16 => read_blocks::<half::bf16>(src, info.offset, n)?
-                    .iter()
-                    .map(|v| v.to_f32())
-                    .collect(),
-                other => {
-                    return Err(unsupported(
-                        &format!("{other} (as a vector)"),
-                        "F32, F16, BF16",
-                    ))
-                }
-            };
+            let floats = read_floats(src, info, n)?.ok_or_else(|| {
+                unsupported(&format!("{} (as a vector)", info.ty), "F32, F16, BF16")
+            })?;
             return Ok(CpuWeight::Vector(floats));
         }
         if int8::QMatrix::takes(info.ty) {
@@ -181,18 +187,8 @@ impl Backend for CpuBackend {
                 info.ty,
             )?));
         }
-        let floats = match info.ty {
-            GgmlType::F32 => read_blocks::<f32>(src, info.offset, n)?,
-            GgmlType::F16 => read_blocks::<half::f16>(src, info.offset, n)?
-                .iter()
-                .map(|v| v.to_f32())
-                .collect(),
-            GgmlType::BF16 => read_blocks::<half::bf16>(src, info.offset, n)?
-                .iter()
-                .map(|v| v.to_f32())
-                .collect(),
-            other => return Err(unsupported(other.name(), SUPPORTED_TYPES)),
-        };
+        let floats = read_floats(src, info, n)?
+            .ok_or_else(|| unsupported(info.ty.name(), SUPPORTED_TYPES))?;
         if floats.len() != rows * cols {
             return Err(Error::Config(format!(
                 "tensor {}: {} values for {rows} × {cols}",
@@ -216,11 +212,7 @@ impl Backend for CpuBackend {
         let (rows, cols) = info.rows_cols();
         if !dense::I8Matrix::takes(cols) {
             // Rows the int8 layout does not take: as f32, exactly dequantized.
-            let floats: Vec<f32> = values
-                .chunks_exact(cols.max(1))
-                .zip(scale.iter().zip(zero))
-                .flat_map(|(row, (&s, &z))| row.iter().map(move |&v| (f32::from(v) - z) * s))
-                .collect();
+            let floats = crate::backend::dequantize_int8_rows(&values, scale, zero);
             return Ok(CpuWeight::Dense(dense::DenseMatrix::pack(
                 &floats, rows, cols,
             )));

@@ -100,13 +100,7 @@ pub struct Int8Rows {
 
 impl Int8Rows {
     pub fn dequantize(&self) -> Vec<f32> {
-        let cols = self.values.len().checked_div(self.scale.len()).unwrap_or(0);
-        let mut out = Vec::with_capacity(self.values.len());
-        for (r, row) in self.values.chunks_exact(cols.max(1)).enumerate() {
-            let (s, z) = (self.scale[r], self.zero[r]);
-            out.extend(row.iter().map(|&v| (f32::from(v) - z) * s));
-        }
-        out
+        crate::backend::dequantize_int8_rows(&self.values, &self.scale, &self.zero)
     }
 }
 

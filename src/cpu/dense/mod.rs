@@ -172,45 +172,38 @@ impl DenseMatrix {
         if m == 0 || n == 0 {
             return y;
         }
-        let n_panels = n.div_ceil(PANEL);
-        let per_block = (PANEL_BLOCK_BYTES / (PANEL * k.max(1) * 4)).clamp(1, n_panels);
-        let (row_blocks, panel_blocks) = (m.div_ceil(ROW_BLOCK), n_panels.div_ceil(per_block));
         let out = SharedOut::new(&mut y);
         let mr = kernel.mr();
         let work = m.saturating_mul(n).saturating_mul(k);
-        pool::for_chunks(row_blocks * panel_blocks, work, |items| {
-            let mut tile: Tile = [[0.0; PANEL]; 8];
-            for item in items {
-                let (rb, pb) = (item / panel_blocks, item % panel_blocks);
-                let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(m);
-                let panels = pb * per_block..((pb + 1) * per_block).min(n_panels);
-                let mut i = rows.start;
-                while i < rows.end {
-                    let t = (rows.end - i).min(mr);
-                    let xt = &x[i * k..(i + t) * k];
-                    for p in panels.clone() {
-                        let panel = &self.panels[p * PANEL * k..(p + 1) * PANEL * k];
-                        kernel.tile(t, xt, k, k, panel, &mut tile);
-                        let (j0, w) = (p * PANEL, PANEL.min(n - p * PANEL));
-                        for (r, sums) in tile.iter().enumerate().take(t) {
-                            // SAFETY: items are disjoint (row block, panel block) pairs, so
-                            // this row's columns j0..j0 + w are written by this item alone,
-                            // and lie inside `y`, which outlives `for_chunks`.
-                            let dst = unsafe { out.part((i + r) * n + j0, w) };
-                            match bias {
-                                Some(b) => {
-                                    for ((d, &s), &bj) in dst.iter_mut().zip(sums).zip(&b[j0..]) {
-                                        *d = s + bj;
-                                    }
-                                }
-                                None => dst.copy_from_slice(&sums[..w]),
+        let panel_bytes = PANEL * k * 4;
+        let scratch: Tile = [[0.0; PANEL]; 8];
+        for_each_tile(
+            m,
+            n.div_ceil(PANEL),
+            panel_bytes,
+            mr,
+            work,
+            scratch,
+            |tile, i, t, p| {
+                let panel = &self.panels[p * PANEL * k..(p + 1) * PANEL * k];
+                kernel.tile(t, &x[i * k..(i + t) * k], k, k, panel, tile);
+                let (j0, w) = (p * PANEL, PANEL.min(n - p * PANEL));
+                for (r, sums) in tile.iter().enumerate().take(t) {
+                    // SAFETY: for_each_tile visits each (row, panel) pair once, so this row's
+                    // columns j0..j0 + w are written here alone, and lie inside `y`, which
+                    // outlives it.
+                    let dst = unsafe { out.part((i + r) * n + j0, w) };
+                    match bias {
+                        Some(b) => {
+                            for ((d, &s), &bj) in dst.iter_mut().zip(sums).zip(&b[j0..]) {
+                                *d = s + bj;
                             }
                         }
+                        None => dst.copy_from_slice(&sums[..w]),
                     }
-                    i += t;
                 }
-            }
-        });
+            },
+        );
         y
     }
 }
@@ -303,55 +296,83 @@ impl I8Matrix {
         if m == 0 || n == 0 {
             return y;
         }
-        let n_panels = n.div_ceil(I8_PANEL);
-        let per_block = (PANEL_BLOCK_BYTES / (I8_PANEL * k * 2)).clamp(1, n_panels);
-        let (row_blocks, panel_blocks) = (m.div_ceil(ROW_BLOCK), n_panels.div_ceil(per_block));
         let out = SharedOut::new(&mut y);
         let mr = kernel.mr_i8();
         let work = m.saturating_mul(n).saturating_mul(k) / 2;
-        pool::for_chunks(row_blocks * panel_blocks, work, |items| {
-            let mut part: TileI8 = [[0; I8_PANEL]; 4];
-            for item in items {
-                let (rb, pb) = (item / panel_blocks, item % panel_blocks);
-                let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(m);
-                let panels = pb * per_block..((pb + 1) * per_block).min(n_panels);
-                let mut i = rows.start;
-                while i < rows.end {
-                    let t = (rows.end - i).min(mr);
-                    for p in panels.clone() {
-                        let panel = &self.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
-                        let mut total = [[0i64; I8_PANEL]; 4];
-                        for k0 in (0..k).step_by(I8_KC) {
-                            let kc = (k - k0).min(I8_KC);
-                            let xt = &xq[i * k + k0..(i + t - 1) * k + k0 + kc];
-                            let pc = &panel[k0 * I8_PANEL..(k0 + kc) * I8_PANEL];
-                            kernel.tile_i8(t, xt, k, kc, pc, &mut part);
-                            for (tr, pr) in total.iter_mut().zip(&part).take(t) {
-                                for (a, b) in tr.iter_mut().zip(pr) {
-                                    *a += b;
-                                }
-                            }
-                        }
-                        let (j0, w) = (p * I8_PANEL, I8_PANEL.min(n - p * I8_PANEL));
-                        for (r, sums) in total.iter().enumerate().take(t) {
-                            let row = i + r;
-                            // SAFETY: items are disjoint (row block, panel block) pairs, so
-                            // this row's columns j0..j0 + w are written by this item alone,
-                            // and lie inside `y`, which outlives `for_chunks`.
-                            let dst = unsafe { out.part(row * n + j0, w) };
-                            for (c, d) in dst.iter_mut().enumerate() {
-                                let j = j0 + c;
-                                let dot = sx[row] * sums[c] as f32 - self.zero[j] * sum[row];
-                                *d = self.scale[j] * dot + bias.map_or(0.0, |b| b[j]);
-                            }
+        let panel_bytes = I8_PANEL * k * 2;
+        let scratch: TileI8 = [[0; I8_PANEL]; 4];
+        for_each_tile(
+            m,
+            n.div_ceil(I8_PANEL),
+            panel_bytes,
+            mr,
+            work,
+            scratch,
+            |part, i, t, p| {
+                let panel = &self.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
+                let mut total = [[0i64; I8_PANEL]; 4];
+                for k0 in (0..k).step_by(I8_KC) {
+                    let kc = (k - k0).min(I8_KC);
+                    let xt = &xq[i * k + k0..(i + t - 1) * k + k0 + kc];
+                    let pc = &panel[k0 * I8_PANEL..(k0 + kc) * I8_PANEL];
+                    kernel.tile_i8(t, xt, k, kc, pc, part);
+                    for (tr, pr) in total.iter_mut().zip(part.iter()).take(t) {
+                        for (a, b) in tr.iter_mut().zip(pr) {
+                            *a += b;
                         }
                     }
-                    i += t;
                 }
-            }
-        });
+                let (j0, w) = (p * I8_PANEL, I8_PANEL.min(n - p * I8_PANEL));
+                for (r, sums) in total.iter().enumerate().take(t) {
+                    let row = i + r;
+                    // SAFETY: for_each_tile visits each (row, panel) pair once, so this row's
+                    // columns j0..j0 + w are written here alone, and lie inside `y`, which
+                    // outlives it.
+                    let dst = unsafe { out.part(row * n + j0, w) };
+                    for (c, d) in dst.iter_mut().enumerate() {
+                        let j = j0 + c;
+                        let dot = sx[row] * sums[c] as f32 - self.zero[j] * sum[row];
+                        *d = self.scale[j] * dot + bias.map_or(0.0, |b| b[j]);
+                    }
+                }
+            },
+        );
         y
     }
+}
+
+/// Calls `tile(scratch, i, t, p)` once for every row tile (rows `i..i + t`, `t ≤ mr`) and
+/// panel `p` of an `m`-row product with `n_panels` panels of `panel_bytes` each: work items of
+/// [`ROW_BLOCK`] rows × the panels that fit [`PANEL_BLOCK_BYTES`], over the pool. Within an
+/// item each row tile (in L1) meets every panel of the block (in L2). Each work item range
+/// gets its own copy of `scratch` (the kernel's result tile).
+fn for_each_tile<S: Copy + Send + Sync>(
+    m: usize,
+    n_panels: usize,
+    panel_bytes: usize,
+    mr: usize,
+    work: usize,
+    scratch: S,
+    tile: impl Fn(&mut S, usize, usize, usize) + Sync,
+) {
+    let per_block = (PANEL_BLOCK_BYTES / panel_bytes.max(1)).clamp(1, n_panels.max(1));
+    let (row_blocks, panel_blocks) = (m.div_ceil(ROW_BLOCK), n_panels.div_ceil(per_block));
+    pool::for_chunks(row_blocks * panel_blocks, work, |items| {
+        let mut scratch = scratch;
+        for item in items {
+            let (rb, pb) = (item / panel_blocks, item % panel_blocks);
+            let rows = rb * ROW_BLOCK..((rb + 1) * ROW_BLOCK).min(m);
+            let panels = pb * per_block..((pb + 1) * per_block).min(n_panels);
+            let mut i = rows.start;
+            while i < rows.end {
+                let t = (rows.end - i).min(mr);
+                for p in panels.clone() {
+                    tile(&mut scratch, i, t, p);
+                }
+                i += t;
+            }
+        }
+    });
 }
 
 /// Each row of `x` (rows of `k`) as 16-bit integers with one scale (`amax / 32767`), that
