@@ -57,6 +57,16 @@ pub struct AttnParams {
     pub window: usize,
 }
 
+/// What follows a linear layer, which a backend may do in the product's own pass
+/// ([`Backend::linear_then`]).
+#[derive(Clone, Copy)]
+pub enum Then<'a, T> {
+    /// GELU, exact (erf) form.
+    Gelu,
+    /// Plus a tensor of the output's shape (a residual).
+    Add(&'a T),
+}
+
 /// The gate's activation in a gated feed-forward product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -242,6 +252,31 @@ pub trait Backend {
     ) -> Result<Self::Tensor> {
         let y = self.matmul(x, w)?;
         self.add_bias(&y, b)
+    }
+    /// [`Backend::linear`], then `then`: the same values as the two steps apart (the CPU
+    /// does the second inside the product's pass over its threads).
+    fn linear_then(
+        &mut self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        b: &Self::Weight,
+        then: Then<'_, Self::Tensor>,
+    ) -> Result<Self::Tensor> {
+        let y = self.linear(x, w, b)?;
+        match then {
+            Then::Gelu => self.gelu(&y),
+            Then::Add(r) => self.add(&y, r),
+        }
+    }
+    /// Several linear layers `(w, b)` of the same input (an attention block's q, k and v),
+    /// the same values as one [`Backend::linear`] each (the CPU prepares the input once and
+    /// runs them in one pass over its threads).
+    fn linears(
+        &mut self,
+        x: &Self::Tensor,
+        layers: &[(&Self::Weight, &Self::Weight)],
+    ) -> Result<Vec<Self::Tensor>> {
+        layers.iter().map(|(w, b)| self.linear(x, w, b)).collect()
     }
     /// Rotary embedding of every `rope.head_dim` group; row `t` is at position `pos[t]`.
     fn rope(&mut self, x: &Self::Tensor, pos: &[usize], rope: &Rope) -> Result<Self::Tensor>;

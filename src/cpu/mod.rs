@@ -11,7 +11,7 @@ pub mod int8;
 mod ops;
 mod pool;
 
-use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope};
+use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope, Then};
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
 use candle_core::quantized::k_quants::GgmlType as Block;
@@ -61,53 +61,104 @@ pub enum CpuWeight {
 pub struct CpuBackend;
 
 impl CpuBackend {
-    /// `x @ wᵀ`, plus `bias` on every row when given (added to the finished sums).
-    fn product(&mut self, x: &Act, w: &CpuWeight, bias: Option<&[f32]>) -> Result<Act> {
-        let check = |rows: usize, cols: usize| {
+    /// `x @ wᵀ` for each part, its bias added to the finished sums, then its post-step.
+    /// Parts that are all float matrices (or all int8 rows) go in one pass over the pool (and
+    /// int8 quantizes `x` once); others one at a time.
+    fn products(&mut self, x: &Act, parts: &[(&CpuWeight, dense::Out)]) -> Result<Vec<Act>> {
+        let m = x.n_tok();
+        let mut widths = Vec::with_capacity(parts.len());
+        for (w, o) in parts {
+            let (rows, cols) = match w {
+                CpuWeight::Dense(d) => (d.rows(), d.cols()),
+                CpuWeight::DenseI8(d) => (d.rows(), d.cols()),
+                CpuWeight::Int8(q) => (q.rows, q.cols),
+                CpuWeight::Vector(_) => {
+                    return Err(Error::Backend("matmul weight is not a matrix".into()))
+                }
+            };
             if x.width != cols {
                 return Err(Error::Backend(format!(
                     "matmul: input width {} ≠ weight columns {cols}",
                     x.width
                 )));
             }
-            match bias {
-                Some(b) if b.len() != rows => Err(Error::Backend(format!(
+            if let Some(b) = o.bias.filter(|b| b.len() != rows) {
+                return Err(Error::Backend(format!(
                     "linear: a bias of {} for {rows} outputs",
                     b.len()
-                ))),
-                _ => Ok(rows),
+                )));
             }
+            if let dense::Post::Add(r) = o.post {
+                if r.len() != m * rows {
+                    return Err(Error::Backend(format!(
+                        "linear: a residual of {} values for {m} × {rows}",
+                        r.len()
+                    )));
+                }
+            }
+            widths.push(rows);
+        }
+        let acts = |ys: Vec<Vec<f32>>| -> Vec<Act> {
+            ys.into_iter()
+                .zip(&widths)
+                .map(|(data, &width)| Act { data, width })
+                .collect()
         };
-        let (data, width) = match w {
-            CpuWeight::Dense(d) => {
-                let rows = check(d.rows(), d.cols())?;
-                (d.matmul(&x.data, x.n_tok(), bias), rows)
-            }
-            CpuWeight::DenseI8(d) => {
-                let rows = check(d.rows(), d.cols())?;
-                (d.matmul(&x.data, x.n_tok(), bias), rows)
-            }
-            CpuWeight::Int8(m) => {
-                let rows = check(m.rows, m.cols)?;
-                let mut y = m.matmul(&x.data, x.n_tok());
-                if let Some(b) = bias {
-                    for row in y.chunks_exact_mut(rows) {
-                        for (v, bi) in row.iter_mut().zip(b) {
-                            *v += bi;
+        let all_dense: Option<Vec<_>> = parts
+            .iter()
+            .map(|(w, o)| match w {
+                CpuWeight::Dense(d) => Some((d, *o)),
+                _ => None,
+            })
+            .collect();
+        if let Some(d) = all_dense {
+            return Ok(acts(dense::DenseMatrix::products(&d, &x.data, m)));
+        }
+        let all_i8: Option<Vec<_>> = parts
+            .iter()
+            .map(|(w, o)| match w {
+                CpuWeight::DenseI8(d) => Some((d, *o)),
+                _ => None,
+            })
+            .collect();
+        if let Some(d) = all_i8 {
+            return Ok(acts(dense::I8Matrix::products(&d, &x.data, m)));
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        for (part, &rows) in parts.iter().zip(&widths) {
+            match part {
+                (CpuWeight::Int8(q), o) => {
+                    let mut data = q.matmul(&x.data, m);
+                    for (i, row) in data.chunks_exact_mut(rows).enumerate() {
+                        for (j, v) in row.iter_mut().enumerate() {
+                            *v = o.finish(*v, i, j, rows);
                         }
                     }
+                    out.push(Act { data, width: rows });
                 }
-                (y, rows)
+                one => out.extend(self.products(x, std::slice::from_ref(one))?),
             }
-            CpuWeight::Vector(_) => {
-                return Err(Error::Backend("matmul weight is not a matrix".into()))
-            }
-        };
-        Ok(Act { data, width })
+        }
+        Ok(out)
+    }
+
+    /// One product: `x @ wᵀ`, then `out`.
+    fn product(&mut self, x: &Act, w: &CpuWeight, out: dense::Out) -> Result<Act> {
+        let mut ys = self.products(x, &[(w, out)])?;
+        ys.pop()
+            .ok_or_else(|| Error::Backend("matmul: no output".into()))
     }
 
     pub fn new() -> Self {
         Self
+    }
+}
+
+/// A bias's values.
+fn bias_vector(b: &CpuWeight) -> Result<&[f32]> {
+    match b {
+        CpuWeight::Vector(b) => Ok(b),
+        _ => Err(Error::Backend("bias is not a vector".into())),
     }
 }
 
@@ -291,14 +342,51 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&mut self, x: &Act, w: &CpuWeight) -> Result<Act> {
-        self.product(x, w, None)
+        let out = dense::Out {
+            bias: None,
+            post: dense::Post::None,
+        };
+        self.product(x, w, out)
     }
 
     fn linear(&mut self, x: &Act, w: &CpuWeight, b: &CpuWeight) -> Result<Act> {
-        let CpuWeight::Vector(b) = b else {
-            return Err(Error::Backend("bias is not a vector".into()));
+        let out = dense::Out {
+            bias: Some(bias_vector(b)?),
+            post: dense::Post::None,
         };
-        self.product(x, w, Some(b))
+        self.product(x, w, out)
+    }
+
+    fn linear_then(
+        &mut self,
+        x: &Act,
+        w: &CpuWeight,
+        b: &CpuWeight,
+        then: Then<'_, Act>,
+    ) -> Result<Act> {
+        let post = match then {
+            Then::Gelu => dense::Post::Gelu,
+            Then::Add(r) => dense::Post::Add(&r.data),
+        };
+        let out = dense::Out {
+            bias: Some(bias_vector(b)?),
+            post,
+        };
+        self.product(x, w, out)
+    }
+
+    fn linears(&mut self, x: &Act, layers: &[(&CpuWeight, &CpuWeight)]) -> Result<Vec<Act>> {
+        let parts = layers
+            .iter()
+            .map(|&(w, b)| {
+                let out = dense::Out {
+                    bias: Some(bias_vector(b)?),
+                    post: dense::Post::None,
+                };
+                Ok((w, out))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.products(x, &parts)
     }
 
     fn rope(&mut self, x: &Act, pos: &[usize], rope: &Rope) -> Result<Act> {
@@ -369,9 +457,12 @@ impl Backend for CpuBackend {
             )));
         }
         let mut data = x.data.clone();
-        for row in data.chunks_exact_mut(x.width) {
-            ops::layer_norm(row, w, b, eps);
-        }
+        // A value's LayerNorm (f64 sums, two passes) takes about as long as 32 of the
+        // dense kernel's multiply-adds.
+        let work = data.len().saturating_mul(32);
+        pool::for_rows(&mut data, x.width, work, |_, row| {
+            ops::layer_norm(row, w, b, eps)
+        });
         Ok(Act {
             data,
             width: x.width,
@@ -535,6 +626,79 @@ mod tests {
                     y.data[r]
                 );
             }
+        }
+    }
+
+    /// The fused steps (`linears`, `linear_then` with GELU or a residual) give the same bits
+    /// as the separate ones, on every kind of matrix (float panels, int8 rows, candle's
+    /// blocks) and mixed, on shapes that run over the pool with row and panel tails; a
+    /// residual of the wrong shape is a typed error.
+    #[test]
+    fn fused_steps_equal_the_separate_ones() {
+        let (m, n, k) = (130usize, 44usize, 64usize);
+        let mut rng = crate::sampler::Rng::new(7);
+        let mut be = CpuBackend::new();
+        let mut weights = Vec::new();
+        for ty in [GgmlType::F32, GgmlType::Q4_0] {
+            let w: Vec<f32> = (0..n * k).map(|_| rng.normal() * 0.2).collect();
+            let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+            let dt = match ty {
+                GgmlType::F32 => candle_core::quantized::GgmlDType::F32,
+                _ => candle_core::quantized::GgmlDType::Q4_0,
+            };
+            let bytes = QTensor::quantize(&wt, dt)
+                .unwrap()
+                .data()
+                .unwrap()
+                .into_owned();
+            let info = TensorInfo {
+                name: "w".into(),
+                ty,
+                dims: vec![k as u64, n as u64],
+                offset: 0,
+                n_bytes: bytes.len() as u64,
+            };
+            weights.push(be.load_weight(&info, &bytes).unwrap());
+        }
+        let v: Vec<i8> = (0..n * k).map(|i| (i * 53 % 256) as u8 as i8).collect();
+        let scale = (0..n).map(|j| 0.002 + j as f32 * 1e-4).collect();
+        let zero = (0..n).map(|j| (j % 3) as f32).collect();
+        weights.push(CpuWeight::DenseI8(dense::I8Matrix::pack(
+            &v, scale, zero, n, k,
+        )));
+        let bias = CpuWeight::Vector((0..n).map(|_| rng.normal()).collect());
+        let x = Act {
+            data: (0..m * k).map(|_| rng.normal()).collect(),
+            width: k,
+        };
+        let r = Act {
+            data: (0..m * n).map(|_| rng.normal()).collect(),
+            width: n,
+        };
+        for w in &weights {
+            let y = be.linear(&x, w, &bias).unwrap();
+            let gelu = be.gelu(&y).unwrap();
+            let add = be.add(&r, &y).unwrap();
+            assert_eq!(be.linear_then(&x, w, &bias, Then::Gelu).unwrap(), gelu);
+            assert_eq!(be.linear_then(&x, w, &bias, Then::Add(&r)).unwrap(), add);
+            let short = Act {
+                data: vec![0.0; n],
+                width: n,
+            };
+            assert!(matches!(
+                be.linear_then(&x, w, &bias, Then::Add(&short)),
+                Err(Error::Backend(_))
+            ));
+        }
+        let one: Vec<Act> = weights
+            .iter()
+            .map(|w| be.linear(&x, w, &bias).unwrap())
+            .collect();
+        for group in [vec![0, 0, 0], vec![2, 2, 2], vec![1, 1], vec![0, 2, 1]] {
+            let layers: Vec<_> = group.iter().map(|&i| (&weights[i], &bias)).collect();
+            let got = be.linears(&x, &layers).unwrap();
+            let want: Vec<Act> = group.iter().map(|&i| one[i].clone()).collect();
+            assert_eq!(got, want, "{group:?}");
         }
     }
 }

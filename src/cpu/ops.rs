@@ -51,8 +51,6 @@ pub fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
 }
 
-/// SiLU, `x·σ(x)`.
-#[inline]
 /// LayerNorm of one row: `(x − mean) / sqrt(var + eps) · w + b`, the sums in f64.
 pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let n = x.len() as f64;
@@ -69,12 +67,14 @@ pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
 }
 
 /// GELU in its exact form, `x · Φ(x) = x/2 · (1 + erf(x/√2))` (BERT).
+#[inline]
 pub fn gelu_erf(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// erf to about 2e-7 absolute (Abramowitz & Stegun 7.1.26): below f32's resolution of the
 /// `1 + erf` it feeds.
+#[inline]
 pub fn erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
     let poly = t
@@ -109,6 +109,8 @@ pub fn exp_approx(x: f32) -> f32 {
     e * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
+/// SiLU, `x·σ(x)`.
+#[inline]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }

@@ -47,11 +47,39 @@ pub fn for_chunks<F: Fn(Range<usize>) + Sync>(n_items: usize, work: usize, f: F)
     f(0..n_items);
 }
 
-/// An output pointer shared by the pool's workers, each writing its own disjoint part.
-pub struct SharedOut(*mut f32);
+/// Row passes (LayerNorm, the int8 kernel's quantization) split into at most this many items.
+const ROW_ITEMS: usize = 16;
 
-impl SharedOut {
-    pub fn new(out: &mut [f32]) -> Self {
+/// Runs `f(i, row)` for every row `i` of `data` (rows of `width` values) over the pool when
+/// `work` (in the kernels' multiply-adds, as [`for_chunks`]) reaches its threshold.
+pub fn for_rows<T: Send>(
+    data: &mut [T],
+    width: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    if width == 0 {
+        return;
+    }
+    let n_rows = data.len() / width;
+    let per_item = n_rows.div_ceil(ROW_ITEMS).max(1);
+    let out = SharedOut::new(data);
+    for_chunks(n_rows.div_ceil(per_item), work, |items| {
+        let rows = items.start * per_item..(items.end * per_item).min(n_rows);
+        // SAFETY: the ranges of for_chunks are disjoint, so these rows are this item's alone,
+        // inside `data`, which outlives the call.
+        let part = unsafe { out.part(rows.start * width, rows.len() * width) };
+        for (i, row) in rows.zip(part.chunks_exact_mut(width)) {
+            f(i, row);
+        }
+    });
+}
+
+/// An output pointer shared by the pool's workers, each writing its own disjoint part.
+pub struct SharedOut<T = f32>(*mut T);
+
+impl<T> SharedOut<T> {
+    pub fn new(out: &mut [T]) -> Self {
         Self(out.as_mut_ptr())
     }
 
@@ -61,10 +89,10 @@ impl SharedOut {
     /// The range must lie inside the slice this was made from, that slice must outlive the
     /// use, and no two live results may overlap (each worker owns its range).
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
+    pub unsafe fn part(&self, start: usize, len: usize) -> &mut [T] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
 }
 
 // SAFETY: workers write disjoint ranges through it (see `part`).
-unsafe impl Sync for SharedOut {}
+unsafe impl<T: Send> Sync for SharedOut<T> {}

@@ -6,7 +6,7 @@
 //! (embed.rs); this returns every token's state.
 
 use super::{Progress, Want};
-use crate::backend::{AttnParams, Backend};
+use crate::backend::{AttnParams, Backend, Then};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, Gguf};
@@ -273,7 +273,6 @@ impl<B: Backend> Bert<B> {
         let ids: Vec<u32> = texts.concat();
         let pos: Vec<u32> = lens.iter().flat_map(|&n| 0..n as u32).collect();
         let types = vec![0u32; ids.len()];
-        let lin = |be: &mut B, x: &B::Tensor, l: &Linear<B>| be.linear(x, &l.w, &l.b);
         let norm = |be: &mut B, x: &B::Tensor, n: &(B::Weight, B::Weight)| {
             be.layer_norm(x, &n.0, &n.1, c.rms_eps)
         };
@@ -294,18 +293,17 @@ impl<B: Backend> Bert<B> {
         };
         for l in &self.layers {
             // attention, then the residual and a LayerNorm (post-LN)
-            let q = lin(be, &x, &l.q)?; // (n_tok, n_embd)
-            let k = lin(be, &x, &l.k)?; // (n_tok, n_embd)
-            let v = lin(be, &x, &l.v)?; // (n_tok, n_embd)
+            let qkv = [&l.q, &l.k, &l.v].map(|l| (&l.w, &l.b));
+            let [q, k, v]: [B::Tensor; 3] = be
+                .linears(&x, &qkv)?
+                .try_into()
+                .map_err(|_| Error::Backend("linears: not one output per layer".into()))?;
             let a = be.attention_packed(&q, &k, &v, &lens, ap)?; // (n_tok, n_embd)
-            let a = lin(be, &a, &l.o)?; // (n_tok, n_embd)
-            let h = be.add(&x, &a)?;
+            let h = be.linear_then(&a, &l.o.w, &l.o.b, Then::Add(&x))?; // x + o(a)
             x = norm(be, &h, &l.attn_norm)?;
             // feed-forward, then the residual and a LayerNorm
-            let u = lin(be, &x, &l.up)?; // (n_tok, n_ff)
-            let u = be.gelu(&u)?;
-            let d = lin(be, &u, &l.down)?; // (n_tok, n_embd)
-            let h = be.add(&x, &d)?;
+            let u = be.linear_then(&x, &l.up.w, &l.up.b, Then::Gelu)?; // (n_tok, n_ff)
+            let h = be.linear_then(&u, &l.down.w, &l.down.b, Then::Add(&x))?; // x + down(u)
             x = norm(be, &h, &l.out_norm)?;
         }
         Ok(x)

@@ -163,49 +163,142 @@ impl DenseMatrix {
         m: usize,
         bias: Option<&[f32]>,
     ) -> Vec<f32> {
-        let (n, k) = (self.rows, self.cols);
-        assert_eq!(x.len(), m * k, "dense matmul: input shape");
-        if let Some(b) = bias {
-            assert_eq!(b.len(), n, "dense matmul: bias length");
+        let out = Out {
+            bias,
+            post: Post::None,
+        };
+        let mut ys = Self::products_with(kernel, &[(self, out)], x, m);
+        ys.pop().unwrap_or_default()
+    }
+
+    /// Several matrices of the same width applied to the same `x (m × cols)`, each with its
+    /// [`Out`], in one pass over the pool: `(m × rows)` per matrix, on the best kernel.
+    pub fn products(parts: &[(&Self, Out)], x: &[f32], m: usize) -> Vec<Vec<f32>> {
+        Self::products_with(Kernel::best(), parts, x, m)
+    }
+
+    /// [`Self::products`] on a chosen kernel.
+    pub fn products_with(
+        kernel: Kernel,
+        parts: &[(&Self, Out)],
+        x: &[f32],
+        m: usize,
+    ) -> Vec<Vec<f32>> {
+        let k = parts.first().map_or(0, |(d, _)| d.cols);
+        let shapes: Vec<(usize, usize)> = parts.iter().map(|(d, _)| (d.rows, d.cols)).collect();
+        check_parts(&shapes, parts.iter().map(|(_, o)| o), x, m, "dense");
+        let mut ys: Vec<Vec<f32>> = parts.iter().map(|(d, _)| vec![0f32; m * d.rows]).collect();
+        let n_all: usize = parts.iter().map(|(d, _)| d.rows).sum();
+        if m == 0 || n_all == 0 {
+            return ys;
         }
-        let mut y = vec![0f32; m * n];
-        if m == 0 || n == 0 {
-            return y;
-        }
-        let out = SharedOut::new(&mut y);
-        let mr = kernel.mr();
-        let work = m.saturating_mul(n).saturating_mul(k);
-        let panel_bytes = PANEL * k * 4;
+        let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
+        let starts = panel_starts(parts.iter().map(|(d, _)| d.rows.div_ceil(PANEL)));
+        let work = m.saturating_mul(n_all).saturating_mul(k);
         let scratch: Tile = [[0.0; PANEL]; 8];
         for_each_tile(
             m,
-            n.div_ceil(PANEL),
-            panel_bytes,
-            mr,
+            starts[parts.len()],
+            PANEL * k * 4,
+            kernel.mr(),
             work,
             scratch,
-            |tile, i, t, p| {
-                let panel = &self.panels[p * PANEL * k..(p + 1) * PANEL * k];
+            |tile, i, t, gp| {
+                let (part, p) = locate(&starts, gp);
+                let (d, o) = &parts[part];
+                let panel = &d.panels[p * PANEL * k..(p + 1) * PANEL * k];
                 kernel.tile(t, &x[i * k..(i + t) * k], k, k, panel, tile);
-                let (j0, w) = (p * PANEL, PANEL.min(n - p * PANEL));
+                let (n, j0) = (d.rows, p * PANEL);
+                let w = PANEL.min(n - j0);
                 for (r, sums) in tile.iter().enumerate().take(t) {
                     // SAFETY: for_each_tile visits each (row, panel) pair once, so this row's
-                    // columns j0..j0 + w are written here alone, and lie inside `y`, which
-                    // outlives it.
-                    let dst = unsafe { out.part((i + r) * n + j0, w) };
-                    match bias {
-                        Some(b) => {
-                            for ((d, &s), &bj) in dst.iter_mut().zip(sums).zip(&b[j0..]) {
-                                *d = s + bj;
-                            }
-                        }
-                        None => dst.copy_from_slice(&sums[..w]),
+                    // columns j0..j0 + w of this part's output are written here alone, and
+                    // lie inside it, which outlives the pass.
+                    let dst = unsafe { outs[part].part((i + r) * n + j0, w) };
+                    for (c, (d, &s)) in dst.iter_mut().zip(sums).enumerate() {
+                        *d = o.finish(s, i + r, j0 + c, n);
                     }
                 }
             },
         );
-        y
+        ys
     }
+}
+
+/// What becomes of a product's output `s` (row `i`, column `j`) before it is stored: the
+/// bias added to the finished sum, then `post`.
+#[derive(Clone, Copy)]
+pub struct Out<'a> {
+    pub bias: Option<&'a [f32]>,
+    pub post: Post<'a>,
+}
+
+/// What follows the bias in the same pass, so that no serial pass over the output is left.
+#[derive(Clone, Copy)]
+pub enum Post<'a> {
+    None,
+    /// GELU, exact (erf) form (BERT's feed-forward).
+    Gelu,
+    /// Plus the same element of a residual of the output's shape `(m × rows)`.
+    Add(&'a [f32]),
+}
+
+impl Out<'_> {
+    /// The stored value of output `(i, j)` of an `n`-column product whose sum is `s`: the
+    /// same arithmetic, in the same order, as the bias, GELU or add as separate passes.
+    #[inline]
+    pub fn finish(&self, s: f32, i: usize, j: usize, n: usize) -> f32 {
+        let v = match self.bias {
+            Some(b) => s + b[j],
+            None => s,
+        };
+        match self.post {
+            Post::None => v,
+            Post::Gelu => super::ops::gelu_erf(v),
+            Post::Add(r) => v + r[i * n + j],
+        }
+    }
+}
+
+/// Asserts the shapes of a multi-part product (the CPU backend checks them first and
+/// returns typed errors): one width, `x` of `m` rows of it, biases and residuals that fit.
+fn check_parts<'a>(
+    shapes: &[(usize, usize)],
+    outs: impl Iterator<Item = &'a Out<'a>>,
+    x: &[f32],
+    m: usize,
+    what: &str,
+) {
+    let k = shapes.first().map_or(0, |s| s.1);
+    assert!(
+        shapes.iter().all(|s| s.1 == k),
+        "{what}: parts of one width"
+    );
+    assert_eq!(x.len(), m * k, "{what} matmul: input shape");
+    for (&(n, _), o) in shapes.iter().zip(outs) {
+        if let Some(b) = o.bias {
+            assert_eq!(b.len(), n, "{what} matmul: bias length");
+        }
+        if let Post::Add(r) = o.post {
+            assert_eq!(r.len(), m * n, "{what} matmul: residual shape");
+        }
+    }
+}
+
+/// The first global panel of each part, and the total at the end.
+fn panel_starts(n_panels: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut starts = vec![0];
+    for n in n_panels {
+        starts.push(starts[starts.len() - 1] + n);
+    }
+    starts
+}
+
+/// The part that global panel `gp` falls in, and its panel within that part.
+#[inline]
+fn locate(starts: &[usize], gp: usize) -> (usize, usize) {
+    let part = starts[1..].iter().position(|&s| gp < s).unwrap_or(0);
+    (part, gp - starts[part])
 }
 
 /// An int8 matrix `(rows, cols)` whose weight `(r, c)` is `(v − zero[r]) · scale[r]` (an int8
@@ -286,58 +379,80 @@ impl I8Matrix {
         m: usize,
         bias: Option<&[f32]>,
     ) -> Vec<f32> {
-        let (n, k) = (self.rows, self.cols);
-        assert_eq!(x.len(), m * k, "int8 matmul: input shape");
-        if let Some(b) = bias {
-            assert_eq!(b.len(), n, "int8 matmul: bias length");
+        let out = Out {
+            bias,
+            post: Post::None,
+        };
+        let mut ys = Self::products_with(kernel, &[(self, out)], x, m);
+        ys.pop().unwrap_or_default()
+    }
+
+    /// Several int8 matrices of the same width applied to the same `x (m × cols)`, each with
+    /// its [`Out`]: `x` quantized once, one pass over the pool. `(m × rows)` per matrix.
+    pub fn products(parts: &[(&Self, Out)], x: &[f32], m: usize) -> Vec<Vec<f32>> {
+        Self::products_with(Kernel::best(), parts, x, m)
+    }
+
+    /// [`Self::products`] on a chosen kernel.
+    pub fn products_with(
+        kernel: Kernel,
+        parts: &[(&Self, Out)],
+        x: &[f32],
+        m: usize,
+    ) -> Vec<Vec<f32>> {
+        let k = parts.first().map_or(0, |(d, _)| d.cols);
+        let shapes: Vec<(usize, usize)> = parts.iter().map(|(d, _)| (d.rows, d.cols)).collect();
+        check_parts(&shapes, parts.iter().map(|(_, o)| o), x, m, "int8");
+        let mut ys: Vec<Vec<f32>> = parts.iter().map(|(d, _)| vec![0f32; m * d.rows]).collect();
+        let n_all: usize = parts.iter().map(|(d, _)| d.rows).sum();
+        if m == 0 || n_all == 0 {
+            return ys;
         }
         let (xq, sx, sum) = quantize_rows(x, k);
-        let mut y = vec![0f32; m * n];
-        if m == 0 || n == 0 {
-            return y;
-        }
-        let out = SharedOut::new(&mut y);
-        let mr = kernel.mr_i8();
-        let work = m.saturating_mul(n).saturating_mul(k) / 2;
-        let panel_bytes = I8_PANEL * k * 2;
+        let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
+        let starts = panel_starts(parts.iter().map(|(d, _)| d.rows.div_ceil(I8_PANEL)));
+        let work = m.saturating_mul(n_all).saturating_mul(k) / 2;
         let scratch: TileI8 = [[0; I8_PANEL]; 4];
         for_each_tile(
             m,
-            n.div_ceil(I8_PANEL),
-            panel_bytes,
-            mr,
+            starts[parts.len()],
+            I8_PANEL * k * 2,
+            kernel.mr_i8(),
             work,
             scratch,
-            |part, i, t, p| {
-                let panel = &self.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
+            |part_sums, i, t, gp| {
+                let (part, p) = locate(&starts, gp);
+                let (d, o) = &parts[part];
+                let panel = &d.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
                 let mut total = [[0i64; I8_PANEL]; 4];
                 for k0 in (0..k).step_by(I8_KC) {
                     let kc = (k - k0).min(I8_KC);
                     let xt = &xq[i * k + k0..(i + t - 1) * k + k0 + kc];
                     let pc = &panel[k0 * I8_PANEL..(k0 + kc) * I8_PANEL];
-                    kernel.tile_i8(t, xt, k, kc, pc, part);
-                    for (tr, pr) in total.iter_mut().zip(part.iter()).take(t) {
+                    kernel.tile_i8(t, xt, k, kc, pc, part_sums);
+                    for (tr, pr) in total.iter_mut().zip(part_sums.iter()).take(t) {
                         for (a, b) in tr.iter_mut().zip(pr) {
                             *a += b;
                         }
                     }
                 }
-                let (j0, w) = (p * I8_PANEL, I8_PANEL.min(n - p * I8_PANEL));
+                let (n, j0) = (d.rows, p * I8_PANEL);
+                let w = I8_PANEL.min(n - j0);
                 for (r, sums) in total.iter().enumerate().take(t) {
                     let row = i + r;
                     // SAFETY: for_each_tile visits each (row, panel) pair once, so this row's
-                    // columns j0..j0 + w are written here alone, and lie inside `y`, which
-                    // outlives it.
-                    let dst = unsafe { out.part(row * n + j0, w) };
-                    for (c, d) in dst.iter_mut().enumerate() {
+                    // columns j0..j0 + w of this part's output are written here alone, and
+                    // lie inside it, which outlives the pass.
+                    let dst = unsafe { outs[part].part(row * n + j0, w) };
+                    for (c, dst) in dst.iter_mut().enumerate() {
                         let j = j0 + c;
-                        let dot = sx[row] * sums[c] as f32 - self.zero[j] * sum[row];
-                        *d = self.scale[j] * dot + bias.map_or(0.0, |b| b[j]);
+                        let dot = sx[row] * sums[c] as f32 - d.zero[j] * sum[row];
+                        *dst = o.finish(d.scale[j] * dot, row, j, n);
                     }
                 }
             },
         );
-        y
+        ys
     }
 }
 
@@ -385,42 +500,54 @@ fn quantize_rows(x: &[f32], k: usize) -> (Vec<i16>, Vec<f32>, Vec<f32>) {
     let mut xq = vec![0i16; m * k];
     let mut sx = vec![0f32; m];
     let mut sum = vec![0f32; m];
-    for (i, row) in x.chunks_exact(k).enumerate() {
-        let (mut big, mut all) = ([0f32; 8], [0f32; 8]);
-        let (chunks, rest) = row.split_at(k / 8 * 8);
-        for c in chunks.chunks_exact(8) {
-            for l in 0..8 {
-                let a = c[l].abs();
-                big[l] = if a > big[l] { a } else { big[l] };
-                all[l] += c[l];
-            }
+    let (sx_out, sum_out) = (SharedOut::new(&mut sx), SharedOut::new(&mut sum));
+    // A value's quantization takes about as long as 16 of the kernel's multiply-adds.
+    pool::for_rows(&mut xq, k, (m * k).saturating_mul(16), |i, q| {
+        let (s, total) = quantize_row(&x[i * k..(i + 1) * k], q);
+        // SAFETY: for_rows hands each row to one item, so row i's scale and sum are written
+        // here alone; both vectors hold m values and outlive the call.
+        unsafe {
+            sx_out.part(i, 1)[0] = s;
+            sum_out.part(i, 1)[0] = total;
         }
-        for (l, &v) in rest.iter().enumerate() {
-            big[l] = if v.abs() > big[l] { v.abs() } else { big[l] };
-            all[l] += v;
-        }
-        let amax = big.iter().fold(0f32, |a, &b| a.max(b));
-        if !all.iter().sum::<f32>().is_finite() {
-            sx[i] = f32::NAN;
-            continue;
-        }
-        if amax == 0.0 {
-            continue;
-        }
-        sx[i] = amax / 32767.0;
-        let inv = 32767.0 / amax;
-        // Round to nearest by adding 1.5·2²³ (|v·inv| ≤ 32767): the integer is then the low
-        // bits of the float's representation (`round` is a libm call per value in wasm).
-        const ROUND: f32 = 12_582_912.0;
-        const ROUND_BITS: i32 = 0x4B40_0000;
-        let q = &mut xq[i * k..(i + 1) * k];
-        for (q, &v) in q.iter_mut().zip(row) {
-            *q = ((v * inv + ROUND).to_bits() as i32 - ROUND_BITS) as i16;
-        }
-        let total: i32 = q.iter().map(|&q| i32::from(q)).sum();
-        sum[i] = (f64::from(sx[i]) * f64::from(total)) as f32;
-    }
+    });
     (xq, sx, sum)
+}
+
+/// One row of [`quantize_rows`] into `q`: its scale and the rounded row's sum times it.
+fn quantize_row(row: &[f32], q: &mut [i16]) -> (f32, f32) {
+    let k = row.len();
+    let (mut big, mut all) = ([0f32; 8], [0f32; 8]);
+    let (chunks, rest) = row.split_at(k / 8 * 8);
+    for c in chunks.chunks_exact(8) {
+        for l in 0..8 {
+            let a = c[l].abs();
+            big[l] = if a > big[l] { a } else { big[l] };
+            all[l] += c[l];
+        }
+    }
+    for (l, &v) in rest.iter().enumerate() {
+        big[l] = if v.abs() > big[l] { v.abs() } else { big[l] };
+        all[l] += v;
+    }
+    let amax = big.iter().fold(0f32, |a, &b| a.max(b));
+    if !all.iter().sum::<f32>().is_finite() {
+        return (f32::NAN, 0.0);
+    }
+    if amax == 0.0 {
+        return (0.0, 0.0);
+    }
+    let sx = amax / 32767.0;
+    let inv = 32767.0 / amax;
+    // Round to nearest by adding 1.5·2²³ (|v·inv| ≤ 32767): the integer is then the low
+    // bits of the float's representation (`round` is a libm call per value in wasm).
+    const ROUND: f32 = 12_582_912.0;
+    const ROUND_BITS: i32 = 0x4B40_0000;
+    for (q, &v) in q.iter_mut().zip(row) {
+        *q = ((v * inv + ROUND).to_bits() as i32 - ROUND_BITS) as i16;
+    }
+    let total: i32 = q.iter().map(|&q| i32::from(q)).sum();
+    (sx, (f64::from(sx) * f64::from(total)) as f32)
 }
 
 #[cfg(test)]
