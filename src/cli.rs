@@ -1029,6 +1029,16 @@ fn cmd_fetch(id: &str) -> Result<()> {
 /// (clap's usage errors included), 1 for anything else.
 pub fn main() {
     let cli = Cli::parse();
+    #[cfg(unix)]
+    if !matches!(cli.cmd, Cmd::Serve(_)) {
+        // Rust ignores SIGPIPE, so printing to a closed pipe (`kerze tokenize … | head`)
+        // panicked. A command-line tool ends quietly there, as `cat` does; the server keeps
+        // the default of its runtime (a client's closed socket is an error it handles).
+        // SAFETY: restoring a signal's default disposition at start-up, before any thread.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let result = match &cli.cmd {
         Cmd::Fetch { model } => cmd_fetch(model),
         Cmd::Generate(a) => cmd_generate(a),

@@ -61,6 +61,38 @@ fn tokenize_reads_stdin_like_text() {
 /// <bos> exactly as the file's add_bos_token says: Gemma's says yes (above), SmolLM2's no —
 /// its <|im_start|> (the bos id) comes only from the text; and a file kerze wrote that asks
 /// for none gets none.
+/// A reader that stops early (`kerze tokenize … | head -1`) ends the command quietly, by
+/// SIGPIPE as `cat` would, not with a panic's message and exit code 101.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = kerze()
+        .args(["tokenize", "--model"])
+        .arg(common::model_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all("hello world ".repeat(20_000).as_bytes())
+        .unwrap();
+    drop(stdin);
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty());
+    // stdout is closed here: the rest of ~40 000 lines cannot be written.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(13), "{:?} {stderr}", out.status);
+}
+
 #[test]
 fn tokenize_adds_bos_as_the_file_says() {
     let tok = |model: &std::path::Path, text: &str| -> Vec<u32> {
