@@ -185,17 +185,13 @@ impl DenseMatrix {
         x: &[f32],
         m: usize,
     ) -> Vec<Vec<f32>> {
-        let k = parts.first().map_or(0, |(d, _)| d.cols);
-        let shapes: Vec<(usize, usize)> = parts.iter().map(|(d, _)| (d.rows, d.cols)).collect();
-        check_parts(&shapes, parts.iter().map(|(_, o)| o), x, m, "dense");
-        let mut ys: Vec<Vec<f32>> = parts.iter().map(|(d, _)| vec![0f32; m * d.rows]).collect();
-        let n_all: usize = parts.iter().map(|(d, _)| d.rows).sum();
-        if m == 0 || n_all == 0 {
+        let shapes: Vec<_> = parts.iter().map(|(d, o)| (d.rows, d.cols, *o)).collect();
+        let (mut ys, plan) = Plan::new(&shapes, x, m, PANEL, "dense");
+        let Some(plan) = plan else {
             return ys;
-        }
-        let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
-        let starts = panel_starts(parts.iter().map(|(d, _)| d.rows.div_ceil(PANEL)));
-        let work = m.saturating_mul(n_all).saturating_mul(k);
+        };
+        let (k, outs, starts) = (plan.k, plan.outs(&mut ys), &plan.starts);
+        let work = plan.macs;
         let scratch: Tile = [[0.0; PANEL]; 8];
         for_each_tile(
             m,
@@ -205,7 +201,7 @@ impl DenseMatrix {
             work,
             scratch,
             |tile, i, t, gp| {
-                let (part, p) = locate(&starts, gp);
+                let (part, p) = locate(starts, gp);
                 let (d, o) = &parts[part];
                 let panel = &d.panels[p * PANEL * k..(p + 1) * PANEL * k];
                 kernel.tile(t, &x[i * k..(i + t) * k], k, k, panel, tile);
@@ -219,16 +215,7 @@ impl DenseMatrix {
                     o.store(dst, sums, i + r, j0, n);
                 }
             },
-            |i, t, gps| {
-                gelu_after(
-                    parts.iter().map(|(d, o)| (d.rows, o.post)),
-                    &starts,
-                    PANEL,
-                    &outs,
-                    i..i + t,
-                    gps,
-                )
-            },
+            |i, t, gps| plan.gelu(&shapes, &outs, i..i + t, gps),
         );
         ys
     }
@@ -254,7 +241,7 @@ pub enum Post<'a> {
 
 impl Out<'_> {
     /// Stores a tile row's sums `v` (columns `j0..j0 + dst.len()` of row `i` of an `n`-column
-    /// output) with the bias and a residual added; a GELU follows in [`gelu_after`].
+    /// output) with the bias and a residual added; a GELU follows in `Plan::gelu`.
     #[inline]
     pub fn store<const W: usize>(
         &self,
@@ -271,7 +258,7 @@ impl Out<'_> {
             }
         }
         match self.post {
-            // GELU comes once the row's block of panels is done ([`gelu_after`]): over a
+            // GELU comes once the row's block of panels is done (`Plan::gelu`): over a
             // row's run of outputs it vectorises, over a tile's 4 or 8 it did not (the int8
             // product ran 20% slower in V8 with it here).
             Post::None | Post::Gelu => {}
@@ -300,65 +287,91 @@ impl Out<'_> {
     }
 }
 
-/// Asserts the shapes of a multi-part product (the CPU backend checks them first and
-/// returns typed errors): one width, `x` of `m` rows of it, biases and residuals that fit.
-fn check_parts<'a>(
-    shapes: &[(usize, usize)],
-    outs: impl Iterator<Item = &'a Out<'a>>,
-    x: &[f32],
-    m: usize,
-    what: &str,
-) {
-    let k = shapes.first().map_or(0, |s| s.1);
-    assert!(
-        shapes.iter().all(|s| s.1 == k),
-        "{what}: parts of one width"
-    );
-    assert_eq!(x.len(), m * k, "{what} matmul: input shape");
-    for (&(n, _), o) in shapes.iter().zip(outs) {
-        if let Some(b) = o.bias {
-            assert_eq!(b.len(), n, "{what} matmul: bias length");
-        }
-        if let Post::Add(r) = o.post {
-            assert_eq!(r.len(), m * n, "{what} matmul: residual shape");
-        }
-    }
+/// What a multi-part product sets up before its pass: the shared width `k`, the
+/// multiply-adds, and each part's first global panel (`panel` rows each; the total at the
+/// end).
+struct Plan {
+    k: usize,
+    macs: usize,
+    panel: usize,
+    starts: Vec<usize>,
 }
 
-/// GELU on the finished outputs of rows `rows` in global panels `gps` (of `panel` columns),
-/// for each part (`(rows, post)`, panels from `starts`) whose post is [`Post::Gelu`].
-fn gelu_after<'a>(
-    parts: impl Iterator<Item = (usize, Post<'a>)>,
-    starts: &[usize],
-    panel: usize,
-    outs: &[SharedOut],
-    rows: Range<usize>,
-    gps: Range<usize>,
-) {
-    for (q, (n, post)) in parts.enumerate() {
-        let (p0, p1) = (gps.start.max(starts[q]), gps.end.min(starts[q + 1]));
-        if !matches!(post, Post::Gelu) || p0 >= p1 {
-            continue;
+impl Plan {
+    /// Zeroed outputs (`m × rows` per part `(rows, cols, out)`), and the plan, or `None` when
+    /// there is nothing to compute. Asserts the shapes (the CPU backend checks them first and
+    /// returns typed errors): one width, `x` of `m` rows of it, biases and residuals that fit.
+    fn new(
+        parts: &[(usize, usize, Out)],
+        x: &[f32],
+        m: usize,
+        panel: usize,
+        what: &str,
+    ) -> (Vec<Vec<f32>>, Option<Self>) {
+        let k = parts.first().map_or(0, |p| p.1);
+        assert!(parts.iter().all(|p| p.1 == k), "{what}: parts of one width");
+        assert_eq!(x.len(), m * k, "{what} matmul: input shape");
+        for &(n, _, o) in parts {
+            if let Some(b) = o.bias {
+                assert_eq!(b.len(), n, "{what} matmul: bias length");
+            }
+            if let Post::Add(r) = o.post {
+                assert_eq!(r.len(), m * n, "{what} matmul: residual shape");
+            }
         }
-        let (j0, j1) = ((p0 - starts[q]) * panel, ((p1 - starts[q]) * panel).min(n));
-        for r in rows.clone() {
-            // SAFETY: these outputs (rows `rows`, the columns of panels `gps`) belong to the
-            // work item that calls this, after its tiles stored them; inside the part.
-            let dst = unsafe { outs[q].part(r * n + j0, j1 - j0) };
-            for v in dst {
-                *v = super::ops::gelu_erf(*v);
+        let ys: Vec<Vec<f32>> = parts.iter().map(|p| vec![0f32; m * p.0]).collect();
+        let n_all: usize = parts.iter().map(|p| p.0).sum();
+        if m == 0 || n_all == 0 {
+            return (ys, None);
+        }
+        let mut starts = vec![0];
+        for p in parts {
+            starts.push(starts[starts.len() - 1] + p.0.div_ceil(panel));
+        }
+        let macs = m.saturating_mul(n_all).saturating_mul(k);
+        (
+            ys,
+            Some(Self {
+                k,
+                macs,
+                panel,
+                starts,
+            }),
+        )
+    }
+
+    /// The workers' pointers to `ys` (which must then outlive the pass, unresized).
+    fn outs(&self, ys: &mut [Vec<f32>]) -> Vec<SharedOut> {
+        ys.iter_mut().map(|y| SharedOut::new(y)).collect()
+    }
+
+    /// GELU on the finished outputs of rows `rows` in global panels `gps`, for each part
+    /// whose post is [`Post::Gelu`].
+    fn gelu(
+        &self,
+        parts: &[(usize, usize, Out)],
+        outs: &[SharedOut],
+        rows: Range<usize>,
+        gps: Range<usize>,
+    ) {
+        let starts = &self.starts;
+        for (q, &(n, _, o)) in parts.iter().enumerate() {
+            let (p0, p1) = (gps.start.max(starts[q]), gps.end.min(starts[q + 1]));
+            if !matches!(o.post, Post::Gelu) || p0 >= p1 {
+                continue;
+            }
+            let panel = self.panel;
+            let (j0, j1) = ((p0 - starts[q]) * panel, ((p1 - starts[q]) * panel).min(n));
+            for r in rows.clone() {
+                // SAFETY: these outputs (rows `rows`, the columns of panels `gps`) belong to
+                // the work item that calls this, after its tiles stored them; inside the part.
+                let dst = unsafe { outs[q].part(r * n + j0, j1 - j0) };
+                for v in dst {
+                    *v = super::ops::gelu_erf(*v);
+                }
             }
         }
     }
-}
-
-/// The first global panel of each part, and the total at the end.
-fn panel_starts(n_panels: impl Iterator<Item = usize>) -> Vec<usize> {
-    let mut starts = vec![0];
-    for n in n_panels {
-        starts.push(starts[starts.len() - 1] + n);
-    }
-    starts
 }
 
 /// The part that global panel `gp` falls in, and its panel within that part.
@@ -467,18 +480,14 @@ impl I8Matrix {
         x: &[f32],
         m: usize,
     ) -> Vec<Vec<f32>> {
-        let k = parts.first().map_or(0, |(d, _)| d.cols);
-        let shapes: Vec<(usize, usize)> = parts.iter().map(|(d, _)| (d.rows, d.cols)).collect();
-        check_parts(&shapes, parts.iter().map(|(_, o)| o), x, m, "int8");
-        let mut ys: Vec<Vec<f32>> = parts.iter().map(|(d, _)| vec![0f32; m * d.rows]).collect();
-        let n_all: usize = parts.iter().map(|(d, _)| d.rows).sum();
-        if m == 0 || n_all == 0 {
+        let shapes: Vec<_> = parts.iter().map(|(d, o)| (d.rows, d.cols, *o)).collect();
+        let (mut ys, plan) = Plan::new(&shapes, x, m, I8_PANEL, "int8");
+        let Some(plan) = plan else {
             return ys;
-        }
+        };
+        let (k, outs, starts) = (plan.k, plan.outs(&mut ys), &plan.starts);
         let (xq, sx, sum) = quantize_rows(x, k);
-        let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
-        let starts = panel_starts(parts.iter().map(|(d, _)| d.rows.div_ceil(I8_PANEL)));
-        let work = m.saturating_mul(n_all).saturating_mul(k) / 2;
+        let work = plan.macs / 2;
         let scratch: TileI8 = [[0; I8_PANEL]; 4];
         for_each_tile(
             m,
@@ -488,7 +497,7 @@ impl I8Matrix {
             work,
             scratch,
             |part_sums, i, t, gp| {
-                let (part, p) = locate(&starts, gp);
+                let (part, p) = locate(starts, gp);
                 let (d, o) = &parts[part];
                 let panel = &d.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
                 let mut total = [[0i64; I8_PANEL]; 4];
@@ -520,16 +529,7 @@ impl I8Matrix {
                     o.store(dst, v, row, j0, n);
                 }
             },
-            |i, t, gps| {
-                gelu_after(
-                    parts.iter().map(|(d, o)| (d.rows, o.post)),
-                    &starts,
-                    I8_PANEL,
-                    &outs,
-                    i..i + t,
-                    gps,
-                )
-            },
+            |i, t, gps| plan.gelu(&shapes, &outs, i..i + t, gps),
         );
         ys
     }
