@@ -342,19 +342,11 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&mut self, x: &Act, w: &CpuWeight) -> Result<Act> {
-        let out = dense::Out {
-            bias: None,
-            post: dense::Post::None,
-        };
-        self.product(x, w, out)
+        self.product(x, w, dense::Out::plain(None))
     }
 
     fn linear(&mut self, x: &Act, w: &CpuWeight, b: &CpuWeight) -> Result<Act> {
-        let out = dense::Out {
-            bias: Some(bias_vector(b)?),
-            post: dense::Post::None,
-        };
-        self.product(x, w, out)
+        self.product(x, w, dense::Out::plain(Some(bias_vector(b)?)))
     }
 
     fn linear_then(
@@ -378,13 +370,7 @@ impl Backend for CpuBackend {
     fn linears(&mut self, x: &Act, layers: &[(&CpuWeight, &CpuWeight)]) -> Result<Vec<Act>> {
         let parts = layers
             .iter()
-            .map(|&(w, b)| {
-                let out = dense::Out {
-                    bias: Some(bias_vector(b)?),
-                    post: dense::Post::None,
-                };
-                Ok((w, out))
-            })
+            .map(|&(w, b)| Ok((w, dense::Out::plain(Some(bias_vector(b)?)))))
             .collect::<Result<Vec<_>>>()?;
         self.products(x, &parts)
     }

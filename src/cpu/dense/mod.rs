@@ -164,11 +164,7 @@ impl DenseMatrix {
         m: usize,
         bias: Option<&[f32]>,
     ) -> Vec<f32> {
-        let out = Out {
-            bias,
-            post: Post::None,
-        };
-        let mut ys = Self::products_with(kernel, &[(self, out)], x, m);
+        let mut ys = Self::products_with(kernel, &[(self, Out::plain(bias))], x, m);
         ys.pop().unwrap_or_default()
     }
 
@@ -239,7 +235,15 @@ pub enum Post<'a> {
     Add(&'a [f32]),
 }
 
-impl Out<'_> {
+impl<'a> Out<'a> {
+    /// The bias (if any) and nothing after it.
+    pub fn plain(bias: Option<&'a [f32]>) -> Self {
+        Self {
+            bias,
+            post: Post::None,
+        }
+    }
+
     /// Stores a tile row's sums `v` (columns `j0..j0 + dst.len()` of row `i` of an `n`-column
     /// output) with the bias and a residual added; a GELU follows in `Plan::gelu`.
     #[inline]
@@ -446,12 +450,7 @@ impl I8Matrix {
         }
     }
 
-    /// `x (m × cols) · selfᵀ (+ bias) → (m × rows)`, on the best kernel.
-    pub fn matmul(&self, x: &[f32], m: usize, bias: Option<&[f32]>) -> Vec<f32> {
-        self.matmul_with(Kernel::best(), x, m, bias)
-    }
-
-    /// [`Self::matmul`] on a chosen kernel.
+    /// `x (m × cols) · selfᵀ (+ bias) → (m × rows)` on a chosen kernel.
     pub fn matmul_with(
         &self,
         kernel: Kernel,
@@ -459,11 +458,7 @@ impl I8Matrix {
         m: usize,
         bias: Option<&[f32]>,
     ) -> Vec<f32> {
-        let out = Out {
-            bias,
-            post: Post::None,
-        };
-        let mut ys = Self::products_with(kernel, &[(self, out)], x, m);
+        let mut ys = Self::products_with(kernel, &[(self, Out::plain(bias))], x, m);
         ys.pop().unwrap_or_default()
     }
 
