@@ -37,6 +37,9 @@ pub struct EngineInfo {
     pub backend: &'static str,
     /// Why this backend was chosen.
     pub reason: String,
+    /// The CPU kernels' instruction set: `relaxed-simd` (the relaxed wasm builds: int8 ONNX
+    /// products on 7-bit activations), `simd128`, natively `avx2` or `portable`.
+    pub simd: &'static str,
     /// The engine's version (a saved prompt prefix is used only by the same one).
     pub version: &'static str,
     pub model: String,
@@ -387,6 +390,7 @@ impl Engine {
         let info = EngineInfo {
             backend: "",
             reason: String::new(),
+            simd: crate::cpu::dense::simd_name(),
             version: crate::prefix::ENGINE_VERSION,
             model: cfg.name.clone(),
             arch: cfg.arch.clone(),

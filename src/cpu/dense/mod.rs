@@ -50,6 +50,19 @@ pub enum Kernel {
     Portable,
 }
 
+/// The instruction set of [`Kernel::best`] and [`I8Kind::best`] (`EngineInfo::simd`).
+pub fn simd_name() -> &'static str {
+    if cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) {
+        "relaxed-simd"
+    } else if cfg!(target_arch = "wasm32") {
+        "simd128"
+    } else if Kernel::best() == Kernel::Simd {
+        "avx2"
+    } else {
+        "portable"
+    }
+}
+
 impl Kernel {
     /// The SIMD kernel when this build and CPU have one.
     pub fn best() -> Self {
@@ -92,6 +105,24 @@ impl Kernel {
             Kernel::Simd => wasm::tile_i8(t, x, ldx, k, panel, out),
             _ => portable::tile_i8(t, x, ldx, k, panel, out),
         }
+    }
+
+    fn mr_u7(self) -> usize {
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        if self == Kernel::Simd {
+            return wasm::MR_U7;
+        }
+        portable::MR_U7
+    }
+
+    /// The `Narrow` int8 kernel: relaxed SIMD's `i32x4.relaxed_dot_i8x16_i7x16_add_s` in the
+    /// relaxed wasm builds, else the portable one.
+    fn tile_u7(self, t: usize, x: &[u8], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        if self == Kernel::Simd {
+            return wasm::tile_u7(t, x, ldx, k, panel, out);
+        }
+        portable::tile_u7(t, x, ldx, k, panel, out)
     }
 
     fn tile(self, t: usize, x: &[f32], ldx: usize, k: usize, panel: &[f32], out: &mut Tile) {
@@ -385,15 +416,59 @@ fn locate(starts: &[usize], gp: usize) -> (usize, usize) {
     (part, gp - starts[part])
 }
 
+/// How an int8 product meets its activations; one per build ([`I8Kind::best`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum I8Kind {
+    /// Each activation row to 16 bits with one scale (`amax / 32767`); the weights widened to
+    /// i16, 8 values of each row per step: `i32x4.dot_i16x8_s`, AVX2's `vpmaddwd`, 8 products
+    /// an instruction. Relative error 2⁻¹⁶ of the row's largest value.
+    Wide,
+    /// Each activation row to 7 bits (0..=127) over its range with a zero point; the weights as
+    /// stored (i8), 16 values of each row per step: relaxed SIMD's
+    /// `i32x4.relaxed_dot_i8x16_i7x16_add_s`, 16 products and the add in one instruction
+    /// where the CPU has AVX-VNNI or Arm's dot product; half the weight bytes of `Wide`. Not
+    /// exact: the step is the row's range / 127 (a BERT's few outlier channels set it). On
+    /// all-MiniLM-L6-v2's int8 export the worst cosine to the dequantized weights' float run
+    /// is 0.993, where onnxruntime's own int8 run of the file (8-bit activations, one scale
+    /// per tensor) reaches 0.982; keeping the outlier columns apart in f32 reached 0.999 only
+    /// with 32 of 384 columns, which cost all of the speed.
+    Narrow,
+}
+
+impl I8Kind {
+    /// `Narrow` in the relaxed-SIMD wasm builds, else `Wide`.
+    pub fn best() -> Self {
+        if cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) {
+            I8Kind::Narrow
+        } else {
+            I8Kind::Wide
+        }
+    }
+}
+
+/// An int8 matrix's values as its [`I8Kind`] reads them.
+enum I8Panels {
+    /// 8 values of each of a panel's rows per step, widened to i16.
+    Wide(Vec<i16>),
+    /// 16 values of each of a panel's rows per step as stored, each row padded with zeros to
+    /// `kp` (a multiple of 16) values, and each row's sum of values (for the zero points).
+    Narrow {
+        panels: Vec<i8>,
+        sums: Vec<i32>,
+        kp: usize,
+    },
+}
+
 /// An int8 matrix `(rows, cols)` whose weight `(r, c)` is `(v − zero[r]) · scale[r]` (an int8
-/// ONNX export's, kept as stored). Packed in panels of [`I8_PANEL`] rows: per 8 values of `k`,
-/// 8 of each row, held widened to i16 (half of f32's bytes, twice the file's: in V8 the
-/// product runs 1.3–1.5× the f32 kernel with i8 panels widened in the loop, ~1.8× with these). The product quantizes
-/// each activation row to 16 bits with one scale (`amax / 32767`), sums `x_q · v` exactly in
-/// integers, and gives `scale · s_x · (Σ x_q v − zero · Σ x_q)`: the dequantized weights'
-/// product up to the activations' rounding (relative 2⁻¹⁶ of the row's largest value).
+/// ONNX export's, kept as stored), packed in panels of [`I8_PANEL`] rows in the layout its
+/// [`I8Kind`] reads. The product quantizes each activation row (one scale, and for `Narrow`
+/// a zero point), sums `x_q · v` exactly in integers, and removes the zero points after:
+/// the dequantized weights' product up to the activations' rounding.
+///
+/// `Wide` holds the values widened to i16: half of f32's bytes, twice the file's (in V8 the
+/// product runs 1.3–1.5× the f32 kernel with i8 panels widened in the loop, ~1.8× with these).
 pub struct I8Matrix {
-    panels: Vec<i16>,
+    panels: I8Panels,
     scale: Vec<f32>,
     zero: Vec<f32>,
     rows: usize,
@@ -407,28 +482,67 @@ impl I8Matrix {
     }
 
     /// Packs `values` (`rows × cols`, row-major; [`Self::takes`] `cols`) with a scale and zero
-    /// per row.
+    /// per row, for this build's kind.
     pub fn pack(values: &[i8], scale: Vec<f32>, zero: Vec<f32>, rows: usize, cols: usize) -> Self {
+        Self::pack_as(I8Kind::best(), values, scale, zero, rows, cols)
+    }
+
+    /// [`Self::pack`] for a chosen kind.
+    pub fn pack_as(
+        kind: I8Kind,
+        values: &[i8],
+        scale: Vec<f32>,
+        zero: Vec<f32>,
+        rows: usize,
+        cols: usize,
+    ) -> Self {
         assert!(Self::takes(cols) && values.len() == rows * cols);
         assert!(scale.len() == rows && zero.len() == rows);
         let n_panels = rows.div_ceil(I8_PANEL);
-        let mut panels = vec![0i16; n_panels * I8_PANEL * cols];
-        for (j, row) in values.chunks_exact(cols).enumerate() {
-            let (p, r) = (j / I8_PANEL, j % I8_PANEL);
-            let panel = &mut panels[p * I8_PANEL * cols..(p + 1) * I8_PANEL * cols];
-            for (c, v) in row.chunks_exact(8).enumerate() {
-                let at = c * 8 * I8_PANEL + r * 8;
-                for (d, &x) in panel[at..at + 8].iter_mut().zip(v) {
-                    *d = i16::from(x);
+        let panels = match kind {
+            I8Kind::Wide => {
+                let mut panels = vec![0i16; n_panels * I8_PANEL * cols];
+                for (j, row) in values.chunks_exact(cols).enumerate() {
+                    let (p, r) = (j / I8_PANEL, j % I8_PANEL);
+                    let panel = &mut panels[p * I8_PANEL * cols..(p + 1) * I8_PANEL * cols];
+                    for (c, v) in row.chunks_exact(8).enumerate() {
+                        let at = c * 8 * I8_PANEL + r * 8;
+                        for (d, &x) in panel[at..at + 8].iter_mut().zip(v) {
+                            *d = i16::from(x);
+                        }
+                    }
                 }
+                I8Panels::Wide(panels)
             }
-        }
+            I8Kind::Narrow => {
+                let kp = cols.next_multiple_of(16);
+                let mut panels = vec![0i8; n_panels * I8_PANEL * kp];
+                let mut sums = Vec::with_capacity(rows);
+                for (j, row) in values.chunks_exact(cols).enumerate() {
+                    let (p, r) = (j / I8_PANEL, j % I8_PANEL);
+                    let panel = &mut panels[p * I8_PANEL * kp..(p + 1) * I8_PANEL * kp];
+                    for (c, v) in row.chunks(16).enumerate() {
+                        let at = c * 16 * I8_PANEL + r * 16;
+                        panel[at..at + v.len()].copy_from_slice(v);
+                    }
+                    sums.push(row.iter().map(|&v| i32::from(v)).sum());
+                }
+                I8Panels::Narrow { panels, sums, kp }
+            }
+        };
         Self {
             panels,
             scale,
             zero,
             rows,
             cols,
+        }
+    }
+
+    pub fn kind(&self) -> I8Kind {
+        match self.panels {
+            I8Panels::Wide(_) => I8Kind::Wide,
+            I8Panels::Narrow { .. } => I8Kind::Narrow,
         }
     }
 
@@ -443,10 +557,22 @@ impl I8Matrix {
     /// Row `j`, dequantized, appended to `out`.
     pub fn row_into(&self, j: usize, out: &mut Vec<f32>) {
         let (p, r, k) = (j / I8_PANEL, j % I8_PANEL, self.cols);
-        let panel = &self.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
         let (s, z) = (self.scale[j], self.zero[j]);
-        for c in panel.chunks_exact(8 * I8_PANEL) {
-            out.extend(c[r * 8..r * 8 + 8].iter().map(|&v| (f32::from(v) - z) * s));
+        let value = |v: f32| (v - z) * s;
+        match &self.panels {
+            I8Panels::Wide(panels) => {
+                let panel = &panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
+                for c in panel.chunks_exact(8 * I8_PANEL) {
+                    out.extend(c[r * 8..r * 8 + 8].iter().map(|&v| value(f32::from(v))));
+                }
+            }
+            I8Panels::Narrow { panels, kp, .. } => {
+                let panel = &panels[p * I8_PANEL * kp..(p + 1) * I8_PANEL * kp];
+                for (i, c) in panel.chunks_exact(16 * I8_PANEL).enumerate() {
+                    let n = 16.min(k - i * 16);
+                    out.extend(c[r * 16..r * 16 + n].iter().map(|&v| value(f32::from(v))));
+                }
+            }
         }
     }
 
@@ -462,8 +588,9 @@ impl I8Matrix {
         ys.pop().unwrap_or_default()
     }
 
-    /// Several int8 matrices of the same width applied to the same `x (m × cols)`, each with
-    /// its [`Out`]: `x` quantized once, one pass over the pool. `(m × rows)` per matrix.
+    /// Several int8 matrices of the same width and kind applied to the same `x (m × cols)`,
+    /// each with its [`Out`]: `x` quantized once, one pass over the pool. `(m × rows)` per
+    /// matrix.
     pub fn products(parts: &[(&Self, Out)], x: &[f32], m: usize) -> Vec<Vec<f32>> {
         Self::products_with(Kernel::best(), parts, x, m)
     }
@@ -480,54 +607,139 @@ impl I8Matrix {
         let Some(plan) = plan else {
             return ys;
         };
-        let (k, outs, starts) = (plan.k, plan.outs(&mut ys), &plan.starts);
-        let (xq, sx, sum) = quantize_rows(x, k);
-        let work = plan.macs / 2;
-        let scratch: TileI8 = [[0; I8_PANEL]; 4];
-        for_each_tile(
-            m,
-            starts[parts.len()],
-            I8_PANEL * k * 2,
-            kernel.mr_i8(),
-            work,
-            scratch,
-            |part_sums, i, t, gp| {
-                let (part, p) = locate(starts, gp);
-                let (d, o) = &parts[part];
-                let panel = &d.panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
-                let mut total = [[0i64; I8_PANEL]; 4];
-                for k0 in (0..k).step_by(I8_KC) {
-                    let kc = (k - k0).min(I8_KC);
-                    let xt = &xq[i * k + k0..(i + t - 1) * k + k0 + kc];
-                    let pc = &panel[k0 * I8_PANEL..(k0 + kc) * I8_PANEL];
-                    kernel.tile_i8(t, xt, k, kc, pc, part_sums);
-                    for (tr, pr) in total.iter_mut().zip(part_sums.iter()).take(t) {
-                        for (a, b) in tr.iter_mut().zip(pr) {
-                            *a += b;
-                        }
-                    }
-                }
-                let (n, j0) = (d.rows, p * I8_PANEL);
-                let w = I8_PANEL.min(n - j0);
-                for (r, sums) in total.iter().enumerate().take(t) {
-                    let row = i + r;
-                    let mut v = [0f32; I8_PANEL];
-                    for (c, v) in v.iter_mut().enumerate().take(w) {
-                        let j = j0 + c;
-                        let dot = sx[row] * sums[c] as f32 - d.zero[j] * sum[row];
-                        *v = d.scale[j] * dot;
-                    }
-                    // SAFETY: for_each_tile visits each (row, panel) pair once, so this row's
-                    // columns j0..j0 + w of this part's output are written here alone, and
-                    // lie inside it, which outlives the pass.
-                    let dst = unsafe { outs[part].part(row * n + j0, w) };
-                    o.store(dst, v, row, j0, n);
-                }
-            },
-            |i, t, gps| plan.gelu(&shapes, &outs, i..i + t, gps),
+        let kind = parts[0].0.kind();
+        assert!(
+            parts.iter().all(|(d, _)| d.kind() == kind),
+            "int8: parts of one kind"
         );
+        let (k, outs, starts) = (plan.k, plan.outs(&mut ys), &plan.starts);
+        let scratch: TileI8 = [[0; I8_PANEL]; 4];
+        let gelu = |i: usize, t: usize, gps: Range<usize>| plan.gelu(&shapes, &outs, i..i + t, gps);
+        match kind {
+            I8Kind::Wide => {
+                let (xq, sx, sum) = quantize_rows(x, k);
+                for_each_tile(
+                    m,
+                    starts[parts.len()],
+                    I8_PANEL * k * 2,
+                    kernel.mr_i8(),
+                    plan.macs / 2,
+                    scratch,
+                    |part_sums, i, t, gp| {
+                        let (part, p) = locate(starts, gp);
+                        let (d, o) = &parts[part];
+                        let I8Panels::Wide(panels) = &d.panels else {
+                            return;
+                        };
+                        let panel = &panels[p * I8_PANEL * k..(p + 1) * I8_PANEL * k];
+                        let total = sum_chunks(t, k, part_sums, |k0, kc, out| {
+                            let xt = &xq[i * k + k0..(i + t - 1) * k + k0 + kc];
+                            let pc = &panel[k0 * I8_PANEL..(k0 + kc) * I8_PANEL];
+                            kernel.tile_i8(t, xt, k, kc, pc, out);
+                        });
+                        for (r, sums) in total.iter().enumerate().take(t) {
+                            let row = i + r;
+                            // SAFETY: for_each_tile visits each (row, panel) pair once.
+                            unsafe {
+                                d.store_row(o, &outs[part], row, p, |j, c| {
+                                    d.scale[j] * (sx[row] * sums[c] as f32 - d.zero[j] * sum[row])
+                                })
+                            };
+                        }
+                    },
+                    gelu,
+                );
+            }
+            I8Kind::Narrow => {
+                let kp = k.next_multiple_of(16);
+                let (xq, act) = quantize_rows_u7(x, k, kp);
+                for_each_tile(
+                    m,
+                    starts[parts.len()],
+                    I8_PANEL * kp,
+                    kernel.mr_u7(),
+                    plan.macs / 4,
+                    scratch,
+                    |part_sums, i, t, gp| {
+                        let (part, p) = locate(starts, gp);
+                        let (d, o) = &parts[part];
+                        let I8Panels::Narrow { panels, sums, .. } = &d.panels else {
+                            return;
+                        };
+                        let panel = &panels[p * I8_PANEL * kp..(p + 1) * I8_PANEL * kp];
+                        let total = sum_chunks(t, kp, part_sums, |k0, kc, out| {
+                            let xt = &xq[i * kp + k0..(i + t - 1) * kp + k0 + kc];
+                            let pc = &panel[k0 * I8_PANEL..(k0 + kc) * I8_PANEL];
+                            kernel.tile_u7(t, xt, kp, kc, pc, out);
+                        });
+                        for (r, qv) in total.iter().enumerate().take(t) {
+                            let (row, a) = (i + r, act[i + r]);
+                            // SAFETY: for_each_tile visits each (row, panel) pair once.
+                            unsafe {
+                                d.store_row(o, &outs[part], row, p, |j, c| {
+                                    // Σ (q − zx)(v − zero) = Σ q v − zx Σ v − zero Σ (q − zx),
+                                    // the integer part exact.
+                                    let qz = qv[c] - i64::from(a.zero) * i64::from(sums[j]);
+                                    let dot = qz as f64 - f64::from(d.zero[j]) * a.centred as f64;
+                                    (f64::from(d.scale[j]) * f64::from(a.scale) * dot) as f32
+                                })
+                            };
+                        }
+                    },
+                    gelu,
+                );
+            }
+        }
         ys
     }
+
+    /// Stores row `row`'s outputs of panel `p`: `value(j, c)` for the panel's columns
+    /// `j = 4p + c`, then `o`'s bias and residual.
+    ///
+    /// # Safety
+    /// No other thread writes or reads these outputs meanwhile (each (row, panel) pair is
+    /// stored once, by the work item that computed it), and `out` outlives the call.
+    #[inline]
+    unsafe fn store_row(
+        &self,
+        o: &Out,
+        out: &SharedOut,
+        row: usize,
+        p: usize,
+        value: impl Fn(usize, usize) -> f32,
+    ) {
+        let (n, j0) = (self.rows, p * I8_PANEL);
+        let w = I8_PANEL.min(n - j0);
+        let mut v = [0f32; I8_PANEL];
+        for (c, v) in v.iter_mut().enumerate().take(w) {
+            *v = value(j0 + c, c);
+        }
+        // SAFETY: the caller's contract; the columns j0..j0 + w of the row lie inside.
+        let dst = unsafe { out.part(row * n + j0, w) };
+        o.store(dst, v, row, j0, n);
+    }
+}
+
+/// The exact sums of a row tile (`t` rows) with one panel over `k` values, from kernel calls
+/// over chunks of at most [`I8_KC`] values (`kernel(k0, kc, out)`), so that no i32 lane
+/// overflows.
+#[inline]
+fn sum_chunks(
+    t: usize,
+    k: usize,
+    part: &mut TileI8,
+    mut kernel: impl FnMut(usize, usize, &mut TileI8),
+) -> TileI8 {
+    let mut total = [[0i64; I8_PANEL]; 4];
+    for k0 in (0..k).step_by(I8_KC) {
+        kernel(k0, (k - k0).min(I8_KC), part);
+        for (tr, pr) in total.iter_mut().zip(part.iter()).take(t) {
+            for (a, b) in tr.iter_mut().zip(pr) {
+                *a += b;
+            }
+        }
+    }
+    total
 }
 
 /// Calls `tile(scratch, i, t, p)` once for every row tile (rows `i..i + t`, `t ≤ mr`) and
@@ -628,6 +840,182 @@ fn quantize_row(row: &[f32], q: &mut [i16]) -> (f32, f32) {
     (sx, (f64::from(sx) * f64::from(total)) as f32)
 }
 
+/// One activation row of the `Narrow` int8 product: `x ≈ scale · (q − zero)`, and
+/// `centred = Σ (q − zero)` over the row's values.
+#[derive(Clone, Copy, Default)]
+struct RowQ7 {
+    scale: f32,
+    zero: i32,
+    centred: i64,
+}
+
+/// Each row of `x` (rows of `k`) as 7-bit values (0..=127) over its range stretched to hold
+/// 0 (so that the zero point is a whole value in range and 0.0 exact), in rows of `kp ≥ k`
+/// (the tail 0: its weights are 0), and each row's [`RowQ7`]. A row holding NaN or ±∞ gets a
+/// NaN scale.
+fn quantize_rows_u7(x: &[f32], k: usize, kp: usize) -> (Vec<u8>, Vec<RowQ7>) {
+    let m = x.len() / k.max(1);
+    let mut xq = vec![0u8; m * kp];
+    let mut rows = vec![RowQ7::default(); m];
+    let rows_out = SharedOut::new(&mut rows);
+    pool::for_rows(&mut xq, kp, (m * k).saturating_mul(16), |i, q| {
+        let r = quantize_row_u7(&x[i * k..(i + 1) * k], &mut q[..k]);
+        // SAFETY: for_rows hands each row to one item, so row i's entry is written here
+        // alone; the vector holds m entries and outlives the call.
+        unsafe { rows_out.part(i, 1)[0] = r };
+    });
+    (xq, rows)
+}
+
+/// One row of [`quantize_rows_u7`] into `q`. Eight lanes throughout, so that it vectorises.
+fn quantize_row_u7(row: &[f32], q: &mut [u8]) -> RowQ7 {
+    let (mut lo, mut hi, mut all) = ([0f32; 8], [0f32; 8], [0f32; 8]);
+    let (chunks, rest) = row.split_at(row.len() / 8 * 8);
+    for c in chunks.chunks_exact(8) {
+        for l in 0..8 {
+            lo[l] = if c[l] < lo[l] { c[l] } else { lo[l] };
+            hi[l] = if c[l] > hi[l] { c[l] } else { hi[l] };
+            all[l] += c[l];
+        }
+    }
+    for (l, &v) in rest.iter().enumerate() {
+        lo[l] = if v < lo[l] { v } else { lo[l] };
+        hi[l] = if v > hi[l] { v } else { hi[l] };
+        all[l] += v;
+    }
+    if !all.iter().sum::<f32>().is_finite() {
+        return RowQ7 {
+            scale: f32::NAN,
+            ..RowQ7::default()
+        };
+    }
+    let lo = lo.iter().fold(0f32, |a, &b| a.min(b));
+    let hi = hi.iter().fold(0f32, |a, &b| a.max(b));
+    if hi - lo == 0.0 {
+        q.fill(0);
+        return RowQ7::default();
+    }
+    let inv = 127.0 / (hi - lo);
+    let zero = (-lo * inv).round().clamp(0.0, 127.0);
+    // Round to nearest by adding 1.5·2²³ (|v·inv + zero| < 2²²): the integer is then the low
+    // bits of the float's representation; clamped, since hi may round to 128.
+    const ROUND: f32 = 12_582_912.0;
+    const ROUND_BITS: i32 = 0x4B40_0000;
+    let bias = zero + ROUND;
+    for (q, &v) in q.iter_mut().zip(row) {
+        *q = ((v * inv + bias).to_bits() as i32 - ROUND_BITS).clamp(0, 127) as u8;
+    }
+    let total: i64 = q.iter().map(|&q| i64::from(q)).sum();
+    let zero = zero as i32;
+    RowQ7 {
+        scale: (hi - lo) / 127.0,
+        zero,
+        centred: total - i64::from(zero) * row.len() as i64,
+    }
+}
+
+/// This build's SIMD kernels against the portable ones, on small random products with row,
+/// panel and width tails, int8 of both kinds across the k split (about 0.2 M multiply-adds):
+/// the number of outputs compared, or what differed. The int8 kernels must agree exactly, the
+/// float one to a few ulps of each sum's size. The package runs it (`checkKernels` in wasm)
+/// when it loads a relaxed-SIMD build, whose instructions are only as good as the browser's
+/// lowering of them.
+pub fn check_kernels() -> Result<usize, String> {
+    let mut rng = crate::sampler::Rng::new(5);
+    let mut compared = 0;
+    for (m, n, k) in [(1, 1, 16), (3, 7, 40), (9, 13, 384), (5, 9, 2064)] {
+        let x: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
+        let w: Vec<f32> = (0..n * k).map(|_| rng.normal()).collect();
+        let d = DenseMatrix::pack(&w, n, k);
+        let (a, b) = (
+            d.matmul_with(Kernel::best(), &x, m, None),
+            d.matmul_with(Kernel::Portable, &x, m, None),
+        );
+        for (i, (&a, &b)) in a.iter().zip(&b).enumerate() {
+            let size: f32 = (0..k)
+                .map(|c| (x[i / n * k + c] * w[i % n * k + c]).abs())
+                .sum();
+            if (a - b).abs() > 1e-6 * size {
+                return Err(format!(
+                    "f32 {m}×{n}×{k} output {i}: simd {a}, portable {b}"
+                ));
+            }
+        }
+        compared += a.len();
+        let v: Vec<i8> = (0..n * k)
+            .map(|_| (rng.normal() * 60.0).clamp(-128.0, 127.0) as i8)
+            .collect();
+        let scale: Vec<f32> = (0..n).map(|_| rng.normal().abs() * 0.01 + 1e-3).collect();
+        let zero: Vec<f32> = (0..n).map(|j| (j % 5) as f32 - 2.0).collect();
+        for kind in [I8Kind::Wide, I8Kind::Narrow] {
+            let q = I8Matrix::pack_as(kind, &v, scale.clone(), zero.clone(), n, k);
+            let (a, b) = (
+                q.matmul_with(Kernel::best(), &x, m, None),
+                q.matmul_with(Kernel::Portable, &x, m, None),
+            );
+            if let Some(i) = (0..a.len()).find(|&i| a[i].to_bits() != b[i].to_bits()) {
+                return Err(format!(
+                    "int8 {kind:?} {m}×{n}×{k} output {i}: simd {}, portable {}",
+                    a[i], b[i]
+                ));
+            }
+            compared += a.len();
+        }
+    }
+    // The int8 kernels themselves, sum for sum: 7-bit and 16-bit activations at their
+    // extremes against random weights, every row count, up to the widest chunk.
+    for k in [16, 48, 400, I8_KC] {
+        let panel8: Vec<i8> = (0..I8_PANEL * k)
+            .map(|_| (rng.normal() * 90.0).clamp(-128.0, 127.0) as i8)
+            .collect();
+        let panel16: Vec<i16> = panel8.iter().map(|&v| v.into()).collect();
+        let x7: Vec<u8> = (0..4 * k)
+            .map(|i| {
+                if i % 7 == 0 {
+                    127
+                } else {
+                    (rng.normal().abs() * 40.0).min(127.0) as u8
+                }
+            })
+            .collect();
+        let x16: Vec<i16> = (0..4 * k)
+            .map(|i| {
+                if i % 5 == 0 {
+                    -32767
+                } else {
+                    (rng.normal() * 12000.0) as i16
+                }
+            })
+            .collect();
+        let (mut a, mut b) = ([[0i64; I8_PANEL]; 4], [[0i64; I8_PANEL]; 4]);
+        for t in 1..=Kernel::best().mr_u7().min(Kernel::Portable.mr_u7()) {
+            Kernel::best().tile_u7(t, &x7, k, k, &panel8, &mut a);
+            Kernel::Portable.tile_u7(t, &x7, k, k, &panel8, &mut b);
+            if a[..t] != b[..t] {
+                return Err(format!(
+                    "the 7-bit kernel, {t} rows × {k}: {:?} vs {:?}",
+                    &a[..t],
+                    &b[..t]
+                ));
+            }
+            compared += t * I8_PANEL;
+        }
+        for t in 1..=Kernel::best().mr_i8().min(Kernel::Portable.mr_i8()) {
+            Kernel::best().tile_i8(t, &x16, k, k, &panel16, &mut a);
+            Kernel::Portable.tile_i8(t, &x16, k, k, &panel16, &mut b);
+            if a[..t] != b[..t] {
+                return Err(format!(
+                    "the 16-bit kernel, {t} rows × {k}: {:?} vs {:?}",
+                    &a[..t],
+                    &b[..t]
+                ));
+            }
+            compared += t * I8_PANEL;
+        }
+    }
+    Ok(compared)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -698,60 +1086,83 @@ mod tests {
         }
     }
 
-    /// The int8 product equals the dequantized weights' f64 product to the activations'
-    /// 16-bit rounding, on every kernel and across the k split (k > 2048), with extreme
-    /// values (every activation at its row's maximum, weights at −128) that would overflow
-    /// i32 sums in one pass; the kernels agree exactly; rows dequantize as defined.
+    /// The check the package runs on a relaxed-SIMD build passes here (AVX2 or portable
+    /// against portable).
+    #[test]
+    fn the_kernel_check_passes() {
+        assert!(check_kernels().expect("the kernels agree") > 552);
+    }
+
+    /// The int8 product of each kind equals the dequantized weights' f64 product to within
+    /// what rounding the activations allows (`Wide`: 16 bits of the row's largest value;
+    /// `Narrow`: half a step, the row's range / 127, per value), on every kernel and across
+    /// the k split (k > 2048), with extreme values (every activation at its row's maximum,
+    /// weights at −128) that would overflow i32 sums in one pass, and widths that are not a
+    /// multiple of 16; the kernels agree exactly; rows dequantize as defined.
     #[test]
     fn int8_kernels_equal_the_dequantized_product() {
         let mut rng = crate::sampler::Rng::new(3);
-        for (m, n, k, extreme) in [
-            (1, 1, 8, false),
-            (3, 7, 40, false),
-            (67, 130, 384, false),
-            (5, 6, 4104, true),
-        ] {
-            let v: Vec<i8> = (0..n * k)
-                .map(|i| {
-                    if extreme {
-                        -128
-                    } else {
-                        (i * 37 % 256) as u8 as i8
+        for kind in [I8Kind::Wide, I8Kind::Narrow] {
+            for (m, n, k, extreme) in [
+                (1, 1, 8, false),
+                (3, 7, 40, false),
+                (67, 130, 384, false),
+                (5, 6, 4104, true),
+            ] {
+                let v: Vec<i8> = (0..n * k)
+                    .map(|i| {
+                        if extreme {
+                            -128
+                        } else {
+                            (i * 37 % 256) as u8 as i8
+                        }
+                    })
+                    .collect();
+                let scale: Vec<f32> = (0..n).map(|_| rng.normal().abs() * 0.01 + 1e-3).collect();
+                let zero: Vec<f32> = (0..n).map(|j| (j % 5) as f32 - 2.0).collect();
+                let x: Vec<f32> = (0..m * k)
+                    .map(|_| if extreme { 3.0 } else { rng.normal() })
+                    .collect();
+                let b = random(&mut rng, n);
+                let q = I8Matrix::pack_as(kind, &v, scale.clone(), zero.clone(), n, k);
+                assert_eq!(q.kind(), kind);
+                let best = q.matmul_with(Kernel::best(), &x, m, Some(&b));
+                let portable = q.matmul_with(Kernel::Portable, &x, m, Some(&b));
+                assert_eq!(best, portable, "{kind:?} {m}×{n}×{k}");
+                for i in 0..m {
+                    let xr = &x[i * k..(i + 1) * k];
+                    let (lo, hi) = xr.iter().fold((0f64, 0f64), |(l, h), &v| {
+                        (l.min(v.into()), h.max(v.into()))
+                    });
+                    for j in 0..n {
+                        let w = |c: usize| {
+                            (f64::from(v[j * k + c]) - f64::from(zero[j])) * f64::from(scale[j])
+                        };
+                        let exact: f64 =
+                            (0..k).map(|c| f64::from(xr[c]) * w(c)).sum::<f64>() + f64::from(b[j]);
+                        let size: f64 = (0..k).map(|c| (f64::from(xr[c]) * w(c)).abs()).sum();
+                        let weights: f64 = (0..k).map(|c| w(c).abs()).sum();
+                        let bound = match kind {
+                            I8Kind::Wide => 1e-4 * size + 1e-5,
+                            I8Kind::Narrow => {
+                                weights * (hi - lo) / 127.0 / 2.0 * 1.001 + 1e-6 * size + 1e-4
+                            }
+                        };
+                        let got = f64::from(best[i * n + j]);
+                        assert!(
+                            (got - exact).abs() <= bound,
+                            "{kind:?} {m}×{n}×{k} ({i}, {j}): {got} vs {exact}"
+                        );
                     }
-                })
-                .collect();
-            let scale: Vec<f32> = (0..n).map(|_| rng.normal().abs() * 0.01 + 1e-3).collect();
-            let zero: Vec<f32> = (0..n).map(|j| (j % 5) as f32 - 2.0).collect();
-            let x: Vec<f32> = (0..m * k)
-                .map(|_| if extreme { 3.0 } else { rng.normal() })
-                .collect();
-            let b = random(&mut rng, n);
-            let q = I8Matrix::pack(&v, scale.clone(), zero.clone(), n, k);
-            let best = q.matmul_with(Kernel::best(), &x, m, Some(&b));
-            let portable = q.matmul_with(Kernel::Portable, &x, m, Some(&b));
-            assert_eq!(best, portable, "{m}×{n}×{k}");
-            for i in 0..m {
-                for j in 0..n {
-                    let w = |c: usize| {
-                        (f64::from(v[j * k + c]) - f64::from(zero[j])) * f64::from(scale[j])
-                    };
-                    let exact: f64 = (0..k).map(|c| f64::from(x[i * k + c]) * w(c)).sum::<f64>()
-                        + f64::from(b[j]);
-                    let size: f64 = (0..k).map(|c| (f64::from(x[i * k + c]) * w(c)).abs()).sum();
-                    let got = f64::from(best[i * n + j]);
-                    assert!(
-                        (got - exact).abs() <= 1e-4 * size + 1e-5,
-                        "{m}×{n}×{k} ({i}, {j}): {got} vs {exact}"
-                    );
                 }
+                let mut row = Vec::new();
+                q.row_into(n - 1, &mut row);
+                let want: Vec<f32> = v[(n - 1) * k..]
+                    .iter()
+                    .map(|&q| (f32::from(q) - zero[n - 1]) * scale[n - 1])
+                    .collect();
+                assert_eq!(row, want, "{kind:?}");
             }
-            let mut row = Vec::new();
-            q.row_into(n - 1, &mut row);
-            let want: Vec<f32> = v[(n - 1) * k..]
-                .iter()
-                .map(|&q| (f32::from(q) - zero[n - 1]) * scale[n - 1])
-                .collect();
-            assert_eq!(row, want);
         }
     }
 }

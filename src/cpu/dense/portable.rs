@@ -44,3 +44,27 @@ pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i16], out: &m
         }
     }
 }
+
+/// Rows of activations per `Narrow` int8 tile.
+pub const MR_U7: usize = 2;
+
+/// `t ≤ MR_U7` rows of 7-bit activations (stride `ldx`) times one int8 panel (4 weight rows,
+/// 16 values of each per step, as stored) over `k` values (a multiple of 16): the exact sums.
+pub fn tile_u7(t: usize, x: &[u8], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+    use super::I8_PANEL;
+    assert!((1..=MR_U7).contains(&t) && k.is_multiple_of(16));
+    for (i, o) in out.iter_mut().enumerate().take(t) {
+        let xr = &x[i * ldx..i * ldx + k];
+        *o = [0; I8_PANEL];
+        for (xc, wc) in xr.chunks_exact(16).zip(panel.chunks_exact(16 * I8_PANEL)) {
+            for (or, wr) in o.iter_mut().zip(wc.chunks_exact(16)) {
+                let s: i32 = xc
+                    .iter()
+                    .zip(wr)
+                    .map(|(&a, &b)| i32::from(a) * i32::from(b))
+                    .sum();
+                *or += i64::from(s);
+            }
+        }
+    }
+}

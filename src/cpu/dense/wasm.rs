@@ -98,3 +98,65 @@ unsafe fn rows_i8<const R: usize>(
         }
     }
 }
+
+/// Rows of activations per `Narrow` int8 tile (times [`super::I8_PANEL`] weight rows).
+#[cfg(target_feature = "relaxed-simd")]
+pub const MR_U7: usize = 2;
+
+/// `t ≤ MR_U7` rows of 7-bit activations (0..=127, stride `ldx`) times one int8 panel (4
+/// weight rows, 16 values of each per 64 bytes, as stored) over `k ≤ I8_KC` values (a
+/// multiple of 16): the exact sums. Each 16 weights meet 16 activations in one
+/// `i32x4.relaxed_dot_i8x16_i7x16_add_s` (exact: the activations are its 7-bit operand).
+#[cfg(target_feature = "relaxed-simd")]
+pub fn tile_u7(t: usize, x: &[u8], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
+    use super::I8_PANEL;
+    assert!(
+        (1..=MR_U7).contains(&t)
+            && k.is_multiple_of(16)
+            && x.len() >= (t - 1) * ldx + k
+            && panel.len() >= I8_PANEL * k
+    );
+    // SAFETY: the assert bounds every read: activation rows r < t at r·ldx + 16c + 16 ≤
+    // x.len(), the panel's 64 values at 64c + 64 ≤ 4k ≤ panel.len(); v128_load needs no
+    // alignment.
+    unsafe {
+        match t {
+            2 => rows_u7::<2>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
+            _ => rows_u7::<1>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
+        }
+    }
+}
+
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn rows_u7<const R: usize>(
+    x: *const u8,
+    ldx: usize,
+    k: usize,
+    p: *const i8,
+    out: &mut TileI8,
+) {
+    let mut acc = [[i32x4_splat(0); 4]; R];
+    for c in 0..k / 16 {
+        let w = [
+            v128_load(p.add(c * 64) as *const v128),
+            v128_load(p.add(c * 64 + 16) as *const v128),
+            v128_load(p.add(c * 64 + 32) as *const v128),
+            v128_load(p.add(c * 64 + 48) as *const v128),
+        ];
+        for (i, a) in acc.iter_mut().enumerate() {
+            let xv = v128_load(x.add(i * ldx + c * 16) as *const v128);
+            for (ar, wr) in a.iter_mut().zip(&w) {
+                *ar = i32x4_relaxed_dot_i8x16_i7x16_add(*wr, xv, *ar);
+            }
+        }
+    }
+    for (o, a) in out.iter_mut().zip(&acc) {
+        for (or, ar) in o.iter_mut().zip(a) {
+            *or = i64::from(i32x4_extract_lane::<0>(*ar))
+                + i64::from(i32x4_extract_lane::<1>(*ar))
+                + i64::from(i32x4_extract_lane::<2>(*ar))
+                + i64::from(i32x4_extract_lane::<3>(*ar));
+        }
+    }
+}
