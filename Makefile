@@ -20,6 +20,9 @@ THREADS_RUSTFLAGS := -C target-feature=+atomics,+bulk-memory,+mutable-globals,+s
   -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
   -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
   -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base
+# The relaxed-SIMD twins of both builds (an exported RUSTFLAGS replaces .cargo/config.toml's).
+RELAXED_RUSTFLAGS := -C target-feature=+simd128,+relaxed-simd
+THREADS_RELAXED_RUSTFLAGS := $(THREADS_RUSTFLAGS) -C target-feature=+relaxed-simd
 PORT ?= 8080
 # Native builds and tests include the GPU backend (feature `gpu`); the Vulkan loader wants a
 # runtime dir (lavapipe prints an error per device without one).
@@ -95,42 +98,64 @@ setup-browser:
 $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.json
 	cargo build --release --bin kerze $(NATIVE_FEATURES)
 
-# The single-thread SIMD build with the WebGPU backend (every page).
-pkg/wasm/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
-	cargo build --release --target wasm32-unknown-unknown --lib --features gpu
-	rm -f pkg/wasm/kerze.js pkg/wasm/kerze_bg.wasm pkg/wasm/*.d.ts
-	wasm-bindgen --target web --out-dir pkg/wasm --out-name kerze target/wasm32-unknown-unknown/release/kerze.wasm
-	$(WASM_OPT) $@ -o $@
+# The single-thread SIMD build with the WebGPU backend (every page), and its relaxed-SIMD
+# twin (browsers that validate relaxed SIMD: the int8 products of ONNX exports on 7-bit
+# activations, cpu/dense/mod.rs) in its own target dir: $(1) the output dir, $(2) RUSTFLAGS
+# ("" keeps .cargo/config.toml's), $(3) the target dir, $(4) wasm-opt's extra flags.
+define single_build
+	$(if $(2),RUSTFLAGS="$(2)") cargo build --release --target wasm32-unknown-unknown --lib --features gpu --target-dir $(3)
+	rm -f $(1)/kerze.js $(1)/kerze_bg.wasm $(1)/*.d.ts
+	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/release/kerze.wasm
+	$(WASM_OPT) $(4) $(1)/kerze_bg.wasm -o $(1)/kerze_bg.wasm
+endef
 
-# The threads + SIMD build (cross-origin-isolated pages, CPU only), in its own target dir.
-pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
-	RUSTFLAGS="$(THREADS_RUSTFLAGS)" cargo +nightly build --release --target wasm32-unknown-unknown \
-	  --lib --features threads -Z build-std=panic_abort,std --target-dir target/threads
-	rm -rf pkg/wasm/threads
-	wasm-bindgen --target web --out-dir pkg/wasm/threads --out-name kerze \
-	  target/threads/wasm32-unknown-unknown/release/kerze.wasm
+# The threads + SIMD build (cross-origin-isolated pages, CPU only) and its relaxed-SIMD
+# twin, each in its own target dir; arguments as above.
+define threads_build
+	RUSTFLAGS="$(2)" cargo +nightly build --release --target wasm32-unknown-unknown \
+	  --lib --features threads -Z build-std=panic_abort,std --target-dir $(3)
+	rm -rf $(1)
+	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/release/kerze.wasm
 	# Our thread start in place of the crate's helper snippet (why: pkg/rayon-start.js).
-	test -f pkg/wasm/threads/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
-	cp pkg/rayon-start.js pkg/wasm/threads/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
-	$(WASM_OPT) --enable-threads $@ -o $@
+	test -f $(1)/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
+	cp pkg/rayon-start.js $(1)/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
+	$(WASM_OPT) --enable-threads $(4) $(1)/kerze_bg.wasm -o $(1)/kerze_bg.wasm
+endef
+
+pkg/wasm/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
+	$(call single_build,pkg/wasm,,target,)
+
+pkg/wasm/relaxed/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
+	$(call single_build,pkg/wasm/relaxed,$(RELAXED_RUSTFLAGS),target/relaxed,--enable-relaxed-simd)
+
+pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
+	$(call threads_build,pkg/wasm/threads,$(THREADS_RUSTFLAGS),target/threads,)
+
+pkg/wasm/threads-relaxed/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
+	$(call threads_build,pkg/wasm/threads-relaxed,$(THREADS_RELAXED_RUSTFLAGS),target/threads-relaxed,--enable-relaxed-simd)
 
 # The inline worker: for bundlers that emit no file the package names (esbuild, Rollup).
 pkg/wasm/inline/index.js: pkg/wasm/kerze_bg.wasm pkg/build-inline.mjs $(wildcard pkg/*.js)
 	node pkg/build-inline.mjs
 
 # The script-tag build: one ES module from pkg/embed.js, the wasm next to it.
-dist/kerze.js: $(wildcard pkg/*.js) pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm pkg/wasm/inline/index.js
+WASM_BUILDS := pkg/wasm/kerze_bg.wasm pkg/wasm/relaxed/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm \
+  pkg/wasm/threads-relaxed/kerze_bg.wasm
+dist/kerze.js: $(wildcard pkg/*.js) $(WASM_BUILDS) pkg/wasm/inline/index.js
 	rm -rf dist
 	node_modules/.bin/esbuild pkg/embed.js --bundle --format=esm --target=es2022 --minify \
-	  --external:./wasm/threads/* --external:./wasm/inline/* --legal-comments=none --log-level=warning \
+	  --external:./wasm/threads/* --external:./wasm/inline/* \
+	  --external:./wasm/relaxed/* --external:./wasm/threads-relaxed/* --legal-comments=none --log-level=warning \
 	  --outfile=dist/kerze.js
 	mkdir -p dist/wasm
 	cp pkg/wasm/kerze_bg.wasm dist/wasm/
 	cp -r pkg/wasm/threads dist/wasm/threads
+	cp -r pkg/wasm/relaxed dist/wasm/relaxed
+	cp -r pkg/wasm/threads-relaxed dist/wasm/threads-relaxed
 	cp -r pkg/wasm/inline dist/wasm/inline
 	cp pkg/rayon-worker.js dist/
 
-build-wasm: setup-rust setup-node pkg/wasm/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm pkg/wasm/inline/index.js dist/kerze.js
+build-wasm: setup-rust setup-node $(WASM_BUILDS) pkg/wasm/inline/index.js dist/kerze.js
 
 build: $(KERZE) build-wasm
 

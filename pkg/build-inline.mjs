@@ -32,8 +32,9 @@ const built = await esbuild.build({
   minify: true,
   legalComments: 'none',
   logLevel: 'warning',
-  // Only the single-thread build runs inline: the threads build needs its files on a URL.
-  external: ['./wasm/threads/*'],
+  // Only the single-thread build runs inline: the threads build and the relaxed twins need
+  // their files on a URL (the inline wasm is the host's own, so core.js takes no twin).
+  external: ['./wasm/threads/*', './wasm/relaxed/*', './wasm/threads-relaxed/*'],
 });
 const source = built.outputFiles[0].text;
 // The bundled module is the inline worker's only copy of the wasm: drop the interim file.

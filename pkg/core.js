@@ -6,6 +6,7 @@
 
 import { KerzeError, abortError } from './protocol.js';
 import { openModelCache, openPrefixStore, PREFIX_DEFAULTS } from './cache.js';
+import { RELAXED_SIMD_PROBE } from './probe.js';
 
 /** The wasm-bindgen glue can address at most 4 GiB; nothing this size fits in a tab anyway. */
 const MAX_MODEL_BYTES = 2 ** 32 - 1;
@@ -110,24 +111,69 @@ export function wasmUrl() {
   return new URL('./wasm/kerze_bg.wasm', import.meta.url);
 }
 
+/** Whether this browser validates relaxed SIMD (then the relaxed builds can run). */
+export function relaxedSimd() {
+  return typeof WebAssembly === 'object' && WebAssembly.validate(RELAXED_SIMD_PROBE);
+}
+
+/** A thread of the threads build: told first which twin's glue to import (rayon-worker.js). */
+function spawnThread(build) {
+  const worker = new Worker(new URL('./rayon-worker.js', import.meta.url), { type: 'module', name: 'kerze-rayon' });
+  worker.postMessage({ type: 'kerze_rayon_build', build });
+  return worker;
+}
+
+/**
+ * Whether a relaxed-SIMD build's kernels equal the portable ones on this device (a few
+ * milliseconds): relaxed SIMD is what the browser lowers it to, so it is checked, not trusted.
+ */
+function kernelsAgree(glue, warn) {
+  try {
+    glue.checkKernels();
+    return true;
+  } catch (e) {
+    warn(`the relaxed-SIMD kernels disagree with the portable ones here (${e?.message ?? e}): running on simd128`);
+    return false;
+  }
+}
+
 /**
  * Load the wasm glue: the threads build when asked for and possible, else single-thread
- * (its module from `wasm()`: a URL, a Response or bytes).
+ * (its module from `wasm()`: a URL, a Response or bytes; `custom`: given by the host, which
+ * then has no relaxed twin). `simd`: 'auto' takes the relaxed-SIMD twin where the browser
+ * validates it, 'relaxed' asks for it (a warning where it cannot), 'simd128' never takes it.
  */
-async function loadWasm(threads, warn, wasm) {
+async function loadWasm(threads, warn, wasm, simd = 'auto', custom = false) {
+  const can = relaxedSimd();
+  if (simd === 'relaxed' && !can) warn('relaxed SIMD was asked for, but this browser does not validate it: running on simd128');
+  const relaxed = simd !== 'simd128' && can;
   if (threads > 1) {
     try {
       // How rayon-start.js starts a thread: here, in the literal form bundlers emit as a
       // worker, and outside the threads' own module graph (see there).
-      globalThis[RAYON_SPAWN] = () => new Worker(new URL('./rayon-worker.js', import.meta.url), {
-        type: 'module', name: 'kerze-rayon',
+      const build = relaxed ? 'relaxed' : 'simd128';
+      globalThis[RAYON_SPAWN] = () => spawnThread(build);
+      const glue = relaxed ? await import('./wasm/threads-relaxed/kerze.js') : await import('./wasm/threads/kerze.js');
+      await glue.default({
+        module_or_path: relaxed
+          ? new URL('./wasm/threads-relaxed/kerze_bg.wasm', import.meta.url)
+          : new URL('./wasm/threads/kerze_bg.wasm', import.meta.url),
       });
-      const glue = await import('./wasm/threads/kerze.js');
-      await glue.default({ module_or_path: new URL('./wasm/threads/kerze_bg.wasm', import.meta.url) });
       await glue.initThreadPool(threads);
-      return { glue, threads };
+      if (!relaxed || kernelsAgree(glue, warn)) return { glue, threads };
+      // Its pool holds the memory: the single-thread simd128 build takes over.
+      return await loadWasm(0, warn, wasm, 'simd128', custom);
     } catch (e) {
       warn(`the threads build did not start (${e?.message ?? e}): running on one thread`);
+    }
+  }
+  if (relaxed && !custom) {
+    try {
+      const glue = await import('./wasm/relaxed/kerze.js');
+      await glue.default({ module_or_path: new URL('./wasm/relaxed/kerze_bg.wasm', import.meta.url) });
+      if (kernelsAgree(glue, warn)) return { glue, threads: 1 };
+    } catch (e) {
+      warn(`the relaxed-SIMD build did not start (${e?.message ?? e}): running on simd128`);
     }
   }
   const glue = await import('./wasm/kerze.js');
@@ -291,6 +337,7 @@ export class Core {
     this.warn = hooks.warn ?? ((m) => console.warn(`kerze: ${m}`));
     this.onInfo = hooks.info ?? (() => {});
     this.wasm = hooks.wasm ?? wasmUrl;
+    this.customWasm = hooks.wasm != null;
     this.glue = null;
     this.engine = null;
     this.info = null;
@@ -312,7 +359,7 @@ export class Core {
     this.prefixLimits = args.prefixCache === false ? null : { ...PREFIX_DEFAULTS, ...(args.prefixCache ?? {}) };
     const [gpu, noGpu] = await probeGpu(args.device ?? 'auto');
     // The WebGPU backend is in the single-thread build; the threads build is CPU only.
-    const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn, this.wasm);
+    const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn, this.wasm, args.simd, this.customWasm);
     this.glue = loaded.glue;
     onProgress({ phase: 'compile', loaded: 1, total: 1 });
     throwIfAborted(signal);

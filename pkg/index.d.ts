@@ -134,6 +134,16 @@ export interface CreateEngineOptions {
    * (`engine.info.constraintsMs` says what it took).
    */
   prepareConstraints?: boolean;
+  /**
+   * Which wasm build runs the CPU engine: 'auto' (default) takes the relaxed-SIMD twin where
+   * the browser validates relaxed SIMD, 'relaxed' asks for it (a warning and simd128 where it
+   * cannot), 'simd128' never takes it. It changes int8 ONNX exports only: their products run on
+   * 7-bit activations there, not exact (all-MiniLM-L6-v2's int8 file: worst cosine 0.993 to
+   * its dequantized weights' float run, onnxruntime's own int8 run 0.982) and faster (1.3–1.4×
+   * the whole model on an AVX-VNNI Xeon); 'simd128' keeps 16-bit activations (0.9999999).
+   * `engine.info.simd` says which ran.
+   */
+  simd?: 'auto' | 'relaxed' | 'simd128';
 }
 
 export type FallbackReason = 'unsupported' | 'loading' | 'context' | 'error' | 'slow';
@@ -170,6 +180,11 @@ export interface EngineInfo {
   backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' | 'cloud';
   /** Why this backend was chosen. */
   reason: string;
+  /**
+   * The CPU kernels' instruction set: 'relaxed-simd' (browsers with relaxed SIMD: int8 ONNX
+   * products on 7-bit activations), 'simd128', natively 'avx2' or 'portable'.
+   */
+  simd: 'relaxed-simd' | 'simd128' | 'avx2' | 'portable';
   /** The engine's version (a saved prompt prefix is used only by the same one). */
   version: string;
   model: string;

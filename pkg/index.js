@@ -633,6 +633,9 @@ export async function probe(options = {}) {
   return probeSpec(resolveModel(model), { device, signal, overrides });
 }
 
+/** createEngine's `simd`: which wasm twin runs the CPU engine (see loadWasm in core.js). */
+const SIMD_CHOICES = ['auto', 'relaxed', 'simd128'];
+
 /**
  * Load a model and return an Engine.
  * @param {import('./index.js').CreateEngineOptions} options
@@ -641,9 +644,12 @@ export async function createEngine(options = {}) {
   const {
     model = 'gemma-3-270m', device = 'auto', onProgress, onWarning, signal, worker = true,
     threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides, responseCache, prefixCache,
-    prepareConstraints = false,
+    prepareConstraints = false, simd = 'auto',
   } = options;
   if (typeof prepareConstraints !== 'boolean') throw new KerzeError('InvalidArgumentError', 'prepareConstraints must be true or false');
+  if (!SIMD_CHOICES.includes(simd)) {
+    throw new KerzeError('InvalidArgumentError', `simd must be one of ${SIMD_CHOICES.join(', ')}, got '${simd}'`);
+  }
   const responses = limitsOf('responseCache', responseCache, RESPONSE_DEFAULTS);
   const prefixes = limitsOf('prefixCache', prefixCache, PREFIX_DEFAULTS);
   checkDevice(device);
@@ -700,7 +706,7 @@ export async function createEngine(options = {}) {
     // Set while loading: a tab killed meanwhile leaves it, and the next probe says so.
     if (spec.key) beacon.set(spec.key);
     try {
-      const info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache, prefixCache: prefixes ?? false, prepareConstraints },
+      const info = await transport.request('load', { model: spec, device, nCtx, threads: nThreads, cache, prefixCache: prefixes ?? false, prepareConstraints, simd },
         { onProgress: report, signal });
       report({ phase: 'ready', loaded: 1, total: 1 });
       return info;

@@ -11,6 +11,13 @@ import { openModelCache } from './cache.js';
 /** (module (func (result v128) v128.const i32x4 0 0 0 0)): valid only where wasm has SIMD. */
 export const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0,
   10, 22, 1, 20, 0, 253, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 11]);
+/**
+ * A module using relaxed SIMD (`i32x4.relaxed_dot_i8x16_i7x16_add_s`): browsers that validate it
+ * get the relaxed builds (pkg/wasm/relaxed, pkg/wasm/threads-relaxed).
+ */
+export const RELAXED_SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 61, 1, 59, 0, 253, 12, 0,
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 253, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+  0, 0, 0, 253, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 253, 147, 2, 11]);
 /** What a tab can address: wasm32's 4 GiB, less the engine's own room (engine.rs). */
 const WASM_BUDGET = 4 * 2 ** 30 - 384 * 2 ** 20;
 const WASM_PAGE = 65536;

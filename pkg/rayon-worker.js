@@ -1,6 +1,8 @@
 // One thread of the threads build's rayon pool (started by rayon-start.js through the spawner
 // core.js registers): init the threads glue on the shared memory, then run rayon's loop.
 // Waits for its one init message; the type is prefixed, so nothing else is mistaken for it.
+// The spawner (core.js) says first which twin runs: 'relaxed' (pkg/wasm/threads-relaxed) or
+// 'simd128' (pkg/wasm/threads); both imports are literal, so that bundlers follow them.
 
 function initMessage() {
   return new Promise((resolve) => {
@@ -13,8 +15,14 @@ function initMessage() {
 }
 
 if (typeof WorkerGlobalScope !== 'undefined' && globalThis instanceof WorkerGlobalScope) {
+  let build = 'simd128';
+  globalThis.addEventListener('message', function onBuild({ data }) {
+    if (data?.type !== 'kerze_rayon_build') return;
+    globalThis.removeEventListener('message', onBuild);
+    build = data.build;
+  });
   initMessage().then(async ({ module, memory, receiver }) => {
-    const glue = await import('./wasm/threads/kerze.js');
+    const glue = build === 'relaxed' ? await import('./wasm/threads-relaxed/kerze.js') : await import('./wasm/threads/kerze.js');
     await glue.default({ module_or_path: module, memory });
     globalThis.postMessage({ type: 'wasm_bindgen_worker_ready' });
     glue.wbg_rayon_start_worker(receiver);

@@ -8,6 +8,8 @@ const q = new URLSearchParams(location.search);
 const engineName = q.get('engine') ?? 'kerze';
 const threads = Number(q.get('threads') ?? 1);
 const pair = q.get('pair') ?? 'f32';
+// kerze's wasm build: 'auto' (the relaxed-SIMD twin where the browser has it), 'simd128'.
+const simd = q.get('simd') ?? 'auto';
 const REPS = Number(q.get('reps') ?? 3); // timed calls of several texts
 const REPS1 = Number(q.get('reps1') ?? 5); // timed calls of one text
 const SIZES = (q.get('sizes') ?? '16,64,128,256').split(',').map(Number);
@@ -66,7 +68,7 @@ async function loadKerze() {
   const { createEngine } = await import('../pkg/index.js');
   const engine = await createEngine({
     model: { url: `${MINILM}${FILE}`, tokenizer: `${MINILM}tokenizer.json`, config: `${MINILM}config.json` },
-    device: 'cpu', threads, cache: false,
+    device: 'cpu', threads, cache: false, simd,
   });
   return {
     embed: (texts) => engine.embed(texts),
@@ -76,7 +78,7 @@ async function loadKerze() {
       const r = await engine.embeddings.create({ input: texts });
       return { vectors: r.data.map((d) => d.embedding), tokens: r.usage.prompt_tokens };
     },
-    info: { version: null, backend: engine.info.backend, threads: engine.info.threads, worker: engine.info.worker },
+    info: { version: null, backend: engine.info.backend, simd: engine.info.simd, threads: engine.info.threads, worker: engine.info.worker },
     keep: engine,
   };
 }

@@ -25,7 +25,9 @@
 // of 32 texts and KERZE_PEERS_ENCODER_REPS1 (default 5) of one text, their median. RSS after
 // load and at its peak as above. KERZE_PEERS_ENCODER_RUNS browsers per engine, pair and thread count (default
 // 1: about 8 minutes on a 2-core machine), KERZE_PEERS_THREADS as above. Ratios:
-// transformers.js / kerze (above 1: kerze is faster, or lighter).
+// transformers.js / kerze (above 1: kerze is faster, or lighter). On the int8 file kerze runs
+// twice: 'auto' (the relaxed-SIMD build in Chromium: 7-bit activations) and `simd=simd128`
+// (16-bit activations), both beside the same transformers.js runs.
 //
 // Prints JSON lines (each run), the encoder's table, and a JSON summary (last line: the
 // decoder's medians and ratios as `results`, the encoder's under `encoder`).
@@ -43,6 +45,9 @@ const ENC_REPS = Number(process.env.KERZE_PEERS_ENCODER_REPS ?? 3);
 const ENC_REPS1 = Number(process.env.KERZE_PEERS_ENCODER_REPS1 ?? 5);
 const ENC_PAIRS = ['f32', 'q8'];
 const ENC_ENGINES = ['kerze', 'transformers'];
+// On the int8 file kerze also runs its simd128 build (16-bit activations, exact) beside the
+// relaxed-SIMD one that 'auto' takes in Chromium (7-bit activations).
+const ENC_ENGINES_Q8 = [...ENC_ENGINES, 'kerze-simd128'];
 const median = (xs) => {
   const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   if (!v.length) return null;
@@ -210,7 +215,8 @@ async function encoderOnce(engine, threads, pair) {
     page.on('worker', () => { workers += 1; });
     const errors = [];
     page.on('pageerror', (e) => errors.push(e.message));
-    const url = `${origin}/www/bench-encoder.html?engine=${engine}&threads=${threads}&pair=${pair}&reps=${ENC_REPS}&reps1=${ENC_REPS1}`;
+    const pageEngine = engine === 'kerze-simd128' ? 'kerze&simd=simd128' : engine;
+    const url = `${origin}/www/bench-encoder.html?engine=${pageEngine}&threads=${threads}&pair=${pair}&reps=${ENC_REPS}&reps1=${ENC_REPS1}`;
     await page.goto(url);
     await page.waitForFunction(() => window.benchLoaded, null, { timeout: 300000 });
     const loaded = await page.evaluate(() => window.benchLoaded);
@@ -278,10 +284,11 @@ async function encoder() {
   let config = 0;
   for (const threads of THREADS) {
     for (const pair of ENC_PAIRS) {
-      const runs = { kerze: [], transformers: [] };
+      const engines = pair === 'q8' ? ENC_ENGINES_Q8 : ENC_ENGINES;
+      const runs = Object.fromEntries(engines.map((e) => [e, []]));
       for (let i = 0; i < ENC_RUNS; i++) {
         // Alternate which engine goes first, across runs and configurations.
-        const order = (i + config) % 2 === 0 ? ENC_ENGINES : [...ENC_ENGINES].reverse();
+        const order = (i + config) % 2 === 0 ? engines : [...engines].reverse();
         for (const engine of order) {
           const r = await encoderOnce(engine, threads, pair);
           const { probe_vector: probe, ...line } = r;
@@ -301,14 +308,17 @@ async function encoder() {
       };
       const k = of(runs.kerze);
       const t = of(runs.transformers);
+      const k128 = runs['kerze-simd128'] ? of(runs['kerze-simd128']) : null;
       const ratio = (a, b) => (a != null && b ? Math.round((a / b) * 100) / 100 : null);
       const key = `${threads}_thread${threads > 1 ? 's' : ''}`;
       out.results[pair] ??= {};
       out.results[pair][key] = {
         kerze: k,
         transformers_js: t,
+        ...(k128 ? { kerze_simd128: k128 } : {}),
         ratio: {
           ms_per_sentence: Object.fromEntries(Object.keys(k.ms_per_sentence).map((s) => [s, ratio(t.ms_per_sentence[s], k.ms_per_sentence[s])])),
+          ...(k128 ? { ms_per_sentence_simd128: Object.fromEntries(Object.keys(k.ms_per_sentence).map((s) => [s, ratio(t.ms_per_sentence[s], k128.ms_per_sentence[s])])) } : {}),
           ready: ratio(t.ready_s, k.ready_s),
           rss_after_load: ratio(t.rss_after_load_mib, k.rss_after_load_mib),
           peak_rss: ratio(t.peak_rss_mib, k.peak_rss_mib),
@@ -318,7 +328,8 @@ async function encoder() {
       };
       for (const s of Object.keys(k.ms_per_sentence)) {
         const [tokens, batch] = s.split('x');
-        table.push([pair, threads, tokens, batch, k.ms_per_sentence[s], t.ms_per_sentence[s], ratio(t.ms_per_sentence[s], k.ms_per_sentence[s])]);
+        table.push([pair, threads, tokens, batch, k.ms_per_sentence[s], t.ms_per_sentence[s], ratio(t.ms_per_sentence[s], k.ms_per_sentence[s]),
+          k128 ? k128.ms_per_sentence[s] : '', k128 ? ratio(t.ms_per_sentence[s], k128.ms_per_sentence[s]) : '']);
       }
       table.push([pair, threads, 'ready s', '', k.ready_s, t.ready_s, ratio(t.ready_s, k.ready_s)]);
       table.push([pair, threads, 'RSS after load MiB', '', k.rss_after_load_mib, t.rss_after_load_mib, ratio(t.rss_after_load_mib, k.rss_after_load_mib)]);
@@ -327,7 +338,7 @@ async function encoder() {
   }
   const fmt = (x) => (typeof x === 'number' ? (Number.isInteger(x) ? String(x) : x.toFixed(x < 10 ? 2 : 1)) : String(x));
   console.log('\nencoder: ms per sentence (medians), kerze beside transformers.js; ratio = transformers.js / kerze (> 1: kerze faster)');
-  console.log(['pair', 'threads', 'tokens', 'batch', 'kerze', 'transformers.js', 'ratio'].join('\t'));
+  console.log(['pair', 'threads', 'tokens', 'batch', 'kerze', 'transformers.js', 'ratio', 'kerze simd128', 'ratio'].join('\t'));
   for (const row of table) console.log(row.map(fmt).join('\t'));
   console.log('');
   return out;

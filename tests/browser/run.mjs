@@ -802,10 +802,17 @@ try {
       // int8 as bytes, the companions as parsed JSON.
       const get = async (u) => (await fetch(O + u)).arrayBuffer();
       const json = async (u) => (await fetch(O + u)).json();
-      const q = await k.createEngine({ model: { data: await get('/minilm/model_quantized.onnx'), tokenizer: await json('/minilm/tokenizer.json'), config: await json('/minilm/config.json') }, device: 'cpu', threads: 1 });
+      const q8 = { data: await get('/minilm/model_quantized.onnx'), tokenizer: await json('/minilm/tokenizer.json'), config: await json('/minilm/config.json') };
+      const q = await k.createEngine({ model: q8, device: 'cpu', threads: 1, simd: 'simd128' });
       out.q8 = (await q.embed(arg.texts)).map((a) => Array.from(a));
+      out.simd = [e.info.simd, q.info.simd];
       try { await q.classify('x'); out.noHead = null; } catch (x) { out.noHead = x.name; }
       await q.dispose();
+      // The relaxed-SIMD twin: its int8 products on 7-bit activations.
+      const r7 = await k.createEngine({ model: q8, device: 'cpu', threads: 1, simd: 'relaxed' });
+      out.q7 = (await r7.embed(arg.texts)).map((a) => Array.from(a));
+      out.simd.push(r7.info.simd);
+      await r7.dispose();
       const c = await k.createEngine({ model: { url: O + '/classifier/model.onnx', tokenizer: O + '/classifier/tokenizer.json', config: O + '/classifier/config.json' }, device: 'cpu', threads: 1 });
       out.classified = await c.classify(arg.ctexts);
       out.zeroShot = await c.classify(arg.ctexts[0], { labels: ['a', 'b'] });
@@ -828,8 +835,18 @@ try {
     assertEq([r.info.family, r.info.nEmbd], ['bert', 384], 'info');
     const wf = worst(r.f32, ref.minilm['model.onnx']);
     const wq = worst(r.q8, ref.minilm['model_quantized.onnx:dequantized']);
+    // The relaxed build's int8 products run on 7-bit activations: its gate is onnxruntime's
+    // own int8 run of the file (8-bit activations), against the same dequantized reference,
+    // on the worst text and on average.
+    const deq = ref.minilm['model_quantized.onnx:dequantized'];
+    const mean = (got, want) => got.reduce((a, v, i) => a + cos(v, want[i]), 0) / got.length;
+    const [w7, m7] = [worst(r.q7, deq), mean(r.q7, deq)];
+    const [wOrt, mOrt] = [worst(ref.minilm['model_quantized.onnx'], deq), mean(ref.minilm['model_quantized.onnx'], deq)];
     console.log(`     wasm: f32 export worst cosine ${wf.toFixed(7)} to onnxruntime; uint8 export ${wq.toFixed(7)} to onnxruntime on its dequantized weights`);
+    console.log(`     relaxed SIMD (7-bit activations): uint8 export worst ${w7.toFixed(5)}, mean ${m7.toFixed(5)} to the dequantized weights' run; onnxruntime's int8 run ${wOrt.toFixed(5)}, ${mOrt.toFixed(5)}`);
+    assertEq(r.simd, ['relaxed-simd', 'simd128', 'relaxed-simd'], 'builds (auto takes relaxed SIMD in Chromium)');
     assert(wf >= 0.9999 && wq >= 0.9999, `cosines ${wf} ${wq}`);
+    assert(w7 >= 0.99 && w7 >= wOrt && m7 >= mOrt, `relaxed: worst ${w7} mean ${m7}, onnxruntime's int8 run ${wOrt} ${mOrt}`);
     assertEq(r.noHead, 'InvalidArgumentError', 'classify without labels on a model without a head');
     const cfg = JSON.parse(fs.readFileSync(path.join(ROOT, 'models/onnx/classifier/config.json'), 'utf8'));
     r.classified.forEach((res, i) => {
@@ -938,17 +955,37 @@ try {
     assertEq(r.list, [], 'nothing cached');
   });
 
-  await test('threads build is picked on a cross-origin-isolated page and gives the same ids', async () => {
+  await test('threads build (both twins) is picked on a cross-origin-isolated page and gives the same ids', async () => {
     const r = await withPage(`${A}/www/`, (page) => inPage(page, `
-      const e = await k.createEngine({ model, threads: 2 });
-      const ids = (await e.complete('${CERTAIN[1]}', { maxTokens: 16, temperature: 0 })).ids;
-      const info = e.info;
-      await e.dispose();
-      return { ids, backend: info.backend, threads: info.threads, isolated: crossOriginIsolated };`), { noWarnings: true });
-    assert(r.isolated, 'the demo server makes the page cross-origin isolated');
-    assertEq(r.backend, 'cpu-simd-threads', 'backend');
-    assertEq(r.threads, 2, 'threads');
-    assertEq(r.ids, cli(CERTAIN[1]).ids, 'greedy ids');
+      const out = [];
+      for (const simd of ['auto', 'simd128']) {
+        const e = await k.createEngine({ model, threads: 2, simd });
+        const ids = (await e.complete('${CERTAIN[1]}', { maxTokens: 16, temperature: 0 })).ids;
+        const info = e.info;
+        await e.dispose();
+        out.push({ ids, backend: info.backend, simd: info.simd, threads: info.threads, isolated: crossOriginIsolated });
+      }
+      return out;`), { noWarnings: true });
+    assertEq(r.map((x) => x.simd), ['relaxed-simd', 'simd128'], 'twins');
+    for (const x of r) {
+      assert(x.isolated, 'the demo server makes the page cross-origin isolated');
+      assertEq(x.backend, 'cpu-simd-threads', 'backend');
+      assertEq(x.threads, 2, 'threads');
+      assertEq(x.ids, cli(CERTAIN[1]).ids, `greedy ids (${x.simd})`);
+    }
+  });
+
+  await test("the single-thread builds' kernels equal the portable ones in the page (simd128, relaxed SIMD)", async () => {
+    const r = await withPage(`${A}/www/`, (page) => page.evaluate(async () => {
+      const out = {};
+      for (const dir of ['', 'relaxed/']) {
+        const glue = await import(`/pkg/wasm/${dir}kerze.js`);
+        await glue.default({ module_or_path: `/pkg/wasm/${dir}kerze_bg.wasm` });
+        out[dir || 'simd128'] = glue.checkKernels();
+      }
+      return out;
+    }));
+    assert(r.simd128 > 552 && r['relaxed/'] > 552, `outputs compared: ${JSON.stringify(r)}`);
   });
 
   await test('probe before any download: this Chromium, a low deviceMemory, the crash beacon, a missing file; createEngine refuses what it cannot run without fetching it', async () => {
@@ -1666,7 +1703,7 @@ window.result = { ids: r.ids, worker: e.info.worker, threads: e.info.threads };
       fs.mkdirSync(mod, { recursive: true });
       execFileSync('tar', ['xzf', path.join(dir, tgz), '-C', mod, '--strip-components=1']);
       const files = execFileSync('find', ['.', '-type', 'f'], { cwd: mod, encoding: 'utf8' }).split('\n').filter(Boolean).sort();
-      for (const f of ['./index.js', './index.d.ts', './worker.js', './wasm/kerze_bg.wasm', './wasm/threads/kerze_bg.wasm', './package.json']) {
+      for (const f of ['./index.js', './index.d.ts', './worker.js', './wasm/kerze_bg.wasm', './wasm/threads/kerze_bg.wasm', './wasm/relaxed/kerze_bg.wasm', './wasm/threads-relaxed/kerze_bg.wasm', './package.json']) {
         assert(files.includes(f), `${f} in the package (${files.join(' ')})`);
       }
       const pj = JSON.parse(fs.readFileSync(path.join(mod, 'package.json'), 'utf8'));

@@ -20,7 +20,10 @@ async function main(out: HTMLElement): Promise<void> {
     device: 'auto',
     onProgress: (p: Progress) => console.log(p.phase, p.loaded, p.total),
     signal: ctl.signal,
+    simd: 'auto',
   });
+  const simd: 'relaxed-simd' | 'simd128' | 'avx2' | 'portable' = engine.info.simd;
+  console.log(simd);
   const backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' | 'cloud' = engine.info.backend;
   const worker: 'script' | 'inline' | null = engine.info.worker;
   console.log(worker);
