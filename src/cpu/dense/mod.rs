@@ -987,31 +987,30 @@ pub fn check_kernels() -> Result<usize, String> {
                 }
             })
             .collect();
-        let (mut a, mut b) = ([[0i64; I8_PANEL]; 4], [[0i64; I8_PANEL]; 4]);
-        for t in 1..=Kernel::best().mr_u7().min(Kernel::Portable.mr_u7()) {
-            Kernel::best().tile_u7(t, &x7, k, k, &panel8, &mut a);
-            Kernel::Portable.tile_u7(t, &x7, k, k, &panel8, &mut b);
-            if a[..t] != b[..t] {
-                return Err(format!(
-                    "the 7-bit kernel, {t} rows × {k}: {:?} vs {:?}",
-                    &a[..t],
-                    &b[..t]
-                ));
-            }
-            compared += t * I8_PANEL;
-        }
-        for t in 1..=Kernel::best().mr_i8().min(Kernel::Portable.mr_i8()) {
-            Kernel::best().tile_i8(t, &x16, k, k, &panel16, &mut a);
-            Kernel::Portable.tile_i8(t, &x16, k, k, &panel16, &mut b);
-            if a[..t] != b[..t] {
-                return Err(format!(
-                    "the 16-bit kernel, {t} rows × {k}: {:?} vs {:?}",
-                    &a[..t],
-                    &b[..t]
-                ));
-            }
-            compared += t * I8_PANEL;
-        }
+        // Each row count both kernels take: this build's and the portable sums, equal.
+        let mut same =
+            |what: &str, mr: fn(Kernel) -> usize, tile: &dyn Fn(Kernel, usize, &mut TileI8)| {
+                let (mut a, mut b) = ([[0i64; I8_PANEL]; 4], [[0i64; I8_PANEL]; 4]);
+                for t in 1..=mr(Kernel::best()).min(mr(Kernel::Portable)) {
+                    tile(Kernel::best(), t, &mut a);
+                    tile(Kernel::Portable, t, &mut b);
+                    if a[..t] != b[..t] {
+                        return Err(format!(
+                            "the {what} kernel, {t} rows × {k}: {:?} vs {:?}",
+                            &a[..t],
+                            &b[..t]
+                        ));
+                    }
+                    compared += t * I8_PANEL;
+                }
+                Ok(())
+            };
+        same("7-bit", Kernel::mr_u7, &|kn, t, out| {
+            kn.tile_u7(t, &x7, k, k, &panel8, out)
+        })?;
+        same("16-bit", Kernel::mr_i8, &|kn, t, out| {
+            kn.tile_i8(t, &x16, k, k, &panel16, out)
+        })?;
     }
     Ok(compared)
 }

@@ -59,33 +59,38 @@ pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i16], out: &m
     // SAFETY: the assert bounds every read: activation rows r < t at r·ldx + 8c + 8 ≤ x.len(),
     // the panel's 32 values at 32c + 32 ≤ 4k ≤ panel.len(); v128_load needs no alignment.
     unsafe {
+        let dot = |w, x, acc| i32x4_add(acc, i32x4_dot_i16x8(x, w));
         match t {
-            2 => rows_i8::<2>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
-            _ => rows_i8::<1>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
+            2 => rows_int::<2, 8, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
+            _ => rows_int::<1, 8, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
         }
     }
 }
 
+/// `R` rows of activations (`X`, stride `ldx`) times one int8 panel: per step, `STEP`
+/// values of each of its 4 weight rows (`W`, 16 bytes each) meet a row's next 16 bytes in
+/// `dot(w, x, acc)`, four accumulators per row; each accumulator's lanes summed at the end.
 #[inline(always)]
-unsafe fn rows_i8<const R: usize>(
-    x: *const i16,
+unsafe fn rows_int<const R: usize, const STEP: usize, X, W>(
+    x: *const X,
     ldx: usize,
     k: usize,
-    p: *const i16,
+    p: *const W,
     out: &mut TileI8,
+    dot: impl Fn(v128, v128, v128) -> v128,
 ) {
     let mut acc = [[i32x4_splat(0); 4]; R];
-    for c in 0..k / 8 {
+    for c in 0..k / STEP {
         let w = [
-            v128_load(p.add(c * 32) as *const v128),
-            v128_load(p.add(c * 32 + 8) as *const v128),
-            v128_load(p.add(c * 32 + 16) as *const v128),
-            v128_load(p.add(c * 32 + 24) as *const v128),
+            v128_load(p.add(c * 4 * STEP) as *const v128),
+            v128_load(p.add((c * 4 + 1) * STEP) as *const v128),
+            v128_load(p.add((c * 4 + 2) * STEP) as *const v128),
+            v128_load(p.add((c * 4 + 3) * STEP) as *const v128),
         ];
         for (i, a) in acc.iter_mut().enumerate() {
-            let xv = v128_load(x.add(i * ldx + c * 8) as *const v128);
+            let xv = v128_load(x.add(i * ldx + c * STEP) as *const v128);
             for (ar, wr) in a.iter_mut().zip(&w) {
-                *ar = i32x4_add(*ar, i32x4_dot_i16x8(xv, *wr));
+                *ar = dot(*wr, xv, *ar);
             }
         }
     }
@@ -120,43 +125,10 @@ pub fn tile_u7(t: usize, x: &[u8], ldx: usize, k: usize, panel: &[i8], out: &mut
     // x.len(), the panel's 64 values at 64c + 64 ≤ 4k ≤ panel.len(); v128_load needs no
     // alignment.
     unsafe {
+        let dot = |w, x, acc| i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc);
         match t {
-            2 => rows_u7::<2>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
-            _ => rows_u7::<1>(x.as_ptr(), ldx, k, panel.as_ptr(), out),
-        }
-    }
-}
-
-#[cfg(target_feature = "relaxed-simd")]
-#[inline(always)]
-unsafe fn rows_u7<const R: usize>(
-    x: *const u8,
-    ldx: usize,
-    k: usize,
-    p: *const i8,
-    out: &mut TileI8,
-) {
-    let mut acc = [[i32x4_splat(0); 4]; R];
-    for c in 0..k / 16 {
-        let w = [
-            v128_load(p.add(c * 64) as *const v128),
-            v128_load(p.add(c * 64 + 16) as *const v128),
-            v128_load(p.add(c * 64 + 32) as *const v128),
-            v128_load(p.add(c * 64 + 48) as *const v128),
-        ];
-        for (i, a) in acc.iter_mut().enumerate() {
-            let xv = v128_load(x.add(i * ldx + c * 16) as *const v128);
-            for (ar, wr) in a.iter_mut().zip(&w) {
-                *ar = i32x4_relaxed_dot_i8x16_i7x16_add(*wr, xv, *ar);
-            }
-        }
-    }
-    for (o, a) in out.iter_mut().zip(&acc) {
-        for (or, ar) in o.iter_mut().zip(a) {
-            *or = i64::from(i32x4_extract_lane::<0>(*ar))
-                + i64::from(i32x4_extract_lane::<1>(*ar))
-                + i64::from(i32x4_extract_lane::<2>(*ar))
-                + i64::from(i32x4_extract_lane::<3>(*ar));
+            2 => rows_int::<2, 16, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
+            _ => rows_int::<1, 16, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
         }
     }
 }
