@@ -197,6 +197,9 @@ lint: setup-rust
 	cargo fmt --check
 	cargo clippy --release --all-targets $(NATIVE_FEATURES) -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown --all-targets --features gpu -- -D warnings
+	# The relaxed-SIMD kernels are compiled only there (in the twin's target dir).
+	RUSTFLAGS="$(RELAXED_RUSTFLAGS)" cargo clippy --release --target wasm32-unknown-unknown --lib --features gpu \
+	  --target-dir target/relaxed -- -D warnings
 
 test-native: setup-gpu setup-node setup-python fetch onnx-models
 	cargo test --release $(NATIVE_FEATURES)
