@@ -146,6 +146,7 @@ function kernelsAgree(glue, warn) {
 async function loadWasm(threads, warn, wasm, simd = 'auto', custom = false) {
   const can = relaxedSimd();
   if (simd === 'relaxed' && !can) warn('relaxed SIMD was asked for, but this browser does not validate it: running on simd128');
+  if (simd === 'relaxed' && can && custom && threads <= 1) warn('relaxed SIMD was asked for, but this engine\'s wasm is the host\'s own (the inline worker), with no relaxed twin: running on simd128');
   const relaxed = simd !== 'simd128' && can;
   if (threads > 1) {
     try {

@@ -498,6 +498,8 @@ export interface ProbeResult {
   cached: boolean;
   storage: { quota: number | null; usage: number | null } | null;
   crossOriginIsolated: boolean;
+  /** The browser validates relaxed SIMD: createEngine's default `simd: 'auto'` takes the relaxed builds. */
+  relaxedSimd: boolean;
   deviceMemory: number | null;
 }
 

@@ -91,6 +91,8 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {},
 
   const simd = typeof WebAssembly === 'object' && WebAssembly.validate(SIMD_PROBE);
   if (!simd) worse('no', 'this browser has no WebAssembly SIMD (the CPU engine needs it)');
+  const relaxedSimd = simd && WebAssembly.validate(RELAXED_SIMD_PROBE);
+  if (relaxedSimd) reasons.push('relaxed SIMD: the faster int8 products of ONNX exports (7-bit activations)');
   if (peakBytes != null && peakBytes > WASM_BUDGET) {
     worse('no', `the model needs ${mb(peakBytes)} MB of wasm memory, more than the ${mb(WASM_BUDGET)} MB a tab has`);
   }
@@ -187,6 +189,7 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {},
     cached,
     storage,
     crossOriginIsolated: isolated,
+    relaxedSimd,
     deviceMemory,
   };
 }

@@ -121,7 +121,8 @@ function showStats(e, u) {
   const t = document.createElement('table');
   const quants = Object.entries(e.info.quants ?? {}).map(([k, n]) => `${k} ×${n}`).join(', ');
   const rate = (v, what) => (Number.isFinite(v) ? `, ${v.toFixed(1)} tok/s ${what}` : '');
-  const rows = [['backend', `${e.info.backend} — ${e.info.reason}`], ['route', $('route').textContent || 'local'],
+  const simd = e.info.simd ? ` (${e.info.simd})` : '';
+  const rows = [['backend', `${e.info.backend}${simd} — ${e.info.reason}`], ['route', $('route').textContent || 'local'],
     ['prompt', `${u.promptTokens} tokens${rate(u.prefillTokensPerS, 'prefill')}`],
     ['output', `${u.completionTokens} tokens${rate(u.decodeTokensPerS, 'decode')}`],
     ['model', e.info.backend === 'cloud' ? `${e.info.model} at the fallback endpoint`

@@ -1007,6 +1007,7 @@ try {
     }, { expectErrors: /status of 404/ });
     assertEq([r.base.canRun, r.base.backend, r.base.cached, r.base.downloadBytes, r.base.peakBytes > r.base.downloadBytes],
       ['yes', 'cpu-simd-threads', false, ENTRY.bytes, true], `probe (a cross-origin-isolated page): ${JSON.stringify(r.base)}`);
+    assert(r.base.relaxedSimd === true && r.base.reasons.some((x) => /relaxed SIMD/.test(x)), 'this Chromium validates relaxed SIMD');
     assert(r.base.reasons.some((x) => /no WebGPU/.test(x)) && r.base.storage?.quota > 0, `reasons: ${r.base.reasons}`);
     assertEq(r.gguf, [], 'the probe downloads nothing');
     assert(r.low.canRun === 'no' && /0.25 GB/.test(r.low.problems.join()), `deviceMemory 0.25: ${JSON.stringify(r.low.problems)}`);
