@@ -806,38 +806,58 @@ fn quantize_rows(x: &[f32], k: usize) -> (Vec<i16>, Vec<f32>, Vec<f32>) {
 
 /// One row of [`quantize_rows`] into `q`: its scale and the rounded row's sum times it.
 fn quantize_row(row: &[f32], q: &mut [i16]) -> (f32, f32) {
-    let k = row.len();
-    let (mut big, mut all) = ([0f32; 8], [0f32; 8]);
-    let (chunks, rest) = row.split_at(k / 8 * 8);
-    for c in chunks.chunks_exact(8) {
-        for l in 0..8 {
-            let a = c[l].abs();
-            big[l] = if a > big[l] { a } else { big[l] };
-            all[l] += c[l];
-        }
-    }
-    for (l, &v) in rest.iter().enumerate() {
-        big[l] = if v.abs() > big[l] { v.abs() } else { big[l] };
-        all[l] += v;
-    }
-    let amax = big.iter().fold(0f32, |a, &b| a.max(b));
-    if !all.iter().sum::<f32>().is_finite() {
+    let Some((lo, hi)) = row_range(row) else {
         return (f32::NAN, 0.0);
-    }
+    };
+    let amax = hi.max(-lo);
     if amax == 0.0 {
         return (0.0, 0.0);
     }
     let sx = amax / 32767.0;
     let inv = 32767.0 / amax;
-    // Round to nearest by adding 1.5·2²³ (|v·inv| ≤ 32767): the integer is then the low
-    // bits of the float's representation (`round` is a libm call per value in wasm).
-    const ROUND: f32 = 12_582_912.0;
-    const ROUND_BITS: i32 = 0x4B40_0000;
     for (q, &v) in q.iter_mut().zip(row) {
-        *q = ((v * inv + ROUND).to_bits() as i32 - ROUND_BITS) as i16;
+        *q = nearest(v * inv, 0.0) as i16;
     }
     let total: i32 = q.iter().map(|&q| i32::from(q)).sum();
     (sx, (f64::from(sx) * f64::from(total)) as f32)
+}
+
+/// A row's smallest and largest values, the range stretched to hold 0, or `None` when it
+/// holds NaN or ±∞. Eight lanes throughout, so that it vectorises (the quantization ran as
+/// long as the products in wasm when it was scalar).
+fn row_range(row: &[f32]) -> Option<(f32, f32)> {
+    let (mut lo, mut hi, mut all) = ([0f32; 8], [0f32; 8], [0f32; 8]);
+    let (chunks, rest) = row.split_at(row.len() / 8 * 8);
+    for c in chunks.chunks_exact(8) {
+        for l in 0..8 {
+            lo[l] = if c[l] < lo[l] { c[l] } else { lo[l] };
+            hi[l] = if c[l] > hi[l] { c[l] } else { hi[l] };
+            all[l] += c[l];
+        }
+    }
+    for (l, &v) in rest.iter().enumerate() {
+        lo[l] = if v < lo[l] { v } else { lo[l] };
+        hi[l] = if v > hi[l] { v } else { hi[l] };
+        all[l] += v;
+    }
+    if !all.iter().sum::<f32>().is_finite() {
+        return None;
+    }
+    Some((
+        lo.iter().fold(0f32, |a, &b| a.min(b)),
+        hi.iter().fold(0f32, |a, &b| a.max(b)),
+    ))
+}
+
+/// `v + plus` (`plus` a whole number) rounded to the nearest integer (ties to even) for
+/// |v + plus| < 2²²: adding 1.5·2²³ leaves the integer in the low bits of the float's
+/// representation (`round` is a libm call per value in wasm). `plus` goes into that constant
+/// first, exactly.
+#[inline(always)]
+fn nearest(v: f32, plus: f32) -> i32 {
+    const ROUND: f32 = 12_582_912.0;
+    const ROUND_BITS: i32 = 0x4B40_0000;
+    (v + (plus + ROUND)).to_bits() as i32 - ROUND_BITS
 }
 
 /// One activation row of the `Narrow` int8 product: `x ≈ scale · (q − zero)`, and
@@ -867,43 +887,23 @@ fn quantize_rows_u7(x: &[f32], k: usize, kp: usize) -> (Vec<u8>, Vec<RowQ7>) {
     (xq, rows)
 }
 
-/// One row of [`quantize_rows_u7`] into `q`. Eight lanes throughout, so that it vectorises.
+/// One row of [`quantize_rows_u7`] into `q`.
 fn quantize_row_u7(row: &[f32], q: &mut [u8]) -> RowQ7 {
-    let (mut lo, mut hi, mut all) = ([0f32; 8], [0f32; 8], [0f32; 8]);
-    let (chunks, rest) = row.split_at(row.len() / 8 * 8);
-    for c in chunks.chunks_exact(8) {
-        for l in 0..8 {
-            lo[l] = if c[l] < lo[l] { c[l] } else { lo[l] };
-            hi[l] = if c[l] > hi[l] { c[l] } else { hi[l] };
-            all[l] += c[l];
-        }
-    }
-    for (l, &v) in rest.iter().enumerate() {
-        lo[l] = if v < lo[l] { v } else { lo[l] };
-        hi[l] = if v > hi[l] { v } else { hi[l] };
-        all[l] += v;
-    }
-    if !all.iter().sum::<f32>().is_finite() {
+    let Some((lo, hi)) = row_range(row) else {
         return RowQ7 {
             scale: f32::NAN,
             ..RowQ7::default()
         };
-    }
-    let lo = lo.iter().fold(0f32, |a, &b| a.min(b));
-    let hi = hi.iter().fold(0f32, |a, &b| a.max(b));
+    };
     if hi - lo == 0.0 {
         q.fill(0);
         return RowQ7::default();
     }
     let inv = 127.0 / (hi - lo);
     let zero = (-lo * inv).round().clamp(0.0, 127.0);
-    // Round to nearest by adding 1.5·2²³ (|v·inv + zero| < 2²²): the integer is then the low
-    // bits of the float's representation; clamped, since hi may round to 128.
-    const ROUND: f32 = 12_582_912.0;
-    const ROUND_BITS: i32 = 0x4B40_0000;
-    let bias = zero + ROUND;
+    // Clamped, since hi may round to 128.
     for (q, &v) in q.iter_mut().zip(row) {
-        *q = ((v * inv + bias).to_bits() as i32 - ROUND_BITS).clamp(0, 127) as u8;
+        *q = nearest(v * inv, zero).clamp(0, 127) as u8;
     }
     let total: i64 = q.iter().map(|&q| i64::from(q)).sum();
     let zero = zero as i32;

@@ -49,20 +49,40 @@ pub const MR_I8: usize = 2;
 /// 8 values of each per 64 bytes, widened to i16) over `k ≤ I8_KC` values (a multiple of 8): the exact sums
 /// (each i32 lane holds k/4 products of at most 2¹⁵ · 2⁷, below 2³¹ for k ≤ 2048). Each 8 weights widen to i16 and meet 8 activations in one `i32x4.dot_i16x8_s`.
 pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i16], out: &mut TileI8) {
+    let dot = |w, x, acc| i32x4_add(acc, i32x4_dot_i16x8(x, w));
+    tile_int::<8, _, _>(t, MR_I8, x, ldx, k, panel, out, dot);
+}
+
+/// `t ≤ mr` rows (at most 2) of activations times one int8 panel through [`rows_int`], after
+/// checking every bound its reads need.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tile_int<const STEP: usize, X, W>(
+    t: usize,
+    mr: usize,
+    x: &[X],
+    ldx: usize,
+    k: usize,
+    panel: &[W],
+    out: &mut TileI8,
+    dot: impl Fn(v128, v128, v128) -> v128,
+) {
     use super::I8_PANEL;
     assert!(
-        (1..=MR_I8).contains(&t)
-            && k.is_multiple_of(8)
+        (1..=mr.min(2)).contains(&t)
+            && STEP * size_of::<X>() == 16
+            && STEP * size_of::<W>() == 16
+            && k.is_multiple_of(STEP)
             && x.len() >= (t - 1) * ldx + k
             && panel.len() >= I8_PANEL * k
     );
-    // SAFETY: the assert bounds every read: activation rows r < t at r·ldx + 8c + 8 ≤ x.len(),
-    // the panel's 32 values at 32c + 32 ≤ 4k ≤ panel.len(); v128_load needs no alignment.
+    // SAFETY: the assert bounds every read: activation rows r < t at r·ldx + STEP·c + STEP ≤
+    // x.len(), the panel's 4·STEP values at 4·STEP·c + 4·STEP ≤ 4k ≤ panel.len() (16 bytes a
+    // load either way); v128_load needs no alignment.
     unsafe {
-        let dot = |w, x, acc| i32x4_add(acc, i32x4_dot_i16x8(x, w));
         match t {
-            2 => rows_int::<2, 8, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
-            _ => rows_int::<1, 8, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
+            2 => rows_int::<2, STEP, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
+            _ => rows_int::<1, STEP, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
         }
     }
 }
@@ -114,21 +134,6 @@ pub const MR_U7: usize = 2;
 /// `i32x4.relaxed_dot_i8x16_i7x16_add_s` (exact: the activations are its 7-bit operand).
 #[cfg(target_feature = "relaxed-simd")]
 pub fn tile_u7(t: usize, x: &[u8], ldx: usize, k: usize, panel: &[i8], out: &mut TileI8) {
-    use super::I8_PANEL;
-    assert!(
-        (1..=MR_U7).contains(&t)
-            && k.is_multiple_of(16)
-            && x.len() >= (t - 1) * ldx + k
-            && panel.len() >= I8_PANEL * k
-    );
-    // SAFETY: the assert bounds every read: activation rows r < t at r·ldx + 16c + 16 ≤
-    // x.len(), the panel's 64 values at 64c + 64 ≤ 4k ≤ panel.len(); v128_load needs no
-    // alignment.
-    unsafe {
-        let dot = |w, x, acc| i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc);
-        match t {
-            2 => rows_int::<2, 16, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
-            _ => rows_int::<1, 16, _, _>(x.as_ptr(), ldx, k, panel.as_ptr(), out, dot),
-        }
-    }
+    let dot = |w, x, acc| i32x4_relaxed_dot_i8x16_i7x16_add(w, x, acc);
+    tile_int::<16, _, _>(t, MR_U7, x, ldx, k, panel, out, dot);
 }
