@@ -178,6 +178,29 @@ pub fn branch_starts(lens: &[usize]) -> Vec<usize> {
     starts
 }
 
+/// Whether bit `i % 32` of word `i / 32` of an output constraint's mask is set.
+pub fn is_allowed(allowed: &[u32], i: usize) -> bool {
+    allowed
+        .get(i / 32)
+        .is_some_and(|w| (w >> (i % 32)) & 1 == 1)
+}
+
+/// [`Backend::head_top_k`] through every logit: the default, and the fallback of a backend
+/// that filters.
+pub async fn head_top_k_of_logits<B: Backend + ?Sized>(
+    be: &mut B,
+    x: &B::Tensor,
+    w: &B::Weight,
+    k: usize,
+    allowed: Option<&[u32]>,
+) -> Result<Vec<(u32, f32)>> {
+    let logits = be.matmul(x, w)?;
+    match allowed {
+        Some(a) => be.top_k_masked(&logits, k, a).await,
+        None => be.top_k(&logits, k).await,
+    }
+}
+
 /// A compute device for the forward pass.
 #[allow(async_fn_in_trait)]
 pub trait Backend {
@@ -347,6 +370,19 @@ pub trait Backend {
         Ok(crate::sampler::top_k(last, k))
     }
 
+    /// [`Backend::top_k`] (with `allowed`, [`Backend::top_k_masked`]) of `x @ wᵀ`: the LM
+    /// head's candidates for the last row of `x`, the same pairs bit for bit. A backend may
+    /// find them without every logit (the CPU's int8 kernel filters on 7-bit activations).
+    async fn head_top_k(
+        &mut self,
+        x: &Self::Tensor,
+        w: &Self::Weight,
+        k: usize,
+        allowed: Option<&[u32]>,
+    ) -> Result<Vec<(u32, f32)>> {
+        head_top_k_of_logits(self, x, w, k, allowed).await
+    }
+
     /// [`Backend::top_k`] among the ids `allowed` marks (bit `i % 32` of word `i / 32`: an
     /// output constraint's mask): fewer than `k` when fewer are allowed. The allowed values
     /// are the unmasked ones, bit for bit. A GPU applies the mask on the device and still
@@ -360,11 +396,7 @@ pub trait Backend {
         let v = self.read(x).await?;
         let n = self.width(x);
         let mut last = v.len().checked_sub(n).map_or(&v[..], |s| &v[s..]).to_vec();
-        let ok = |i: usize| {
-            allowed
-                .get(i / 32)
-                .is_some_and(|w| (w >> (i % 32)) & 1 == 1)
-        };
+        let ok = |i: usize| is_allowed(allowed, i);
         for (i, l) in last.iter_mut().enumerate() {
             if !ok(i) {
                 *l = f32::NEG_INFINITY;

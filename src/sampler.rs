@@ -312,12 +312,14 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// The `k` largest `(id, logit)`, largest first.
 pub fn top_k(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
-    let mut c: Vec<(u32, f32)> = logits
-        .iter()
-        .enumerate()
-        .filter(|(_, v)| !v.is_nan())
-        .map(|(i, &v)| (i as u32, v))
-        .collect();
+    let c = logits.iter().enumerate().map(|(i, &v)| (i as u32, v));
+    top_k_of(c.collect(), k)
+}
+
+/// [`top_k`] of `(index, value)` pairs (NaN values dropped): the `k` largest, largest first,
+/// ties to the lower index.
+pub fn top_k_of(mut c: Vec<(u32, f32)>, k: usize) -> Vec<(u32, f32)> {
+    c.retain(|(_, v)| !v.is_nan());
     let k = k.min(c.len());
     let cmp = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     if k > 0 && k < c.len() {

@@ -551,11 +551,11 @@ impl Sha256 {
     }
 }
 
-/// This build's SIMD kernels against the portable ones (`cpu::dense::check_kernels`): the
+/// This build's SIMD kernels against the portable ones (`cpu::check_kernels`): the
 /// number of outputs compared, or an error naming what differed. For the browser tests.
 #[wasm_bindgen(js_name = checkKernels)]
 pub fn check_kernels() -> std::result::Result<u32, JsValue> {
-    crate::cpu::dense::check_kernels()
+    crate::cpu::check_kernels()
         .map(|n| n as u32)
         .map_err(|e| JsValue::from_str(&e))
 }

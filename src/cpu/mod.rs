@@ -31,6 +31,14 @@ pub fn resident_bytes(ty: GgmlType, n: u64) -> u64 {
     }
 }
 
+/// This build's SIMD kernels against the portable ones (the float and int8 panels of
+/// dense/, the quantized matrices' products and the LM head's filter of int8/): the number
+/// of outputs compared, or what differed. The package runs it when it loads a relaxed-SIMD
+/// build, whose instructions are only as good as the browser's lowering of them.
+pub fn check_kernels() -> std::result::Result<usize, String> {
+    Ok(dense::check_kernels()? + int8::check_kernels()?)
+}
+
 /// Activations: `n_tok` rows of `width` f32.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Act {
@@ -540,6 +548,21 @@ impl Backend for CpuBackend {
     async fn top_k(&mut self, x: &Act, k: usize) -> Result<Vec<(u32, f32)>> {
         let last = x.data.len().saturating_sub(x.width);
         Ok(crate::sampler::top_k(&x.data[last..], k))
+    }
+
+    async fn head_top_k(
+        &mut self,
+        x: &Act,
+        w: &CpuWeight,
+        k: usize,
+        allowed: Option<&[u32]>,
+    ) -> Result<Vec<(u32, f32)>> {
+        if let (CpuWeight::Int8(q), Some(last)) = (w, x.data.len().checked_sub(x.width)) {
+            if let Some(top) = q.top_k(&x.data[last..], k, allowed) {
+                return Ok(top);
+            }
+        }
+        crate::backend::head_top_k_of_logits(self, x, w, k, allowed).await
     }
 
     fn width(&self, x: &Act) -> usize {

@@ -194,8 +194,9 @@ impl<B: Backend> Llama<B> {
         be.rms_norm(&x, &self.output_norm, c.rms_eps)
     }
 
-    /// Logits of hidden rows: `output.weight`, or the token embedding where they are tied.
-    pub fn lm_head(&self, be: &mut B, hidden: &B::Tensor) -> Result<B::Tensor> {
-        be.matmul(hidden, self.output.as_ref().unwrap_or(&self.token_embd)) // (n_tok, n_vocab)
+    /// The LM head `(n_vocab, n_embd)`: `output.weight`, or the token embedding where they
+    /// are tied.
+    pub fn head(&self) -> &B::Weight {
+        self.output.as_ref().unwrap_or(&self.token_embd)
     }
 }

@@ -102,13 +102,31 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    /// Logits `(rows, n_vocab)` of hidden states `(rows, n_embd)`.
-    pub fn lm_head(&self, be: &mut B, hidden: &B::Tensor) -> Result<B::Tensor> {
+    /// A decoder's LM head `(n_vocab, n_embd)`.
+    pub(crate) fn lm_weight(&self) -> Result<&B::Weight> {
         match self {
-            Self::Gemma3(m) => m.lm_head(be, hidden),
-            Self::Llama(m) => m.lm_head(be, hidden),
+            Self::Gemma3(m) => Ok(m.head()),
+            Self::Llama(m) => Ok(m.head()),
             Self::Bert(_) => Err(not_a_decoder()),
         }
+    }
+
+    /// Logits `(rows, n_vocab)` of hidden states `(rows, n_embd)`.
+    pub fn lm_head(&self, be: &mut B, hidden: &B::Tensor) -> Result<B::Tensor> {
+        be.matmul(hidden, self.lm_weight()?)
+    }
+
+    /// The `k` largest logits of the last hidden row (among `allowed`, an output
+    /// constraint's mask), as [`Backend::top_k`] of [`Model::lm_head`] gives them, without
+    /// every logit where the backend can (see [`Backend::head_top_k`]).
+    pub async fn lm_head_top_k(
+        &self,
+        be: &mut B,
+        hidden: &B::Tensor,
+        k: usize,
+        allowed: Option<&[u32]>,
+    ) -> Result<Vec<(u32, f32)>> {
+        be.head_top_k(hidden, self.lm_weight()?, k, allowed).await
     }
 
     /// The sequence-classification head of an encoder that has one.

@@ -1,0 +1,185 @@
+//! The int8 kernels with AVX2: the exact product on 16-bit activations (`vpmaddwd`, the same
+//! multiply-add as wasm's `dot_i16x8`) and the 7-bit product of the LM head's filter
+//! (`vpmaddubsw`: unsigned 7-bit activations times signed weights, pairs below 2¹⁵, so it
+//! never saturates).
+
+use super::QK;
+use std::arch::x86_64::*;
+
+/// See [`super::portable::dot`].
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+pub unsafe fn dot(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    t: usize,
+    acc: &mut [f32; 4],
+    g16: bool,
+) {
+    let nb = k / QK;
+    assert!(
+        w.len() >= k
+            && xq.len() >= t * k
+            && xd.len() >= t * nb
+            && ws.len() >= if g16 { 2 * nb } else { nb }
+    );
+    let mut a = [_mm256_setzero_ps(); 4];
+    for b in 0..nb {
+        // SAFETY: b < nb and the lengths were asserted above; the loads are unaligned.
+        unsafe {
+            let wp = w.as_ptr().add(b * QK);
+            let w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(wp.cast()));
+            let w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(wp.add(16).cast()));
+            for (r, ar) in a.iter_mut().enumerate().take(t) {
+                let xp = xq.as_ptr().add(r * k + b * QK);
+                let s0 = _mm256_madd_epi16(w0, _mm256_loadu_si256(xp.cast()));
+                let s1 = _mm256_madd_epi16(w1, _mm256_loadu_si256(xp.add(16).cast()));
+                let x = xd[r * nb + b];
+                if g16 {
+                    let p0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(ws[2 * b] * x));
+                    let p1 =
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(ws[2 * b + 1] * x));
+                    *ar = _mm256_add_ps(*ar, _mm256_add_ps(p0, p1));
+                } else {
+                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(ws[b] * x)));
+                }
+            }
+        }
+    }
+    for (r, ar) in a.iter().enumerate().take(t) {
+        acc[r] = hsum(*ar);
+    }
+}
+
+/// See [`super::portable::dot_u7`]: a block of 32 is one register, one `vpmaddubsw` and
+/// one `vpmaddwd` (against ones) where the 16-bit product needs two of each.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+pub unsafe fn dot_u7(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    super::portable::check_u7(w, ws, xq, k, ld, t, g16);
+    // SAFETY: the lengths were checked; AVX2 is the caller's promise.
+    unsafe {
+        match (t, g16) {
+            (4, false) => rows_u7::<4, false>(w, ws, xq, k, ld, out),
+            (4, true) => rows_u7::<4, true>(w, ws, xq, k, ld, out),
+            (3, false) => rows_u7::<3, false>(w, ws, xq, k, ld, out),
+            (3, true) => rows_u7::<3, true>(w, ws, xq, k, ld, out),
+            (2, false) => rows_u7::<2, false>(w, ws, xq, k, ld, out),
+            (2, true) => rows_u7::<2, true>(w, ws, xq, k, ld, out),
+            (_, false) => rows_u7::<1, false>(w, ws, xq, k, ld, out),
+            (_, true) => rows_u7::<1, true>(w, ws, xq, k, ld, out),
+        }
+    }
+}
+
+/// [`dot_u7`] for `R` rows, the accumulators in registers.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn rows_u7<const R: usize, const G16: bool>(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    let nb = k / QK;
+    let wld = if G16 { ld / 16 } else { ld / QK };
+    let ones = _mm256_set1_epi16(1);
+    let mut a = [_mm256_setzero_ps(); R];
+    let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
+    for b in 0..nb {
+        // SAFETY: b < nb and r < R ≤ t, within what `check_u7` checked; loads are unaligned.
+        unsafe {
+            let xv = _mm256_loadu_si256(xp.add(b * QK).cast());
+            for (r, ar) in a.iter_mut().enumerate() {
+                let wv = _mm256_loadu_si256(wp.add(r * ld + b * QK).cast());
+                let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(xv, wv), ones));
+                let wsr = wsp.add(r * wld);
+                let scale = if G16 {
+                    _mm256_set_m128(
+                        _mm_set1_ps(*wsr.add(2 * b + 1)),
+                        _mm_set1_ps(*wsr.add(2 * b)),
+                    )
+                } else {
+                    _mm256_set1_ps(*wsr.add(b))
+                };
+                *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, scale));
+            }
+        }
+    }
+    for (o, ar) in out.iter_mut().zip(&a) {
+        // SAFETY: AVX2 (this function's feature).
+        *o = unsafe { hsum(*ar) };
+    }
+}
+
+/// See [`super::portable::row_stats`]: per 32 values, q² by `vpmaddwd` on q widened to 16
+/// bits, Σq by `vpmaddubsw` with ones, then scaled in f32.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
+    let nb = q.len() / QK;
+    assert!(
+        q.len().is_multiple_of(QK)
+            && scales.len() * group >= q.len()
+            && (group == 16 || group == QK)
+    );
+    let (ones8, ones16) = (_mm256_set1_epi8(1), _mm256_set1_epi16(1));
+    let (mut a2, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for b in 0..nb {
+        // SAFETY: b < nb and the lengths were asserted; the load is unaligned.
+        unsafe {
+            let v = _mm256_loadu_si256(q.as_ptr().add(b * QK).cast());
+            let lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v));
+            let hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v));
+            // Lanes 0–3 from values 0–15, as `sum`'s: one scale per half with 16-value groups.
+            let sq = _mm256_hadd_epi32(_mm256_madd_epi16(lo, lo), _mm256_madd_epi16(hi, hi));
+            let sq = _mm256_permute4x64_epi64::<0b11_01_10_00>(sq);
+            let sum = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, v), ones16);
+            let sc = if group == 16 {
+                _mm256_set_m128(_mm_set1_ps(scales[2 * b + 1]), _mm_set1_ps(scales[2 * b]))
+            } else {
+                _mm256_set1_ps(scales[b])
+            };
+            a2 = _mm256_add_ps(
+                a2,
+                _mm256_mul_ps(_mm256_cvtepi32_ps(sq), _mm256_mul_ps(sc, sc)),
+            );
+            a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_cvtepi32_ps(sum), sc));
+        }
+    }
+    // SAFETY: AVX2 (this function's feature).
+    let (s2, s1) = unsafe { (hsum(a2), hsum(a1)) };
+    (super::portable::norm_up(f64::from(s2), q.len()), s1)
+}
+
+/// The 8 lanes' sum, in a fixed order.
+#[inline(always)]
+unsafe fn hsum(v: __m256) -> f32 {
+    let mut l = [0f32; 8];
+    // SAFETY: l has room for 8 f32.
+    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), v) };
+    ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+}

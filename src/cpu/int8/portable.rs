@@ -1,0 +1,108 @@
+//! The int8 kernels in portable Rust: the reference the SIMD versions are tested against
+//! (natively and, through `check_kernels`, in the browser).
+
+use super::QK;
+
+/// One weight row `w` (`k` int8 values, a scale per 32 or, with `g16`, per 16) against `t ≤
+/// 4` activation rows on 16-bit values (`xq`, rows of `k`; a scale per 32 in `xd`):
+/// `acc[r] = Σ_g (Σ_{i∈g} w_i · xq_ri) · (ws_g · xd_rb)`.
+#[allow(clippy::too_many_arguments)]
+pub fn dot(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    t: usize,
+    acc: &mut [f32; 4],
+    g16: bool,
+) {
+    let nb = k / QK;
+    let group = if g16 { 16 } else { QK };
+    for r in 0..t {
+        let mut s = 0f32;
+        for g in 0..k / group {
+            let dot: i32 = w[g * group..(g + 1) * group]
+                .iter()
+                .zip(&xq[r * k + g * group..r * k + (g + 1) * group])
+                .map(|(&a, &x)| i32::from(a) * i32::from(x))
+                .sum();
+            s += dot as f32 * (ws[g] * xd[r * nb + g * group / QK]);
+        }
+        acc[r] = s;
+    }
+}
+
+/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group` apart),
+/// against one row of 7-bit codes `xq` (0..=127): `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`.
+/// The integer sums are exact; the LM head's filter turns the codes back into values and
+/// bounds what the 7 bits cost. Rows far apart are separate memory streams: a core's
+/// prefetchers then fetch them in parallel (a decode step's head is memory-bound).
+#[allow(clippy::too_many_arguments, dead_code)]
+pub fn dot_u7(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    check_u7(w, ws, xq, k, ld, t, g16);
+    let group = if g16 { 16 } else { QK };
+    let (ng, wld) = (k / group, ld / group);
+    for r in 0..t {
+        let mut s = 0f32;
+        for g in 0..ng {
+            let dot: i32 = w[r * ld + g * group..r * ld + (g + 1) * group]
+                .iter()
+                .zip(&xq[g * group..(g + 1) * group])
+                .map(|(&a, &q)| i32::from(a) * i32::from(q))
+                .sum();
+            s += dot as f32 * ws[r * wld + g];
+        }
+        out[r] = s;
+    }
+}
+
+/// The bounds every [`dot_u7`] reads within (the SIMD versions' SAFETY rests on it).
+#[allow(clippy::too_many_arguments)]
+pub fn check_u7(w: &[i8], ws: &[f32], xq: &[u8], k: usize, ld: usize, t: usize, g16: bool) {
+    let group = if g16 { 16 } else { QK };
+    assert!(
+        (1..=4).contains(&t)
+            && k.is_multiple_of(QK)
+            && ld.is_multiple_of(QK)
+            && (t == 1 || ld >= k)
+            && w.len() >= (t - 1) * ld + k
+            && ws.len() >= ((t - 1) * ld + k) / group
+            && xq.len() >= k
+    );
+}
+
+/// One row's `(‖w‖, Σw)` of `w = scale · q` (a scale per `group` values, 16 or 32): the
+/// norm rounded up (see [`norm_up`]).
+pub fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
+    let (mut s2, mut s1) = (0f64, 0f64);
+    for (q, &sc) in q.chunks_exact(group).zip(scales) {
+        let (mut sq, mut sum) = (0i32, 0i32);
+        for &v in q {
+            let v = i32::from(v);
+            sq += v * v;
+            sum += v;
+        }
+        let sc = f64::from(sc);
+        s2 += f64::from(sq) * sc * sc;
+        s1 += f64::from(sum) * sc;
+    }
+    (norm_up(s2, q.len()), s1 as f32)
+}
+
+/// `√s2` rounded up past the rounding of a sum of `k / 16` positive f32 terms (one per
+/// group; the SIMD versions add them in f32) and of f32 itself: the LM head's filter then
+/// allows 2⁻²⁰ more.
+pub fn norm_up(s2: f64, k: usize) -> f32 {
+    let terms = (k / 16 + 16) as f64;
+    ((s2 * (1.0 + terms * 2f64.powi(-23))).sqrt() * (1.0 + 2f64.powi(-21))) as f32
+}

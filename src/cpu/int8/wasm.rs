@@ -1,0 +1,171 @@
+//! The int8 kernels in wasm SIMD: the exact product on 16-bit activations (simd128's
+//! `i32x4.dot_i16x8_s`) and, in the relaxed-SIMD build, the 7-bit product the LM head's
+//! filter runs on (`i32x4.relaxed_dot_i8x16_i7x16_add_s`).
+
+use super::QK;
+use std::arch::wasm32::*;
+
+/// See [`super::portable::dot`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn dot(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    t: usize,
+    acc: &mut [f32; 4],
+    g16: bool,
+) {
+    let nb = k / QK;
+    assert!(
+        w.len() >= k
+            && xq.len() >= t * k
+            && xd.len() >= t * nb
+            && ws.len() >= if g16 { 2 * nb } else { nb }
+    );
+    let mut a = [f32x4_splat(0.0); 4];
+    for b in 0..nb {
+        // SAFETY: b < nb and the lengths were asserted above; v128_load is unaligned.
+        unsafe {
+            let wp = w.as_ptr().add(b * QK);
+            let w0 = v128_load(wp.cast());
+            let w1 = v128_load(wp.add(16).cast());
+            let (wa, wb) = (i16x8_extend_low_i8x16(w0), i16x8_extend_high_i8x16(w0));
+            let (wc, wd) = (i16x8_extend_low_i8x16(w1), i16x8_extend_high_i8x16(w1));
+            for (r, ar) in a.iter_mut().enumerate().take(t) {
+                let xp = xq.as_ptr().add(r * k + b * QK);
+                let s0 = i32x4_add(
+                    i32x4_dot_i16x8(wa, v128_load(xp.cast())),
+                    i32x4_dot_i16x8(wb, v128_load(xp.add(8).cast())),
+                );
+                let s1 = i32x4_add(
+                    i32x4_dot_i16x8(wc, v128_load(xp.add(16).cast())),
+                    i32x4_dot_i16x8(wd, v128_load(xp.add(24).cast())),
+                );
+                let x = xd[r * nb + b];
+                if g16 {
+                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(ws[2 * b] * x));
+                    let p1 = f32x4_mul(f32x4_convert_i32x4(s1), f32x4_splat(ws[2 * b + 1] * x));
+                    *ar = f32x4_add(*ar, f32x4_add(p0, p1));
+                } else {
+                    let s = f32x4_convert_i32x4(i32x4_add(s0, s1));
+                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(ws[b] * x)));
+                }
+            }
+        }
+    }
+    for (r, ar) in a.iter().enumerate().take(t) {
+        acc[r] = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
+            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+    }
+}
+
+/// See [`super::portable::dot_u7`]: one `i32x4.relaxed_dot_i8x16_i7x16_add_s` per 16
+/// products. The activations are the 7-bit operand, where the instruction is deterministic
+/// and exact.
+#[cfg(target_feature = "relaxed-simd")]
+#[allow(clippy::too_many_arguments)]
+pub fn dot_u7(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    super::portable::check_u7(w, ws, xq, k, ld, t, g16);
+    // SAFETY: the lengths were checked.
+    unsafe {
+        match (t, g16) {
+            (4, false) => rows_u7::<4, false>(w, ws, xq, k, ld, out),
+            (4, true) => rows_u7::<4, true>(w, ws, xq, k, ld, out),
+            (3, false) => rows_u7::<3, false>(w, ws, xq, k, ld, out),
+            (3, true) => rows_u7::<3, true>(w, ws, xq, k, ld, out),
+            (2, false) => rows_u7::<2, false>(w, ws, xq, k, ld, out),
+            (2, true) => rows_u7::<2, true>(w, ws, xq, k, ld, out),
+            (_, false) => rows_u7::<1, false>(w, ws, xq, k, ld, out),
+            (_, true) => rows_u7::<1, true>(w, ws, xq, k, ld, out),
+        }
+    }
+}
+
+/// [`dot_u7`] for `R` rows, the accumulators in registers.
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+unsafe fn rows_u7<const R: usize, const G16: bool>(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    let nb = k / QK;
+    let wld = if G16 { ld / 16 } else { ld / QK };
+    let zero = i32x4_splat(0);
+    let mut a = [f32x4_splat(0.0); R];
+    let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
+    for b in 0..nb {
+        // SAFETY: b < nb and r < R ≤ t, within what `check_u7` checked; loads are unaligned.
+        unsafe {
+            let (x0, x1) = (
+                v128_load(xp.add(b * QK).cast()),
+                v128_load(xp.add(b * QK + 16).cast()),
+            );
+            for (r, ar) in a.iter_mut().enumerate() {
+                let p = wp.add(r * ld + b * QK);
+                let (w0, w1) = (v128_load(p.cast()), v128_load(p.add(16).cast()));
+                let wsr = wsp.add(r * wld);
+                if G16 {
+                    let s0 = i32x4_relaxed_dot_i8x16_i7x16_add(w0, x0, zero);
+                    let s1 = i32x4_relaxed_dot_i8x16_i7x16_add(w1, x1, zero);
+                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*wsr.add(2 * b)));
+                    let p1 = f32x4_mul(f32x4_convert_i32x4(s1), f32x4_splat(*wsr.add(2 * b + 1)));
+                    *ar = f32x4_add(*ar, f32x4_add(p0, p1));
+                } else {
+                    let s = i32x4_relaxed_dot_i8x16_i7x16_add(w0, x0, zero);
+                    let s = f32x4_convert_i32x4(i32x4_relaxed_dot_i8x16_i7x16_add(w1, x1, s));
+                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(*wsr.add(b))));
+                }
+            }
+        }
+    }
+    for (o, ar) in out.iter_mut().zip(&a) {
+        *o = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
+            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+    }
+}
+
+/// See [`super::portable::row_stats`]: per 16 values, q² by `i32x4.dot_i16x8_s` on q widened
+/// to 16 bits and Σq by two pairwise widening adds, then scaled in f32.
+#[cfg(target_feature = "relaxed-simd")]
+pub fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
+    assert!(
+        q.len().is_multiple_of(16)
+            && scales.len() * group >= q.len()
+            && (group == 16 || group == QK)
+    );
+    let (mut a2, mut a1) = (f32x4_splat(0.0), f32x4_splat(0.0));
+    for h in 0..q.len() / 16 {
+        // SAFETY: h < len / 16 (asserted); v128_load is unaligned.
+        let v = unsafe { v128_load(q.as_ptr().add(h * 16).cast()) };
+        let (lo, hi) = (i16x8_extend_low_i8x16(v), i16x8_extend_high_i8x16(v));
+        let sq = i32x4_add(i32x4_dot_i16x8(lo, lo), i32x4_dot_i16x8(hi, hi));
+        let sum = i32x4_extadd_pairwise_i16x8(i16x8_extadd_pairwise_i8x16(v));
+        let sc = f32x4_splat(scales[h * 16 / group]);
+        a2 = f32x4_add(a2, f32x4_mul(f32x4_convert_i32x4(sq), f32x4_mul(sc, sc)));
+        a1 = f32x4_add(a1, f32x4_mul(f32x4_convert_i32x4(sum), sc));
+    }
+    let hsum = |v: v128| {
+        (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
+            + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
+    };
+    (
+        super::portable::norm_up(f64::from(hsum(a2)), q.len()),
+        hsum(a1),
+    )
+}
