@@ -6,6 +6,8 @@ const q = new URLSearchParams(location.search);
 const threads = Number(q.get('threads') ?? 1);
 const device = q.get('device') ?? 'auto';
 const worker = q.get('worker') !== '0';
+// kerze's wasm build: 'auto' (the relaxed-SIMD twin where the browser has it), 'simd128'.
+const simd = q.get('simd') ?? 'auto';
 // ?model=<catalog id> (default gemma-3-270m) or ?file=<name> (any file there), from ../models/.
 const modelId = q.get('model') ?? 'gemma-3-270m';
 const file = q.get('file') ?? catalog[modelId].file;
@@ -19,12 +21,12 @@ const BENCH_TEXT = 'The history of the city begins with a small settlement on th
 async function run() {
   if (q.get('warm') === '1') {
     // Only fill the cache, so that the measured page loads once, from the cache.
-    const first = await createEngine({ model, device, threads, worker });
+    const first = await createEngine({ model, device, threads, worker, simd });
     await first.dispose();
     return { warmed: true };
   }
   const t0 = performance.now();
-  const engine = await createEngine({ model, device, threads, worker });
+  const engine = await createEngine({ model, device, threads, worker, simd });
   const createMs = performance.now() - t0;
   if (engine.info.family === 'bert') {
     // An encoder: sentences/s as `kerze bench` measures them natively.
@@ -43,6 +45,7 @@ async function run() {
   const r = await engine.complete(ids, { maxTokens: 64, temperature: 0, stopTokens: [] });
   const result = {
     backend: engine.info.backend,
+    simd: engine.info.simd,
     threads: engine.info.threads,
     source: engine.info.source,
     prompt_tokens: r.usage.promptTokens,

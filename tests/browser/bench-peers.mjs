@@ -4,7 +4,8 @@
 //
 // Decoder: kerze and llama.cpp's wasm build (@wllama/wllama, a dev dependency) on the same
 // file (Gemma 3 270M Q4_K_M by default), the same 128-token prompt and 64 greedy tokens (end
-// of sequence ignored), timed the same way:
+// of sequence ignored), timed the same way. kerze runs twice: 'auto' (the relaxed-SIMD build
+// in Chromium) and its simd128 build (`relaxed_over_simd128` in the JSON):
 // - kerze: a first visit (download, hash, cache write, load: its peak memory), then the
 //   measured page, which loads from the Cache API (www/bench.html);
 // - wllama: the file fetched as a Blob and loaded (www/bench-wllama.html).
@@ -48,6 +49,9 @@ const ENC_ENGINES = ['kerze', 'transformers'];
 // On the int8 file kerze also runs its simd128 build (16-bit activations, exact) beside the
 // relaxed-SIMD one that 'auto' takes in Chromium (7-bit activations).
 const ENC_ENGINES_Q8 = [...ENC_ENGINES, 'kerze-simd128'];
+// The decoder's engines: kerze 'auto' (the relaxed-SIMD build in Chromium: the LM head's
+// 7-bit filter), kerze's simd128 build (every product on 16-bit activations), wllama.
+const DEC_ENGINES = ['kerze', 'kerze-simd128', 'wllama'];
 const median = (xs) => {
   const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   if (!v.length) return null;
@@ -74,7 +78,8 @@ async function runOnce(engine, threads, promptText) {
     let firstVisitPeak = null;
     let result;
     let t0;
-    if (engine === 'kerze') {
+    if (engine.startsWith('kerze')) {
+      const m = `&model=${encodeURIComponent(MODEL)}${engine === 'kerze-simd128' ? '&simd=simd128' : ''}`;
       await page.goto(`${origin}/www/bench.html?warm=1&threads=${threads}${m}`);
       await page.waitForFunction(() => window.benchResult, null, { timeout: 600000 });
       firstVisitPeak = rss.peak();
@@ -102,10 +107,11 @@ async function runOnce(engine, threads, promptText) {
       prefill_tok_s: result.prefill_tokens_per_s,
       decode_tok_s: result.decode_tokens_per_s,
       wall_s: wallMs / 1000,
-      ready_s: (engine === 'kerze' ? result.create_engine_ms : result.fetch_ms + result.blob_to_ready_ms) / 1000,
+      ready_s: (engine.startsWith('kerze') ? result.create_engine_ms : result.fetch_ms + result.blob_to_ready_ms) / 1000,
       rss_after_mib: Math.round(after),
       peak_rss_mib: Math.round(peak),
       ...(firstVisitPeak != null ? { first_visit_peak_rss_mib: Math.round(firstVisitPeak) } : {}),
+      ...(result.simd ? { simd: result.simd } : {}),
       prompt_tokens: result.prompt_tokens,
       gen_tokens: result.gen_tokens,
       prompt_text: result.prompt_text,
@@ -120,10 +126,10 @@ async function runOnce(engine, threads, promptText) {
 async function decoder(results) {
   let promptText = null;
   for (const threads of THREADS) {
-    const runs = { kerze: [], wllama: [] };
+    const runs = { kerze: [], 'kerze-simd128': [], wllama: [] };
     for (let i = 0; i < RUNS; i++) {
       // Alternate which engine goes first, so that neither always meets a warmer machine.
-      const order = i % 2 === 0 ? ['kerze', 'wllama'] : ['wllama', 'kerze'];
+      const order = i % 2 === 0 ? DEC_ENGINES : [...DEC_ENGINES].reverse();
       for (const engine of order) {
         const r = await runOnce(engine, threads, promptText);
         promptText ??= r.prompt_text;
@@ -136,11 +142,18 @@ async function decoder(results) {
     const keys = ['prefill_tok_s', 'decode_tok_s', 'wall_s', 'ready_s', 'rss_after_mib', 'peak_rss_mib', 'first_visit_peak_rss_mib'];
     const of = (xs) => Object.fromEntries(keys.map((k) => [k, med(xs, k)]).filter(([, v]) => v != null));
     const k = of(runs.kerze);
+    const k128 = of(runs['kerze-simd128']);
     const w = of(runs.wllama);
     const ratio = (a, b) => (a != null && b ? Math.round((a / b) * 100) / 100 : null);
     results[`${threads}_thread${threads > 1 ? 's' : ''}`] = {
       kerze: k,
+      kerze_simd128: k128,
       wllama: w,
+      // The relaxed-SIMD build (the LM head's 7-bit filter) against the simd128 build.
+      relaxed_over_simd128: {
+        prefill: ratio(k.prefill_tok_s, k128.prefill_tok_s),
+        decode: ratio(k.decode_tok_s, k128.decode_tok_s),
+      },
       // kerze / wllama: above 1 is better for speeds, below 1 for time and memory.
       ratio: {
         prefill: ratio(k.prefill_tok_s, w.prefill_tok_s),
