@@ -58,6 +58,89 @@ pub unsafe fn dot(
     }
 }
 
+/// See [`super::portable::dot_w4`]: each row's sum exactly as [`dot`] makes it for one
+/// activation row.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+pub unsafe fn dot_w4(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    super::portable::check_w4(w, ws, xq, xd, k, ld, t, g16);
+    // SAFETY: the lengths were checked; AVX2 is the caller's promise.
+    unsafe {
+        match (t, g16) {
+            (4, false) => rows_w4::<4, false>(w, ws, xq, xd, k, ld, out),
+            (4, true) => rows_w4::<4, true>(w, ws, xq, xd, k, ld, out),
+            (3, false) => rows_w4::<3, false>(w, ws, xq, xd, k, ld, out),
+            (3, true) => rows_w4::<3, true>(w, ws, xq, xd, k, ld, out),
+            (2, false) => rows_w4::<2, false>(w, ws, xq, xd, k, ld, out),
+            (2, true) => rows_w4::<2, true>(w, ws, xq, xd, k, ld, out),
+            (_, false) => rows_w4::<1, false>(w, ws, xq, xd, k, ld, out),
+            (_, true) => rows_w4::<1, true>(w, ws, xq, xd, k, ld, out),
+        }
+    }
+}
+
+/// [`dot_w4`] for `R` rows, the accumulators in registers.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn rows_w4<const R: usize, const G16: bool>(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    let nb = k / QK;
+    let wld = if G16 { ld / 16 } else { ld / QK };
+    let mut a = [_mm256_setzero_ps(); R];
+    let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
+    for b in 0..nb {
+        // SAFETY: b < nb and r < R ≤ t, within what `check_w4` checked; loads are unaligned.
+        unsafe {
+            let x0 = _mm256_loadu_si256(xp.add(b * QK).cast());
+            let x1 = _mm256_loadu_si256(xp.add(b * QK + 16).cast());
+            let x = *xd.get_unchecked(b);
+            for (r, ar) in a.iter_mut().enumerate() {
+                let p = wp.add(r * ld + b * QK);
+                let s0 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast())), x0);
+                let s1 =
+                    _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())), x1);
+                let wsr = wsp.add(r * wld);
+                if G16 {
+                    let p0 =
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(*wsr.add(2 * b) * x));
+                    let p1 = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(s1),
+                        _mm256_set1_ps(*wsr.add(2 * b + 1) * x),
+                    );
+                    *ar = _mm256_add_ps(*ar, _mm256_add_ps(p0, p1));
+                } else {
+                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(*wsr.add(b) * x)));
+                }
+            }
+        }
+    }
+    for (o, ar) in out.iter_mut().zip(&a) {
+        // SAFETY: AVX2 (this function's feature).
+        *o = unsafe { hsum(*ar) };
+    }
+}
+
 /// See [`super::portable::dot_u7`]: a block of 32 is one register, one `vpmaddubsw` and
 /// one `vpmaddwd` (against ones) where the 16-bit product needs two of each.
 ///

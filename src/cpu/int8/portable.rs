@@ -33,6 +33,56 @@ pub fn dot(
     }
 }
 
+/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group`
+/// apart), against one activation row on 16-bit values: each row's sum exactly as [`dot`]
+/// makes it. A decode step's products (one activation row) take rows from four distant
+/// places at once: four memory streams, which one core reads nearly twice as fast as one.
+#[allow(clippy::too_many_arguments, dead_code)]
+pub fn dot_w4(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    check_w4(w, ws, xq, xd, k, ld, t, g16);
+    let wld = if g16 { ld / 16 } else { ld / QK };
+    for r in 0..t {
+        let mut acc = [0f32; 4];
+        dot(&w[r * ld..], &ws[r * wld..], xq, xd, k, 1, &mut acc, g16);
+        out[r] = acc[0];
+    }
+}
+
+/// The bounds every [`dot_w4`] reads within (the SIMD versions' SAFETY rests on it).
+#[allow(clippy::too_many_arguments)]
+pub fn check_w4(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    g16: bool,
+) {
+    let group = if g16 { 16 } else { QK };
+    assert!(
+        (1..=4).contains(&t)
+            && k.is_multiple_of(QK)
+            && ld.is_multiple_of(QK)
+            && (t == 1 || ld >= k)
+            && w.len() >= (t - 1) * ld + k
+            && ws.len() >= ((t - 1) * ld + k) / group
+            && xq.len() >= k
+            && xd.len() >= k / QK
+    );
+}
+
 /// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group` apart),
 /// against one row of 7-bit codes `xq` (0..=127): `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`.
 /// The integer sums are exact; the LM head's filter turns the codes back into values and

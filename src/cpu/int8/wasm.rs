@@ -62,6 +62,90 @@ pub fn dot(
     }
 }
 
+/// See [`super::portable::dot_w4`]: each row's sum exactly as [`dot`] makes it for one
+/// activation row.
+#[allow(clippy::too_many_arguments)]
+pub fn dot_w4(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    super::portable::check_w4(w, ws, xq, xd, k, ld, t, g16);
+    // SAFETY: the lengths were checked.
+    unsafe {
+        match (t, g16) {
+            (4, false) => rows_w4::<4, false>(w, ws, xq, xd, k, ld, out),
+            (4, true) => rows_w4::<4, true>(w, ws, xq, xd, k, ld, out),
+            (3, false) => rows_w4::<3, false>(w, ws, xq, xd, k, ld, out),
+            (3, true) => rows_w4::<3, true>(w, ws, xq, xd, k, ld, out),
+            (2, false) => rows_w4::<2, false>(w, ws, xq, xd, k, ld, out),
+            (2, true) => rows_w4::<2, true>(w, ws, xq, xd, k, ld, out),
+            (_, false) => rows_w4::<1, false>(w, ws, xq, xd, k, ld, out),
+            (_, true) => rows_w4::<1, true>(w, ws, xq, xd, k, ld, out),
+        }
+    }
+}
+
+/// [`dot_w4`] for `R` rows, the accumulators in registers.
+#[inline(always)]
+unsafe fn rows_w4<const R: usize, const G16: bool>(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    let nb = k / QK;
+    let wld = if G16 { ld / 16 } else { ld / QK };
+    let mut a = [f32x4_splat(0.0); R];
+    let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
+    for b in 0..nb {
+        // SAFETY: b < nb and r < R ≤ t, within what `check_w4` checked; loads are unaligned.
+        unsafe {
+            let xb = xp.add(b * QK);
+            let (x0, x1) = (v128_load(xb.cast()), v128_load(xb.add(8).cast()));
+            let (x2, x3) = (v128_load(xb.add(16).cast()), v128_load(xb.add(24).cast()));
+            let x = *xd.get_unchecked(b);
+            for (r, ar) in a.iter_mut().enumerate() {
+                let p = wp.add(r * ld + b * QK);
+                let (w0, w1) = (v128_load(p.cast()), v128_load(p.add(16).cast()));
+                let s0 = i32x4_add(
+                    i32x4_dot_i16x8(i16x8_extend_low_i8x16(w0), x0),
+                    i32x4_dot_i16x8(i16x8_extend_high_i8x16(w0), x1),
+                );
+                let s1 = i32x4_add(
+                    i32x4_dot_i16x8(i16x8_extend_low_i8x16(w1), x2),
+                    i32x4_dot_i16x8(i16x8_extend_high_i8x16(w1), x3),
+                );
+                let wsr = wsp.add(r * wld);
+                if G16 {
+                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*wsr.add(2 * b) * x));
+                    let p1 = f32x4_mul(
+                        f32x4_convert_i32x4(s1),
+                        f32x4_splat(*wsr.add(2 * b + 1) * x),
+                    );
+                    *ar = f32x4_add(*ar, f32x4_add(p0, p1));
+                } else {
+                    let s = f32x4_convert_i32x4(i32x4_add(s0, s1));
+                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(*wsr.add(b) * x)));
+                }
+            }
+        }
+    }
+    for (o, ar) in out.iter_mut().zip(&a) {
+        *o = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
+            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+    }
+}
+
 /// See [`super::portable::dot_u7`]: one `i32x4.relaxed_dot_i8x16_i7x16_add_s` per 16
 /// products. The activations are the 7-bit operand, where the instruction is deterministic
 /// and exact.
