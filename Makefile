@@ -242,9 +242,22 @@ bench: bench-native bench-wasm bench-browser
 bench-serve: fetch
 	node tests/serve/bench.mjs
 
-bench-native: fetch
-	CANDLE_NUM_THREADS=1 $(KERZE) bench --model gemma-3-270m --prompt-tokens 128 --gen-tokens 64 --json
-	$(KERZE) bench --model gemma-3-270m --prompt-tokens 128 --gen-tokens 64 --json
+# kerze bench natively on 1 and 2 threads beside llama.cpp (llama-cpp-python, built once with
+# GGML_NATIVE=OFF into $(REFPY_VENV): ~8 minutes the first time) on the same prompt ids and
+# greedy tokens, alternating; prints medians and kerze / llama.cpp. KERZE_NATIVE_RUNS (3).
+bench-native: fetch $(REFPY_STAMP)
+	KERZE_REFPY=$(REFPY_VENV)/bin/python node tests/bench-native.mjs
+
+# llama.cpp for bench-native and bench-serve (the reference runner; never needed by make test).
+REFPY_VENV := $(KERZE_CACHE)/refpy/venv
+LLAMA_CPP_PY_VERSION := 0.3.36
+REFPY_STAMP := $(REFPY_VENV)/.llama-cpp-python-$(LLAMA_CPP_PY_VERSION)
+
+$(REFPY_STAMP):
+	python3 -m venv $(REFPY_VENV)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(REFPY_VENV)/bin/pip install -q --disable-pip-version-check \
+	  "llama-cpp-python[server]==$(LLAMA_CPP_PY_VERSION)"
+	@touch $@
 
 bench-wasm: setup fetch
 	KERZE_BENCH=1 tests/wasm_tests.sh --test wasm_bench -- --nocapture

@@ -228,6 +228,9 @@ struct BenchArgs {
     gen_tokens: usize,
     #[arg(long)]
     json: bool,
+    /// Print the prompt's ids (a JSON array) and stop: a peer runs the same ones.
+    #[arg(long)]
+    prompt_ids: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -807,6 +810,13 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
         return bench_embed(&mut engine, &info, load_s, a.json);
     }
     let ids = engine.tokenizer().bench_prompt(n_prompt)?;
+    if a.prompt_ids {
+        println!(
+            "{}",
+            serde_json::to_string(&ids).map_err(|e| Error::Backend(e.to_string()))?
+        );
+        return Ok(());
+    }
     let opts = GenerateOptions::greedy_tokens(n_gen);
     // The decode steps' share of the GPU counters: after the prompt, to the end.
     let mut g = pollster::block_on(engine.start(ids, &opts, &never))?;
