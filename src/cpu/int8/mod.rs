@@ -4,9 +4,9 @@
 //!
 //! Weights: every quantized type is unpacked exactly to int8 values with f32 scales and,
 //! where the type has minimums, offsets (`w = scale · q − offset`): Q4_0, Q4_1, Q5_0, Q5_1 and
-//! Q8_0 with one scale per 32 values, the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) with one
-//! per 16 — about 1.3 bytes per weight instead of 0.6 for a 4-bit K-quant (Gemma 3 270M: +25
-//! MB): the price of exact activations below.
+//! Q8_0 with one scale per 32 values, as Q4_K and Q5_K (their sub-blocks of 32), Q2_K, Q3_K
+//! and Q6_K with one per 16 — about 1.25 bytes per weight instead of 0.56 for Q4_K: the
+//! price of exact activations below.
 //!
 //! Activations are quantized to 16 bits per 32-value block (f32 scale), not to 8 bits as
 //! llama.cpp and candle do: the kernel multiplies in i16 lanes anyway (`i32x4.dot_i16x8_s`,
@@ -470,8 +470,8 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
         GgmlType::Q8_0 => u(32, 34, 32, false, unpack_q8_0),
         GgmlType::Q2_K => u(256, 84, 16, true, unpack_q2_k),
         GgmlType::Q3_K => u(256, 110, 16, false, unpack_q3_k),
-        GgmlType::Q4_K => u(256, 144, 16, true, unpack_q4_k),
-        GgmlType::Q5_K => u(256, 176, 16, true, unpack_q5_k),
+        GgmlType::Q4_K => u(256, 144, 32, true, unpack_q4_k),
+        GgmlType::Q5_K => u(256, 176, 32, true, unpack_q5_k),
         GgmlType::Q6_K => u(256, 210, 16, false, unpack_q6_k),
         _ => None,
     }
@@ -555,10 +555,8 @@ fn unpack_k4(blk: &[u8], qh: Option<&[u8]>, qs: &[u8], q: &mut [i8], s: &mut [f3
         for half in 0..2 {
             let sub = 2 * c + half;
             let (scv, mv) = scale_min_k4(sc, sub);
-            for g in 0..2 {
-                s[sub * 2 + g] = d * f32::from(scv);
-                o[sub * 2 + g] = dmin * f32::from(mv);
-            }
+            s[sub] = d * f32::from(scv);
+            o[sub] = dmin * f32::from(mv);
             for l in 0..32 {
                 let byte = qs[32 * c + l];
                 let low = if half == 0 { byte & 0xF } else { byte >> 4 };
