@@ -24,37 +24,59 @@ pub unsafe fn dot(
 ) {
     let nb = k / QK;
     assert!(
-        w.len() >= k
+        (1..=4).contains(&t)
+            && w.len() >= k
             && xq.len() >= t * k
             && xd.len() >= t * nb
             && ws.len() >= if g16 { 2 * nb } else { nb }
     );
-    let mut a = [_mm256_setzero_ps(); 4];
+    // SAFETY: the lengths were asserted; AVX2 is the caller's promise.
+    unsafe { by_rows!(rows_x, t, g16, (w, ws, xq, xd, k, acc)) }
+}
+
+/// [`dot`] for `R` activation rows, the accumulators in registers.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn rows_x<const R: usize, const G16: bool>(
+    w: &[i8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    acc: &mut [f32; 4],
+) {
+    let nb = k / QK;
+    let mut a = [_mm256_setzero_ps(); R];
+    let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
     for b in 0..nb {
-        // SAFETY: b < nb and the lengths were asserted above; the loads are unaligned.
+        // SAFETY: b < nb and r < R ≤ t, within what `dot` asserted; the loads are unaligned.
         unsafe {
-            let wp = w.as_ptr().add(b * QK);
-            let w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(wp.cast()));
-            let w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(wp.add(16).cast()));
-            for (r, ar) in a.iter_mut().enumerate().take(t) {
-                let xp = xq.as_ptr().add(r * k + b * QK);
-                let s0 = _mm256_madd_epi16(w0, _mm256_loadu_si256(xp.cast()));
-                let s1 = _mm256_madd_epi16(w1, _mm256_loadu_si256(xp.add(16).cast()));
-                let x = xd[r * nb + b];
-                if g16 {
-                    let p0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(ws[2 * b] * x));
-                    let p1 =
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(ws[2 * b + 1] * x));
+            let p = wp.add(b * QK);
+            let w0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast()));
+            let w1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast()));
+            for (r, ar) in a.iter_mut().enumerate() {
+                let xb = xp.add(r * k + b * QK);
+                let s0 = _mm256_madd_epi16(w0, _mm256_loadu_si256(xb.cast()));
+                let s1 = _mm256_madd_epi16(w1, _mm256_loadu_si256(xb.add(16).cast()));
+                let x = *xd.get_unchecked(r * nb + b);
+                if G16 {
+                    let p0 =
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(*wsp.add(2 * b) * x));
+                    let p1 = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(s1),
+                        _mm256_set1_ps(*wsp.add(2 * b + 1) * x),
+                    );
                     *ar = _mm256_add_ps(*ar, _mm256_add_ps(p0, p1));
                 } else {
                     let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
-                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(ws[b] * x)));
+                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(*wsp.add(b) * x)));
                 }
             }
         }
     }
-    for (r, ar) in a.iter().enumerate().take(t) {
-        acc[r] = hsum(*ar);
+    for (o, ar) in acc.iter_mut().zip(&a) {
+        // SAFETY: AVX2 (this function's feature).
+        *o = unsafe { hsum(*ar) };
     }
 }
 
@@ -78,18 +100,7 @@ pub unsafe fn dot_w4(
 ) {
     super::portable::check_w4(w, ws, xq, xd, k, ld, t, g16);
     // SAFETY: the lengths were checked; AVX2 is the caller's promise.
-    unsafe {
-        match (t, g16) {
-            (4, false) => rows_w4::<4, false>(w, ws, xq, xd, k, ld, out),
-            (4, true) => rows_w4::<4, true>(w, ws, xq, xd, k, ld, out),
-            (3, false) => rows_w4::<3, false>(w, ws, xq, xd, k, ld, out),
-            (3, true) => rows_w4::<3, true>(w, ws, xq, xd, k, ld, out),
-            (2, false) => rows_w4::<2, false>(w, ws, xq, xd, k, ld, out),
-            (2, true) => rows_w4::<2, true>(w, ws, xq, xd, k, ld, out),
-            (_, false) => rows_w4::<1, false>(w, ws, xq, xd, k, ld, out),
-            (_, true) => rows_w4::<1, true>(w, ws, xq, xd, k, ld, out),
-        }
-    }
+    unsafe { by_rows!(rows_w4, t, g16, (w, ws, xq, xd, k, ld, out)) }
 }
 
 /// [`dot_w4`] for `R` rows, the accumulators in registers.
@@ -160,18 +171,7 @@ pub unsafe fn dot_u7(
 ) {
     super::portable::check_u7(w, ws, xq, k, ld, t, g16);
     // SAFETY: the lengths were checked; AVX2 is the caller's promise.
-    unsafe {
-        match (t, g16) {
-            (4, false) => rows_u7::<4, false>(w, ws, xq, k, ld, out),
-            (4, true) => rows_u7::<4, true>(w, ws, xq, k, ld, out),
-            (3, false) => rows_u7::<3, false>(w, ws, xq, k, ld, out),
-            (3, true) => rows_u7::<3, true>(w, ws, xq, k, ld, out),
-            (2, false) => rows_u7::<2, false>(w, ws, xq, k, ld, out),
-            (2, true) => rows_u7::<2, true>(w, ws, xq, k, ld, out),
-            (_, false) => rows_u7::<1, false>(w, ws, xq, k, ld, out),
-            (_, true) => rows_u7::<1, true>(w, ws, xq, k, ld, out),
-        }
-    }
+    unsafe { by_rows!(rows_u7, t, g16, (w, ws, xq, k, ld, out)) }
 }
 
 /// [`dot_u7`] for `R` rows, the accumulators in registers.

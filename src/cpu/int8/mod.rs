@@ -15,6 +15,23 @@
 //! with 16 bits the whole forward pass matches it to 0.001. Overflow: |x| ≤ 32 767,
 //! |w| ≤ 128, so a 32-value block sums below 2^27 per lane.
 
+/// `$f::<R, G16>(args)` for a row count `t` (1..=4) and `g16` known only at run time: the
+/// SIMD kernels keep their accumulators in registers only for a constant row count.
+macro_rules! by_rows {
+    ($f:ident, $t:expr, $g16:expr, ($($arg:expr),* $(,)?)) => {
+        match ($t, $g16) {
+            (4, false) => $f::<4, false>($($arg),*),
+            (4, true) => $f::<4, true>($($arg),*),
+            (3, false) => $f::<3, false>($($arg),*),
+            (3, true) => $f::<3, true>($($arg),*),
+            (2, false) => $f::<2, false>($($arg),*),
+            (2, true) => $f::<2, true>($($arg),*),
+            (_, false) => $f::<1, false>($($arg),*),
+            (_, true) => $f::<1, true>($($arg),*),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod portable;
