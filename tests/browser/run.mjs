@@ -1463,7 +1463,7 @@ try {
         page.on('request', (r) => { if (r.url().endsWith('/v1/chat/completions')) posts.push(JSON.parse(r.postData() ?? 'null')); });
         await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'deviceMemory', { get: () => 0.25 }));
         await page.goto(`${A}/www/`);
-        // unsupported: this "device" reports 0.25 GB; Gemma's 353 MB do not fit.
+        // unsupported: this "device" reports 0.25 GB; Gemma's 347 MB do not fit.
         const r = await run(page, `
           const e = await k.createEngine({ model: { id: 'gemma-3-270m', url: arg.A + '/models/gemma-3-270m-q4_k_m.gguf' },
             fallback: fb({ when: ['unsupported'] }), onRoute: (x) => routes.push(x) });
