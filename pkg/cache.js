@@ -1,8 +1,10 @@
 // Model storage in the Cache API, behind { match, put, delete, list, clear }. Entries are
-// keyed by the file's sha256 (or its URL when no sha256 was given) and written only after the
-// whole file arrived and its sha256 was checked, so a partial or corrupt download is never
-// stored as complete. Where there is no Cache API (file:, some private modes) or it fails,
-// `openModelCache` returns null and the caller goes on without a cache.
+// keyed by the file's sha256 (or its URL when no sha256 was given) and committed only once
+// the whole file arrived and its sha256 was checked (a download streamed into the cache errors
+// its body when a check fails, and the Cache API then stores nothing), so a partial or
+// corrupt download is never stored as complete. Where there is no Cache API (file:, some
+// private modes) or it fails, `openModelCache` returns null and the caller goes on without a
+// cache.
 
 const CACHE_NAME = 'kerze-models-v1';
 // Keys only: the Cache API never fetches them, and `.invalid` can never resolve.
@@ -58,17 +60,20 @@ class ModelCache {
     return { meta, response };
   }
 
-  /** Store `bytes` (already verified) under `key`. Throws on quota errors. */
-  async put(key, bytes, meta) {
-    const full = { ...meta, key, bytes: bytes.byteLength, storedAt: new Date().toISOString() };
-    const response = new Response(bytes, {
-      headers: {
-        'content-type': 'application/octet-stream',
-        'content-length': String(bytes.byteLength),
-        'x-kerze-meta': encodeURIComponent(JSON.stringify(full)),
-      },
-    });
-    await this.cache.put(requestFor(key), response);
+  /**
+   * Store `body` under `key`: bytes or a Blob already verified, or a ReadableStream that
+   * errors when its check fails (then nothing is stored; `meta.bytes` gives its length where
+   * known). Throws on quota errors.
+   */
+  async put(key, body, meta) {
+    const bytes = body instanceof ReadableStream ? meta.bytes ?? null : body.byteLength ?? body.size;
+    const full = { ...meta, key, bytes, storedAt: new Date().toISOString() };
+    const headers = {
+      'content-type': 'application/octet-stream',
+      'x-kerze-meta': encodeURIComponent(JSON.stringify(full)),
+    };
+    if (bytes != null) headers['content-length'] = String(bytes);
+    await this.cache.put(requestFor(key), new Response(body, { headers }));
     return full;
   }
 

@@ -155,13 +155,13 @@ async function loadWasm(threads, warn, wasm, simd = 'auto', custom = false) {
       const build = relaxed ? 'relaxed' : 'simd128';
       globalThis[RAYON_SPAWN] = () => spawnThread(build);
       const glue = relaxed ? await import('./wasm/threads-relaxed/kerze.js') : await import('./wasm/threads/kerze.js');
-      await glue.default({
+      const exports = await glue.default({
         module_or_path: relaxed
           ? new URL('./wasm/threads-relaxed/kerze_bg.wasm', import.meta.url)
           : new URL('./wasm/threads/kerze_bg.wasm', import.meta.url),
       });
       await glue.initThreadPool(threads);
-      if (!relaxed || kernelsAgree(glue, warn)) return { glue, threads };
+      if (!relaxed || kernelsAgree(glue, warn)) return { glue, threads, memory: exports.memory };
       // Its pool holds the memory: the single-thread simd128 build takes over.
       return await loadWasm(0, warn, wasm, 'simd128', custom);
     } catch (e) {
@@ -171,15 +171,15 @@ async function loadWasm(threads, warn, wasm, simd = 'auto', custom = false) {
   if (relaxed && !custom) {
     try {
       const glue = await import('./wasm/relaxed/kerze.js');
-      await glue.default({ module_or_path: new URL('./wasm/relaxed/kerze_bg.wasm', import.meta.url) });
-      if (kernelsAgree(glue, warn)) return { glue, threads: 1 };
+      const exports = await glue.default({ module_or_path: new URL('./wasm/relaxed/kerze_bg.wasm', import.meta.url) });
+      if (kernelsAgree(glue, warn)) return { glue, threads: 1, memory: exports.memory };
     } catch (e) {
       warn(`the relaxed-SIMD build did not start (${e?.message ?? e}): running on simd128`);
     }
   }
   const glue = await import('./wasm/kerze.js');
-  await glue.default({ module_or_path: await wasm() });
-  return { glue, threads: 1 };
+  const exports = await glue.default({ module_or_path: await wasm() });
+  return { glue, threads: 1, memory: exports.memory };
 }
 
 /**
@@ -204,10 +204,25 @@ async function probeGpu(device) {
 }
 
 /**
- * Stream `spec.url` into one buffer, hashing as it arrives. Throws DownloadError (network,
- * HTTP status, wrong length), IntegrityError (sha256) or AbortError.
+ * Whether the origin's storage has room for a file of `bytes` (unknown: assume so). Where it
+ * has not, the download goes into memory, and the cache write that follows fails with a
+ * warning, as it would have anyway.
  */
-async function download(spec, glue, signal, onProgress) {
+async function roomFor(bytes) {
+  if (bytes == null || !globalThis.navigator?.storage?.estimate) return true;
+  try {
+    const { quota, usage } = await navigator.storage.estimate();
+    return quota == null || usage == null || quota - usage > bytes;
+  } catch {
+    return true;
+  }
+}
+
+/**
+ * Start downloading `spec.url`: the body as a {@link CheckedBody}. Throws DownloadError (network,
+ * HTTP status, a declared length that is not the model's) or AbortError.
+ */
+async function openDownload(spec, glue, signal, onProgress) {
   let res;
   try {
     res = await fetch(spec.url, { signal });
@@ -230,55 +245,147 @@ async function download(spec, glue, signal, onProgress) {
   if (expected != null && expected > MAX_MODEL_BYTES) {
     throw new KerzeError('DownloadError', `${spec.url} is ${expected} bytes: more than the 4 GiB a tab can load`);
   }
-  let buf = new Uint8Array(expected ?? 16 << 20);
+  return new CheckedBody(res, spec, expected, glue, signal, onProgress);
+}
+
+/**
+ * A download's body, chunk by chunk, hashed and counted as it arrives, with `download`
+ * progress. `read()` gives the next chunk, or null at the end once the length and the sha256
+ * were checked (then `sha256` is set). Throws DownloadError, IntegrityError or AbortError.
+ */
+class CheckedBody {
+  constructor(res, spec, expected, glue, signal, onProgress) {
+    this.spec = spec;
+    this.expected = expected;
+    this.signal = signal;
+    this.onProgress = onProgress;
+    this.reader = res.body.getReader();
+    this.hasher = new glue.Sha256();
+    this.n = 0;
+    this.reported = 0;
+    this.sha256 = null;
+  }
+
+  async read() {
+    const { spec, expected } = this;
+    let r;
+    try {
+      r = await this.reader.read();
+    } catch (e) {
+      if (this.signal?.aborted) throw abortError(this.signal);
+      throw new KerzeError('DownloadError', `the download of ${spec.url} broke off after ${this.n} bytes: ${e?.message ?? e}`);
+    }
+    if (r.done) {
+      this.#finish();
+      return null;
+    }
+    const chunk = r.value;
+    if (expected != null && this.n + chunk.length > expected) {
+      throw new KerzeError('DownloadError', `${spec.url} sent more than the ${expected} bytes expected`);
+    }
+    if (this.n + chunk.length > MAX_MODEL_BYTES) {
+      throw new KerzeError('DownloadError', `${spec.url} is more than the 4 GiB a tab can load`);
+    }
+    this.hasher.update(chunk);
+    this.n += chunk.length;
+    if (this.n - this.reported >= PROGRESS_STEP) {
+      this.reported = this.n;
+      this.onProgress({ phase: 'download', loaded: this.n, total: expected ?? 0 });
+    }
+    return chunk;
+  }
+
+  #finish() {
+    const { spec, expected, n } = this;
+    if (expected != null && n !== expected) {
+      throw new KerzeError('DownloadError', `${spec.url} is truncated: ${n} of ${expected} bytes arrived`);
+    }
+    this.onProgress({ phase: 'download', loaded: n, total: expected ?? n });
+    const sha256 = this.hasher.finishHex();
+    if (spec.sha256 && sha256 !== spec.sha256) {
+      throw new KerzeError('IntegrityError',
+        `${spec.url} has sha256 ${sha256}, expected ${spec.sha256}: the file is corrupt or not this model`);
+    }
+    this.sha256 = sha256;
+  }
+
+  /** Stop the download (if it still runs) and free the hasher. */
+  close() {
+    if (this.hasher) {
+      this.reader.cancel().catch(() => {});
+      this.hasher.free();
+      this.hasher = null;
+    }
+  }
+}
+
+/** Download `spec.url` into one buffer: { bytes, sha256 }. Throws as {@link CheckedBody}. */
+async function download(spec, glue, signal, onProgress) {
+  const body = await openDownload(spec, glue, signal, onProgress);
+  let buf = new Uint8Array(body.expected ?? 16 << 20);
   let n = 0;
-  let reported = 0;
-  const hasher = new glue.Sha256();
-  const reader = res.body.getReader();
   try {
-    for (;;) {
-      let r;
-      try {
-        r = await reader.read();
-      } catch (e) {
-        if (signal?.aborted) throw abortError(signal);
-        throw new KerzeError('DownloadError', `the download of ${spec.url} broke off after ${n} bytes: ${e?.message ?? e}`);
-      }
-      if (r.done) break;
-      const chunk = r.value;
+    for (let chunk; (chunk = await body.read()) !== null;) {
       if (n + chunk.length > buf.length) {
-        if (expected != null) {
-          throw new KerzeError('DownloadError', `${spec.url} sent more than the ${expected} bytes expected`);
-        }
-        if (n + chunk.length > MAX_MODEL_BYTES) {
-          throw new KerzeError('DownloadError', `${spec.url} is more than the 4 GiB a tab can load`);
-        }
+        // No declared length (read() stops at the expected one): grow.
         const bigger = new Uint8Array(Math.min(MAX_MODEL_BYTES, Math.max(buf.length * 2, n + chunk.length)));
         bigger.set(buf.subarray(0, n));
         buf = bigger;
       }
       buf.set(chunk, n);
-      hasher.update(chunk);
       n += chunk.length;
-      if (n - reported >= PROGRESS_STEP) {
-        reported = n;
-        onProgress({ phase: 'download', loaded: n, total: expected ?? 0 });
-      }
     }
   } finally {
-    reader.releaseLock();
+    body.close();
   }
-  if (expected != null && n !== expected) {
-    throw new KerzeError('DownloadError', `${spec.url} is truncated: ${n} of ${expected} bytes arrived`);
+  return { bytes: n === buf.length ? buf : buf.slice(0, n), sha256: body.sha256 };
+}
+
+/**
+ * Download `spec.url` straight into the model cache, through the checks: the file is never
+ * held whole in JS (a first visit then peaks as a cached load does, ~250 MB lower than
+ * through one buffer). A failed check errors the body, so the Cache API stores nothing.
+ * Returns { blob, sha256 } (the stored file, which the engine reads piece by piece), or
+ * { refused } when the cache did not take the write (quota…): then nothing is stored.
+ * Throws DownloadError, IntegrityError or AbortError.
+ */
+async function downloadToCache(spec, store, glue, signal, onProgress) {
+  const body = await openDownload(spec, glue, signal, onProgress);
+  let failure = null;
+  const stream = new ReadableStream({
+    async pull(controller) {
+      try {
+        const chunk = await body.read();
+        if (chunk === null) controller.close();
+        else controller.enqueue(chunk);
+      } catch (e) {
+        failure = e;
+        controller.error(e);
+      }
+    },
+    cancel() {
+      body.close();
+    },
+  });
+  const meta = { url: spec.url, sha256: spec.sha256 ?? null, name: spec.name };
+  try {
+    await store.put(spec.key, stream, { ...meta, bytes: body.expected });
+  } catch (e) {
+    if (failure) throw failure;
+    if (signal?.aborted) throw abortError(signal);
+    return { refused: e };
+  } finally {
+    body.close();
   }
-  onProgress({ phase: 'download', loaded: n, total: expected ?? n });
-  const sha256 = hasher.finishHex();
-  hasher.free();
-  if (spec.sha256 && sha256 !== spec.sha256) {
-    throw new KerzeError('IntegrityError',
-      `${spec.url} has sha256 ${sha256}, expected ${spec.sha256}: the file is corrupt or not this model`);
+  // Where the length or the sha256 were not known before the download, the entry says them now.
+  if (body.expected == null || !spec.sha256) {
+    const hit = await store.match(spec.key);
+    if (hit) await store.put(spec.key, await hit.response.blob(), { ...meta, sha256: body.sha256 });
   }
-  return { bytes: n === buf.length ? buf : buf.slice(0, n), sha256 };
+  const hit = await store.match(spec.key);
+  const blob = hit && await hit.response.blob();
+  if (!blob || blob.size !== body.n) return { refused: new Error('the stored model could not be read back') };
+  return { blob, sha256: body.sha256 };
 }
 
 /** Read a cached entry into one buffer with `cache` progress. */
@@ -368,6 +475,8 @@ export class Core {
     let bytes = null;
     let source = 'memory';
     let store = null;
+    // Downloaded straight into the cache: `bytes` is the stored Blob.
+    let streamed = false;
     if (spec.data) {
       bytes = spec.data instanceof Uint8Array ? spec.data : new Uint8Array(spec.data);
     } else {
@@ -404,6 +513,20 @@ export class Core {
           this.warn(`reading the model cache failed, downloading instead: ${e?.message ?? e}`);
         }
       }
+      if (!bytes && store && typeof FileReaderSync === 'function' && await roomFor(spec.bytes)) {
+        // In a worker the download goes through the checks into the cache, and the engine
+        // reads the stored file piece by piece, as on a later visit.
+        const got = await downloadToCache(spec, store, this.glue, signal, onProgress);
+        if (got.blob) {
+          bytes = got.blob;
+          spec.sha256 = got.sha256;
+          source = 'network';
+          streamed = true;
+        } else {
+          this.warn(`the model was not cached (${got.refused?.name === 'QuotaExceededError' ? 'storage quota' : got.refused?.message ?? got.refused}): downloading it again into memory; it will download again next time`);
+          store = null;
+        }
+      }
       if (!bytes) {
         const got = await download(spec, this.glue, signal, onProgress);
         bytes = got.bytes;
@@ -420,9 +543,15 @@ export class Core {
     const opts = JSON.stringify({ device: args.device ?? 'auto', nCtx: args.nCtx ?? null, noGpu: gpu ? null : noGpu, onnx });
     const progress = (loaded, total) => onProgress({ phase: 'load', loaded, total });
     progress(0, bytes.size ?? bytes.byteLength);
-    this.engine = await this.glue.Engine.loadAsync(bytes, opts, progress);
+    try {
+      this.engine = await this.glue.Engine.loadAsync(bytes, opts, progress);
+    } catch (e) {
+      // Stored on the way in, but not a model this engine runs: not kept.
+      if (streamed) await store.delete(spec.key).catch(() => {});
+      throw e;
+    }
     const readyMs = performance.now() - t1;
-    if (store && source === 'network') {
+    if (store && source === 'network' && !streamed) {
       try {
         await store.put(spec.key, bytes, { url: spec.url, sha256: spec.sha256, name: spec.name });
       } catch (e) {
@@ -431,7 +560,7 @@ export class Core {
       }
     }
     const engineInfo = JSON.parse(this.engine.info());
-    if (store && source === 'network' && engineInfo.backend === 'webgpu' && typeof FileReaderSync === 'function') {
+    if (store && source === 'network' && !streamed && engineInfo.backend === 'webgpu' && typeof FileReaderSync === 'function') {
       // On the GPU the engine keeps the model file to continue on the CPU if the device is
       // lost: keep the cached Blob (on disk) rather than the downloaded bytes.
       try {
@@ -453,6 +582,7 @@ export class Core {
       readyMs,
       ...(constraintsMs != null ? { constraintsMs } : {}),
       sha256: spec.sha256 ?? null,
+      memoryBytes: loaded.memory?.buffer.byteLength ?? null,
     };
     return this.info;
   }

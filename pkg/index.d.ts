@@ -213,6 +213,11 @@ export interface EngineInfo {
   constraintsMs?: number;
   sha256: string | null;
   /**
+   * Bytes of the engine's wasm memory once loaded (weights, tokenizer, reserved KV cache:
+   * pages reserved but never written are not resident). It grows and never shrinks.
+   */
+  memoryBytes: number | null;
+  /**
    * How the engine's worker started: 'script' (the package's worker.js, the one a bundler
    * emitted from it, or assetsUrl's), 'inline' (the package's self-contained copy, for bundles
    * that emit no file the package names: one thread), null (`worker: false`).

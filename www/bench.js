@@ -56,6 +56,7 @@ async function run() {
     cache_read_ms: engine.info.fetchMs,
     create_engine_ms: createMs,
     tokenizer_ms: engine.info.tokenizerMs,
+    wasm_memory_bytes: engine.info.memoryBytes,
     // The 128 prompt tokens as text: the peer page (bench-wllama.html) runs the same text.
     prompt_text: await engine.detokenize(ids, { skipSpecial: true }),
   };

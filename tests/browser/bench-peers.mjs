@@ -111,6 +111,8 @@ async function runOnce(engine, threads, promptText) {
       rss_after_mib: Math.round(after),
       peak_rss_mib: Math.round(peak),
       ...(firstVisitPeak != null ? { first_visit_peak_rss_mib: Math.round(firstVisitPeak) } : {}),
+      // kerze: its wasm memory once loaded (reserved; the untouched part is not resident).
+      ...(result.wasm_memory_bytes != null ? { wasm_memory_mib: Math.round(result.wasm_memory_bytes / 2 ** 20) } : {}),
       ...(result.simd ? { simd: result.simd } : {}),
       prompt_tokens: result.prompt_tokens,
       gen_tokens: result.gen_tokens,
@@ -139,7 +141,7 @@ async function decoder(results) {
       }
     }
     const med = (xs, k) => median(xs.map((x) => x[k]));
-    const keys = ['prefill_tok_s', 'decode_tok_s', 'wall_s', 'ready_s', 'rss_after_mib', 'peak_rss_mib', 'first_visit_peak_rss_mib'];
+    const keys = ['prefill_tok_s', 'decode_tok_s', 'wall_s', 'ready_s', 'rss_after_mib', 'peak_rss_mib', 'first_visit_peak_rss_mib', 'wasm_memory_mib'];
     const of = (xs) => Object.fromEntries(keys.map((k) => [k, med(xs, k)]).filter(([, v]) => v != null));
     const k = of(runs.kerze);
     const k128 = of(runs['kerze-simd128']);

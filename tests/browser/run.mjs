@@ -955,6 +955,53 @@ try {
     assertEq(r.list, [], 'nothing cached');
   });
 
+  await test('in the worker a download streams through its checks into the cache: by URL alone the entry records the sha256 and length it was checked with, the next load reads it from there; a file the engine cannot load is not kept', async () => {
+    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
+      await k.cache.clear();
+      const url = new URL('/models/${MODEL_FILE}', location.href).href;
+      const run = async (m) => {
+        const e = await k.createEngine({ model: m, threads: 1, responseCache: false });
+        const out = { source: e.info.source, sha256: e.info.sha256, memoryBytes: e.info.memoryBytes,
+          ids: (await e.complete('${CERTAIN[0]}', { maxTokens: 8, temperature: 0 })).ids };
+        await e.dispose();
+        return out;
+      };
+      const first = await run({ url });
+      const list = (await k.cache.list()).map((m) => [m.url === url, m.sha256, m.bytes]);
+      const second = await run({ url });
+      let bad = null;
+      try { await k.createEngine({ model: { url: new URL('/pkg/index.js', location.href).href } }); } catch (e) { bad = e.name; }
+      return { first, second, list, bad, after: (await k.cache.list()).length };`));
+    assertEq([r.first.source, r.first.sha256], ['network', SHA], 'first load');
+    assertEq(r.list, [[true, SHA, ENTRY.bytes]], 'the entry');
+    assertEq(r.second.source, 'cache', 'second load');
+    assertEq(r.first.ids, cli(CERTAIN[0], 8).ids, 'greedy ids from the streamed download');
+    assertEq(r.second.ids, r.first.ids, 'greedy ids from the cache');
+    // Weights (~300 MB as the engine keeps them) and the KV cache's reserve: nothing twice.
+    assert(r.first.memoryBytes > 300e6 && r.first.memoryBytes < 480e6, `wasm memory ${r.first.memoryBytes}`);
+    assertEq([r.bad, r.after], ['GgufError', 1], 'a stored file that does not load is dropped');
+  });
+
+  await test('a storage quota smaller than the model: in the worker too a warning, the model loads, nothing cached', async () => {
+    const r = await withPage(`${A}/www/`, async (page) => {
+      const cdp = await page.context().newCDPSession(page);
+      await cdp.send('Storage.overrideQuotaForOrigin', { origin: A, quotaSize: 64 * 2 ** 20 });
+      try {
+        return await inPage(page, `
+        await k.cache.clear();
+        const warnings = [];
+        const e = await k.createEngine({ model, threads: 1, onWarning: (m) => warnings.push(m) });
+        const n = (await e.complete('Hi', { maxTokens: 2, temperature: 0, stopTokens: [] })).usage.completionTokens;
+        await e.dispose();
+        return { warnings, n, source: e.info.source, list: await k.cache.list() };`);
+      } finally {
+        await cdp.send('Storage.overrideQuotaForOrigin', { origin: A });
+      }
+    });
+    assert(r.warnings.some((w) => /storage quota/.test(w)), `warnings ${r.warnings}`);
+    assertEq([r.n, r.source, r.list], [2, 'network', []], 'loaded from the network, nothing cached');
+  });
+
   await test('threads build (both twins) is picked on a cross-origin-isolated page and gives the same ids', async () => {
     const r = await withPage(`${A}/www/`, (page) => inPage(page, `
       const out = [];
