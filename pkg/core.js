@@ -160,7 +160,8 @@ async function loadWasm(threads, warn, wasm, simd = 'auto', custom = false) {
           ? new URL('./wasm/threads-relaxed/kerze_bg.wasm', import.meta.url)
           : new URL('./wasm/threads/kerze_bg.wasm', import.meta.url),
       });
-      await glue.initThreadPool(threads);
+      // The calling thread computes too (src/cpu/team.rs): `threads` in all.
+      await glue.initThreadPool(threads - 1);
       if (!relaxed || kernelsAgree(glue, warn)) return { glue, threads, memory: exports.memory };
       // Its pool holds the memory: the single-thread simd128 build takes over.
       return await loadWasm(0, warn, wasm, 'simd128', custom);

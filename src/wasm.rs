@@ -564,6 +564,7 @@ fn no_generation() -> Error {
     Error::InvalidArgument("no generation in progress: call begin first".into())
 }
 
-/// The threads build: start `n` workers for the row-parallel kernels (wasm-bindgen-rayon).
+/// The threads build: start `n` workers for the row-parallel kernels (wasm-bindgen-rayon),
+/// each hosting one helper of the team (`cpu/team.rs`) beside the calling thread.
 #[cfg(feature = "threads")]
 pub use wasm_bindgen_rayon::init_thread_pool;

@@ -10,6 +10,12 @@ pub mod dense;
 pub mod int8;
 mod ops;
 mod pool;
+// Used by the wasm threads build's pool; compiled (and tested) everywhere.
+#[cfg_attr(
+    not(all(target_arch = "wasm32", feature = "threads")),
+    allow(dead_code)
+)]
+mod team;
 
 use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope, Then};
 use crate::error::{Error, Result};

@@ -1,6 +1,7 @@
 //! Work split over the CPU backend's threads, one seam for every kernel: natively candle's
 //! persistent barrier pool (`CANDLE_NUM_THREADS`, else the physical cores); in the wasm
-//! threads build the wasm-bindgen-rayon pool; in the single-thread wasm build inline.
+//! threads build our own team ([`super::team`]) on the wasm-bindgen-rayon pool's workers; in
+//! the single-thread wasm build inline.
 
 use std::cell::Cell;
 use std::ops::Range;
@@ -11,13 +12,7 @@ thread_local! {
 }
 
 /// Below this many multiply-adds a product runs on the calling thread.
-#[cfg(not(all(target_arch = "wasm32", feature = "threads")))]
 pub const PARALLEL_MIN_MACS: usize = 1 << 18;
-/// In the threads build waking the wasm pool costs more (Atomics.wait/notify across workers):
-/// a decode step's layer products (~0.3–1.3 M multiply-adds each, ~130 of them) run on the
-/// calling thread, the LM head and prefill's products on the pool.
-#[cfg(all(target_arch = "wasm32", feature = "threads"))]
-pub const PARALLEL_MIN_MACS: usize = 1 << 22;
 
 /// Runs `f` on disjoint ranges that together cover `0..n_items`, on the pool when `work`
 /// (multiply-adds or a like count; saturate it: usize is 32 bits in wasm) reaches [`PARALLEL_MIN_MACS`], else inline as `f(0..n)`.
@@ -37,14 +32,20 @@ pub fn for_chunks<F: Fn(Range<usize>) + Sync>(n_items: usize, work: usize, f: F)
         IN_ITEM.with(|c| c.set(outer));
     };
     #[cfg(all(target_arch = "wasm32", feature = "threads"))]
-    {
-        use rayon::prelude::*;
-        (0..n_items).into_par_iter().for_each(|i| f(i..i + 1));
-    }
+    team().run(n_items, &f);
     #[cfg(not(target_arch = "wasm32"))]
     candle_core::utils::barrier_pool().execute_chunked(n_items, f);
     #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
     f(0..n_items);
+}
+
+/// The threads build's team: one helper on each worker of the wasm-bindgen-rayon pool
+/// (`initThreadPool(threads − 1)`: the calling thread is the last one), started at the first
+/// parallel product. Rayon only hosts it: nothing else runs on that pool.
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+fn team() -> &'static super::team::Team {
+    static TEAM: std::sync::OnceLock<&'static super::team::Team> = std::sync::OnceLock::new();
+    TEAM.get_or_init(|| super::team::Team::start(rayon::current_num_threads(), |f| rayon::spawn(f)))
 }
 
 /// Row passes (LayerNorm, the int8 kernel's quantization) split into at most this many items.

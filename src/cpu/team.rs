@@ -1,0 +1,234 @@
+//! A persistent team of helper threads for the wasm threads build: [`super::pool`] hands it
+//! each parallel product. A decode step makes ~130 of them, each 0.1–0.3 ms on one thread,
+//! so what one costs to start and to finish decides whether two threads beat one.
+//!
+//! - The calling thread works too: it takes ranges like every helper, and with no helper
+//!   awake it does the whole job itself instead of waiting for one to wake.
+//! - A job is one store (its generation) that the helpers watch. A helper spins on it for a
+//!   bounded while (~0.1 ms: a decode step's products follow each other closer than that)
+//!   and then parks, so an idle team costs no CPU that the page's own thread could use.
+//! - A job is split once, into a few contiguous ranges (two per thread), not into one task
+//!   per item: each range keeps the kernels' four weight streams long.
+//!
+//! The protocol, on one word (`state`: generation, a closed bit, the helpers inside):
+//! the caller publishes the job, then its generation; a helper joins by a compare-exchange
+//! that fails once the job is closed or replaced; the caller closes the job when no range is
+//! left and waits until every helper that joined has left. So the job, on the caller's
+//! stack, is never touched after the caller returns.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize};
+use std::sync::OnceLock;
+use std::thread::{self, Thread};
+
+/// `state`: helpers inside the current job (low bits), its closed bit, its generation.
+const INSIDE: u32 = 0xff;
+const CLOSED: u32 = 0x100;
+const GEN_SHIFT: u32 = 9;
+/// Polls of `state` before a waiting thread parks (~0.05–0.2 ms).
+const SPINS: u32 = 1 << 15;
+
+/// Ranges per thread in a job: contiguous work, with room for a late helper.
+const RANGES_PER_THREAD: usize = 2;
+
+struct Job<'a> {
+    f: &'a (dyn Fn(Range<usize>) + Sync),
+    n_items: usize,
+    n_ranges: usize,
+    next: AtomicUsize,
+    caller: Thread,
+}
+
+impl Job<'_> {
+    /// Claim and run ranges until none is left.
+    fn work(&self) {
+        loop {
+            let k = self.next.fetch_add(1, Relaxed);
+            if k >= self.n_ranges {
+                return;
+            }
+            (self.f)(k * self.n_items / self.n_ranges..(k + 1) * self.n_items / self.n_ranges);
+        }
+    }
+}
+
+pub struct Team {
+    state: AtomicU32,
+    /// The current job: set before its generation is published, read only by a helper that
+    /// joined it.
+    job: AtomicPtr<Job<'static>>,
+    /// A job runs now: a second caller (none today) runs its own inline.
+    busy: AtomicBool,
+    helpers: Box<[Helper]>,
+}
+
+#[derive(Default)]
+struct Helper {
+    thread: OnceLock<Thread>,
+    parked: AtomicBool,
+}
+
+impl Team {
+    /// A team of `n` helpers, each started by `spawn` (they run for the program's life).
+    pub fn start(n: usize, spawn: impl Fn(Box<dyn FnOnce() + Send>)) -> &'static Team {
+        assert!(n < INSIDE as usize, "at most {INSIDE} helpers");
+        let team: &'static Team = Box::leak(Box::new(Team {
+            state: AtomicU32::new(0),
+            job: AtomicPtr::new(std::ptr::null_mut()),
+            busy: AtomicBool::new(false),
+            helpers: (0..n).map(|_| Helper::default()).collect(),
+        }));
+        for i in 0..n {
+            spawn(Box::new(move || team.help(i)));
+        }
+        team
+    }
+
+    pub fn helpers(&self) -> usize {
+        self.helpers.len()
+    }
+
+    /// Runs `f` on ranges that together cover `0..n_items`, on this thread and the helpers;
+    /// returns when all are done.
+    pub fn run(&self, n_items: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
+        if self.busy.swap(true, Acquire) {
+            f(0..n_items);
+            return;
+        }
+        let job = Job {
+            f,
+            n_items,
+            n_ranges: n_items.min(RANGES_PER_THREAD * (self.helpers.len() + 1)),
+            next: AtomicUsize::new(0),
+            caller: thread::current(),
+        };
+        // SAFETY (of the helpers' use of this pointer): a helper dereferences it only after
+        // joining this job's generation, and this function returns only after the job is
+        // closed and every helper that joined has left it.
+        self.job
+            .store((&job as *const Job<'_>).cast_mut().cast(), Release);
+        let generation = (self.state.load(Relaxed) >> GEN_SHIFT).wrapping_add(1);
+        self.state.store(generation << GEN_SHIFT, SeqCst);
+        for h in self.helpers.iter() {
+            // SeqCst with the helper's own pair (`parked`, then `state`): either it sees the
+            // new generation or this sees it parked.
+            if h.parked.load(SeqCst) {
+                if let Some(t) = h.thread.get() {
+                    t.unpark();
+                }
+            }
+        }
+        job.work();
+        if self.state.fetch_or(CLOSED, AcqRel) & INSIDE != 0 {
+            let mut spins = 0;
+            while self.state.load(Acquire) & INSIDE != 0 {
+                spins += 1;
+                if spins < SPINS {
+                    std::hint::spin_loop();
+                } else {
+                    // The last helper out unparks this thread.
+                    thread::park();
+                }
+            }
+        }
+        self.busy.store(false, Release);
+    }
+
+    /// Helper `i`'s loop: wait for a job, join it, take ranges, leave.
+    fn help(&self, i: usize) {
+        let me = &self.helpers[i];
+        let _ = me.thread.set(thread::current());
+        let mut seen = self.state.load(Acquire) >> GEN_SHIFT;
+        loop {
+            let mut spins = 0;
+            let mut s = loop {
+                let s = self.state.load(Acquire);
+                if s >> GEN_SHIFT != seen {
+                    break s;
+                }
+                spins += 1;
+                if spins < SPINS {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                me.parked.store(true, SeqCst);
+                if self.state.load(SeqCst) >> GEN_SHIFT == seen {
+                    thread::park();
+                }
+                me.parked.store(false, Relaxed);
+                spins = 0;
+            };
+            seen = s >> GEN_SHIFT;
+            let joined = loop {
+                if s >> GEN_SHIFT != seen || s & CLOSED != 0 {
+                    break false;
+                }
+                match self.state.compare_exchange_weak(s, s + 1, AcqRel, Acquire) {
+                    Ok(_) => break true,
+                    Err(now) => s = now,
+                }
+            };
+            if !joined {
+                continue;
+            }
+            // SAFETY: joined, so the caller of `run` is still inside it (see there).
+            let job = unsafe { &*self.job.load(Acquire) };
+            job.work();
+            let caller = job.caller.clone();
+            let before = self.state.fetch_sub(1, AcqRel);
+            if before & INSIDE == 1 && before & CLOSED != 0 {
+                caller.unpark();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_item_runs_exactly_once_whatever_the_timing() {
+        let team = Team::start(3, |f| {
+            thread::spawn(f);
+        });
+        assert_eq!(team.helpers(), 3);
+        let counts: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+        let caller = thread::current().id();
+        let on_helpers = AtomicUsize::new(0);
+        let mut expected = vec![0usize; counts.len()];
+        for round in 0..4000usize {
+            let n = 1 + (round * 7919) % counts.len();
+            // Some rounds slow, so that helpers park and are woken between them.
+            let pause = round % 500 == 0;
+            if pause {
+                thread::sleep(std::time::Duration::from_millis(2));
+            }
+            team.run(n, &|r: Range<usize>| {
+                if thread::current().id() != caller {
+                    on_helpers.fetch_add(1, Relaxed);
+                }
+                for i in r {
+                    counts[i].fetch_add(1, Relaxed);
+                }
+            });
+            for e in &mut expected[..n] {
+                *e += 1;
+            }
+        }
+        let got: Vec<usize> = counts.iter().map(|c| c.load(Relaxed)).collect();
+        assert_eq!(got, expected);
+        assert!(on_helpers.load(Relaxed) > 0, "the helpers took no range");
+    }
+
+    #[test]
+    fn a_team_without_helpers_runs_on_the_caller() {
+        let team = Team::start(0, |_| unreachable!());
+        let sum = AtomicUsize::new(0);
+        team.run(10, &|r: Range<usize>| {
+            sum.fetch_add(r.sum::<usize>(), Relaxed);
+        });
+        assert_eq!(sum.load(Relaxed), 45);
+    }
+}
