@@ -103,19 +103,19 @@ $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.js
 # activations, cpu/dense/mod.rs) in its own target dir: $(1) the output dir, $(2) RUSTFLAGS
 # ("" keeps .cargo/config.toml's), $(3) the target dir, $(4) wasm-opt's extra flags.
 define single_build
-	$(if $(2),RUSTFLAGS="$(2)") cargo build --release --target wasm32-unknown-unknown --lib --features gpu --target-dir $(3)
+	$(if $(2),RUSTFLAGS="$(2)") cargo build --profile wasm-release --target wasm32-unknown-unknown --lib --features gpu --target-dir $(3)
 	rm -f $(1)/kerze.js $(1)/kerze_bg.wasm $(1)/*.d.ts
-	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/release/kerze.wasm
+	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/wasm-release/kerze.wasm
 	$(WASM_OPT) $(4) $(1)/kerze_bg.wasm -o $(1)/kerze_bg.wasm
 endef
 
 # The threads + SIMD build (cross-origin-isolated pages, CPU only) and its relaxed-SIMD
 # twin, each in its own target dir; arguments as above.
 define threads_build
-	RUSTFLAGS="$(2)" cargo +nightly build --release --target wasm32-unknown-unknown \
+	RUSTFLAGS="$(2)" cargo +nightly build --profile wasm-release --target wasm32-unknown-unknown \
 	  --lib --features threads -Z build-std=panic_abort,std --target-dir $(3)
 	rm -rf $(1)
-	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/release/kerze.wasm
+	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/wasm-release/kerze.wasm
 	# Our thread start in place of the crate's helper snippet (why: pkg/rayon-start.js).
 	test -f $(1)/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
 	cp pkg/rayon-start.js $(1)/snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js
