@@ -85,10 +85,6 @@ impl Team {
         team
     }
 
-    pub fn helpers(&self) -> usize {
-        self.helpers.len()
-    }
-
     /// Runs `f` on ranges that together cover `0..n_items`, on this thread and the helpers;
     /// returns when all are done.
     pub fn run(&self, n_items: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
@@ -193,7 +189,6 @@ mod tests {
         let team = Team::start(3, |f| {
             thread::spawn(f);
         });
-        assert_eq!(team.helpers(), 3);
         let counts: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
         let caller = thread::current().id();
         let on_helpers = AtomicUsize::new(0);
