@@ -12,7 +12,12 @@ thread_local! {
 }
 
 /// Below this many multiply-adds a product runs on the calling thread.
+#[cfg(not(all(target_arch = "wasm32", feature = "threads")))]
 pub const PARALLEL_MIN_MACS: usize = 1 << 18;
+/// The threads build's team starts a job for a few microseconds (src/cpu/team.rs), so a
+/// decode step's smallest products (Gemma 3's K and V, 640 × 256) go to it too.
+#[cfg(all(target_arch = "wasm32", feature = "threads"))]
+pub const PARALLEL_MIN_MACS: usize = 1 << 16;
 
 /// Runs `f` on disjoint ranges that together cover `0..n_items`, on the pool when `work`
 /// (multiply-adds or a like count; saturate it: usize is 32 bits in wasm) reaches [`PARALLEL_MIN_MACS`], else inline as `f(0..n)`.
