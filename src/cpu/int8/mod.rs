@@ -43,6 +43,9 @@ use crate::backend::is_allowed;
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType};
 use half::f16;
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Mutex;
 
 /// Activation block (one f32 scale per 32 values).
 const QK: usize = 32;
@@ -339,59 +342,85 @@ impl QMatrix {
         let per_norm = (e2.sqrt() + round * ((n as f64).sqrt() * 127.0 * x7.scale + n16.sqrt()))
             * (1.0 + 2f64.powi(-20));
         let stats = &self.stats;
-        let codes = self.products_u7(&x7.q);
         let ok = |i: usize| allowed.is_none_or(|a| is_allowed(a, i));
-        // Each row's estimate and bound: (estimate, bound) in f64.
-        let est = |i: usize| {
+        // Row i's estimate and bound, in f64, from its 7-bit product.
+        let est = |i: usize, code: f32| {
             let (norm, sum) = stats[i];
-            let v = x7.scale * (f64::from(codes[i]) - x7.zero * f64::from(sum));
+            let v = x7.scale * (f64::from(code) - x7.zero * f64::from(sum));
             (v, f64::from(norm) * per_norm)
         };
-        // The k-th largest lower bound among the allowed rows (−∞ when there are ≤ k).
-        let mut lower = Vec::with_capacity(if k == 1 { 0 } else { self.rows });
-        let mut best = f64::NEG_INFINITY;
-        for i in 0..self.rows {
-            let (v, b) = est(i);
-            if !v.is_finite() || !b.is_finite() {
-                return None;
-            }
-            if ok(i) {
-                if k == 1 {
-                    best = best.max(v - b);
-                } else {
-                    lower.push(v - b);
+        // Over the pool, with each work item's rows: their products, then their k largest
+        // lower bounds among the allowed rows (the k-th largest of all is the k-th largest of
+        // the items' k largest) and how many rows are allowed.
+        let bounds = Mutex::new((Vec::new(), 0usize));
+        let finite = AtomicBool::new(true);
+        let codes = self.products_u7(&x7.q, |rows, codes| {
+            let (mut lower, mut n_ok, mut best) = (Vec::new(), 0, f64::NEG_INFINITY);
+            for (i, &c) in rows.zip(codes) {
+                let (v, b) = est(i, c);
+                if !v.is_finite() || !b.is_finite() {
+                    finite.store(false, Relaxed);
+                    return;
+                }
+                if ok(i) {
+                    n_ok += 1;
+                    if k == 1 {
+                        best = best.max(v - b);
+                    } else {
+                        lower.push(v - b);
+                    }
                 }
             }
+            if k == 1 {
+                lower.push(best);
+            } else if lower.len() > k {
+                lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                lower.truncate(k);
+            }
+            let mut all = bounds.lock().unwrap_or_else(|e| e.into_inner());
+            all.0.extend(lower);
+            all.1 += n_ok;
+        });
+        if !finite.load(Relaxed) {
+            return None;
         }
+        let (mut lower, n_ok) = bounds.into_inner().unwrap_or_else(|e| e.into_inner());
         let threshold = if k == 1 {
-            best
-        } else if lower.len() <= k {
+            lower.into_iter().fold(f64::NEG_INFINITY, f64::max)
+        } else if n_ok <= k {
             f64::NEG_INFINITY
         } else {
             *lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1
         };
-        drop(lower);
-        // The exact products of the rows that may be among the k largest.
+        // The exact products of the rows that may be among the k largest, over the pool.
         let ng = n / self.group;
-        let mut cands: Vec<(u32, f32)> = Vec::new();
-        for i in 0..self.rows {
-            let (v, b) = est(i);
-            if ok(i) && v + b >= threshold {
-                let mut acc = [0f32; 4];
-                let (w, ws) = (
-                    &self.qs[i * n..(i + 1) * n],
-                    &self.scales[i * ng..(i + 1) * ng],
-                );
-                dot(w, ws, &act.q, &act.d, n, 1, &mut acc, self.group != QK);
-                cands.push((i as u32, acc[0]));
+        let cands = Mutex::new(Vec::new());
+        let n_chunks = self.rows.div_ceil(ROW_CHUNK);
+        pool::for_chunks(n_chunks, self.rows.saturating_mul(8), |chunks| {
+            let mut mine = Vec::new();
+            let rows = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
+            for (i, &c) in rows.clone().zip(&codes[rows]) {
+                let (v, b) = est(i, c);
+                if ok(i) && v + b >= threshold {
+                    let mut acc = [0f32; 4];
+                    let (w, ws) = (
+                        &self.qs[i * n..(i + 1) * n],
+                        &self.scales[i * ng..(i + 1) * ng],
+                    );
+                    dot(w, ws, &act.q, &act.d, n, 1, &mut acc, self.group != QK);
+                    mine.push((i as u32, acc[0]));
+                }
             }
-        }
+            cands.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
+        });
+        let cands = cands.into_inner().unwrap_or_else(|e| e.into_inner());
         Some(crate::sampler::top_k_of(cands, k))
     }
 
     /// `Σ_g scale_g · Σ q·code` of every row against one row of 7-bit codes, over the pool
-    /// (four memory streams per work item: [`for_row_tiles`]).
-    fn products_u7(&self, xq: &[u8]) -> Vec<f32> {
+    /// (four memory streams per work item: [`for_row_tiles`]); `then` sees each work item's
+    /// rows and their sums while they are in cache.
+    fn products_u7(&self, xq: &[u8], then: impl Fn(Range<usize>, &[f32]) + Sync) -> Vec<f32> {
         let (n, group) = (self.cols, self.group);
         let mut y = vec![0f32; self.rows];
         let out = SharedOut::new(&mut y);
@@ -401,10 +430,11 @@ impl QMatrix {
             // SAFETY: the chunk ranges are disjoint, so these ranges of `y` are disjoint and
             // in bounds, and `y` outlives `for_chunks`, which returns only when all are done.
             let part = unsafe { out.part(r.start, r.len()) };
-            for_row_tiles(r, part, |j, apart, t, acc| {
+            for_row_tiles(r.clone(), part, |j, apart, t, acc| {
                 let (w, ws) = (&self.qs[j * n..], &self.scales[j * n / group..]);
                 dot_u7(w, ws, xq, n, apart * n, t, acc, group != QK);
             });
+            then(r, part);
         });
         y
     }
