@@ -115,7 +115,8 @@ async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', 
       assert(!r.error, `the app failed: ${JSON.stringify(r.error)}\n${rec.logs.join('\n')}`);
       assertEq(r.ids, WANT, 'greedy ids equal the CLI\'s');
       assertEq(r.info.worker, worker, 'how the worker was started (info.worker)');
-      const want = worker === null ? 0 : 1 + (threads > 1 ? threads : 0);
+      // The engine's worker, and with threads the team's other threads (the worker computes too).
+      const want = worker === null ? 0 : 1 + (threads > 1 ? threads - 1 : 0);
       assert(rec.workers.length >= want, `workers started: ${JSON.stringify(rec.workers)}`);
       if (dist && worker === 'script') {
         const copies = inlineCopies(dist);
