@@ -22,15 +22,8 @@ pub unsafe fn dot(
     acc: &mut [f32; 4],
     g16: bool,
 ) {
-    let nb = k / QK;
-    assert!(
-        (1..=4).contains(&t)
-            && w.len() >= k
-            && xq.len() >= t * k
-            && xd.len() >= t * nb
-            && ws.len() >= if g16 { 2 * nb } else { nb }
-    );
-    // SAFETY: the lengths were asserted; AVX2 is the caller's promise.
+    super::portable::check_dot(w, ws, xq, xd, k, t, g16);
+    // SAFETY: the lengths were checked; AVX2 is the caller's promise.
     unsafe { by_rows!(rows_x, t, g16, (w, ws, xq, xd, k, acc)) }
 }
 

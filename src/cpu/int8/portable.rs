@@ -58,6 +58,18 @@ pub fn dot_w4(
     }
 }
 
+/// The bounds every [`dot`] reads within (the SIMD versions' SAFETY rests on it).
+pub fn check_dot(w: &[i8], ws: &[f32], xq: &[i16], xd: &[f32], k: usize, t: usize, g16: bool) {
+    let nb = k / QK;
+    assert!(
+        (1..=4).contains(&t)
+            && w.len() >= k
+            && xq.len() >= t * k
+            && xd.len() >= t * nb
+            && ws.len() >= if g16 { 2 * nb } else { nb }
+    );
+}
+
 /// The bounds every [`dot_w4`] reads within (the SIMD versions' SAFETY rests on it).
 #[allow(clippy::too_many_arguments)]
 pub fn check_w4(
