@@ -204,6 +204,11 @@ async function probeGpu(device) {
   }
 }
 
+/** Why a cache write failed, for a warning: 'storage quota' or the error's message. */
+function whyNotStored(e) {
+  return e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e;
+}
+
 /**
  * Whether the origin's storage has room for a file of `bytes` (unknown: assume so). Where it
  * has not, the download goes into memory, and the cache write that follows fails with a
@@ -524,7 +529,7 @@ export class Core {
           source = 'network';
           streamed = true;
         } else {
-          this.warn(`the model was not cached (${got.refused?.name === 'QuotaExceededError' ? 'storage quota' : got.refused?.message ?? got.refused}): downloading it again into memory; it will download again next time`);
+          this.warn(`the model was not cached (${whyNotStored(got.refused)}): downloading it again into memory; it will download again next time`);
           store = null;
         }
       }
@@ -557,7 +562,7 @@ export class Core {
         await store.put(spec.key, bytes, { url: spec.url, sha256: spec.sha256, name: spec.name });
       } catch (e) {
         await store.delete(spec.key).catch(() => {});
-        this.warn(`the model was not cached (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it will download again next time`);
+        this.warn(`the model was not cached (${whyNotStored(e)}): it will download again next time`);
       }
     }
     const engineInfo = JSON.parse(this.engine.info());
@@ -703,7 +708,7 @@ export class Core {
         const store = await this.#prefixStore();
         await store?.put(scope, ids, bytes);
       } catch (e) {
-        this.warn(`the prompt prefix was not kept (${e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e}): it is computed again next time`);
+        this.warn(`the prompt prefix was not kept (${whyNotStored(e)}): it is computed again next time`);
       }
     })();
   }
