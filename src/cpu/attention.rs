@@ -170,11 +170,19 @@ fn attend_rows(
         .filter_map(|(s, pk)| pk.filter(|&pk| pk < first).map(|pk| (s, pk)))
         .collect();
     let mut out = vec![0f32; n_tok * n_head * hd];
-    let mut scores: Vec<f32> = Vec::with_capacity(cached.len() + n_tok);
-    for t in 0..n_tok {
-        let b0 = starts[t];
-        let pq = first + t - b0;
-        for h in 0..n_head {
+    let shared = SharedOut::new(&mut out);
+    // One work item per (row, head), each writing its own head's values of its own row. A
+    // causal row's cost grows with `t`, so the items go in an order that pairs early rows
+    // with late ones (0, n−1, 1, n−2, …): the pool's contiguous ranges then cost alike.
+    let row_of = |i: usize| if i % 2 == 0 { i / 2 } else { n_tok - 1 - i / 2 };
+    let keys = cached.len() + n_tok.div_ceil(2);
+    let work = (n_tok * n_head).saturating_mul(keys).saturating_mul(2 * hd);
+    pool::for_chunks(n_tok * n_head, work, |items| {
+        let mut scores: Vec<f32> = Vec::with_capacity(cached.len() + n_tok);
+        for item in items {
+            let (t, h) = (row_of(item / n_head), item % n_head);
+            let b0 = starts[t];
+            let pq = first + t - b0;
             let kh = h / group;
             let qv = &q.data[t * q.width + h * hd..t * q.width + (h + 1) * hd];
             scores.clear();
@@ -204,7 +212,9 @@ fn attend_rows(
                 sum += *s;
             }
             let inv = 1.0 / sum;
-            let o = &mut out[(t * n_head + h) * hd..(t * n_head + h + 1) * hd];
+            // SAFETY: item (t, h) alone writes head h's values of row t, inside `out`, which
+            // outlives `for_chunks`.
+            let o = unsafe { shared.part((t * n_head + h) * hd, hd) };
             for (i, &(s, _)) in cached.iter().enumerate() {
                 let w = scores[i] * inv;
                 if w != 0.0 {
@@ -218,7 +228,7 @@ fn attend_rows(
                 }
             }
         }
-    }
+    });
     Act {
         data: out,
         width: n_head * hd,
