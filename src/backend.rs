@@ -265,6 +265,12 @@ pub trait Backend {
     }
     /// `x @ wᵀ`: `(n_tok, k) × (n, k)ᵀ → (n_tok, n)`.
     fn matmul(&mut self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// `x @ wᵀ` for each of `ws` (an attention block's q, k and v; a feed-forward's gate
+    /// and up): the same values as one [`Backend::matmul`] each (the CPU prepares `x` once
+    /// and runs them all in one pass over its threads).
+    fn matmuls(&mut self, x: &Self::Tensor, ws: &[&Self::Weight]) -> Result<Vec<Self::Tensor>> {
+        ws.iter().map(|w| self.matmul(x, w)).collect()
+    }
     /// `x @ wᵀ + b`: a layer with its bias (`b` a vector of `w`'s rows). A backend may do it
     /// in one pass; the bias is added to the finished sum either way.
     fn linear(

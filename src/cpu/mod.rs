@@ -138,20 +138,19 @@ impl CpuBackend {
         if let Some(d) = all_i8 {
             return Ok(acts(dense::I8Matrix::products(&d, &x.data, m)));
         }
+        let all_q: Option<Vec<_>> = parts
+            .iter()
+            .map(|(w, o)| match w {
+                CpuWeight::Int8(q) => Some((q, *o)),
+                _ => None,
+            })
+            .collect();
+        if let Some(q) = all_q {
+            return Ok(acts(int8::QMatrix::products(&q, &x.data, m)));
+        }
         let mut out = Vec::with_capacity(parts.len());
-        for (part, &rows) in parts.iter().zip(&widths) {
-            match part {
-                (CpuWeight::Int8(q), o) => {
-                    let mut data = q.matmul(&x.data, m);
-                    for (i, row) in data.chunks_exact_mut(rows).enumerate() {
-                        for (j, v) in row.iter_mut().enumerate() {
-                            *v = o.finish(*v, i, j, rows);
-                        }
-                    }
-                    out.push(Act { data, width: rows });
-                }
-                one => out.extend(self.products(x, std::slice::from_ref(one))?),
-            }
+        for part in parts {
+            out.extend(self.products(x, std::slice::from_ref(part))?);
         }
         Ok(out)
     }
@@ -357,6 +356,11 @@ impl Backend for CpuBackend {
 
     fn matmul(&mut self, x: &Act, w: &CpuWeight) -> Result<Act> {
         self.product(x, w, dense::Out::plain(None))
+    }
+
+    fn matmuls(&mut self, x: &Act, ws: &[&CpuWeight]) -> Result<Vec<Act>> {
+        let parts: Vec<_> = ws.iter().map(|&w| (w, dense::Out::plain(None))).collect();
+        self.products(x, &parts)
     }
 
     fn linear(&mut self, x: &Act, w: &CpuWeight, b: &CpuWeight) -> Result<Act> {

@@ -98,6 +98,15 @@ impl<T> SharedOut<T> {
     pub unsafe fn part(&self, start: usize, len: usize) -> &mut [T] {
         std::slice::from_raw_parts_mut(self.0.add(start), len)
     }
+
+    /// Stores `v` at index `i`.
+    ///
+    /// # Safety
+    /// `i` must lie inside the slice this was made from, which must outlive the use, and no
+    /// other thread may touch index `i` meanwhile.
+    pub unsafe fn set(&self, i: usize, v: T) {
+        self.0.add(i).write(v);
+    }
 }
 
 // SAFETY: workers write disjoint ranges through it (see `part`).

@@ -3,7 +3,7 @@
 //! head tied to the token embedding. The (1 + w) of Gemma's RMSNorm is already baked into the
 //! GGUF norm weights.
 
-use super::{Cache, Progress, Rows, Span, Want};
+use super::{matmuls, Cache, Progress, Rows, Span, Want};
 use crate::backend::{AttnParams, Backend, Glu, Rope};
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -128,9 +128,8 @@ impl<B: Backend> Gemma3<B> {
             let global = c.is_global(il);
             // attention
             let h = be.rms_norm(&x, &l.attn_norm, c.rms_eps)?; // (n_tok, n_embd)
-            let q = be.matmul(&h, &l.wq)?; // (n_tok, n_head * head_dim)
-            let k = be.matmul(&h, &l.wk)?; // (n_tok, n_head_kv * head_dim)
-            let v = be.matmul(&h, &l.wv)?; // (n_tok, n_head_kv * head_dim)
+                                                               // (n_tok, n_head * head_dim), and (n_tok, n_head_kv * head_dim) twice
+            let [q, k, v] = matmuls(be, &h, [&l.wq, &l.wk, &l.wv])?;
             let q = be.rms_norm(&q, &l.q_norm, c.rms_eps)?; // per head
             let k = be.rms_norm(&k, &l.k_norm, c.rms_eps)?; // per head
             let rope = if global {
@@ -152,8 +151,7 @@ impl<B: Backend> Gemma3<B> {
             x = be.add_rms_norm(&x, &a, &l.post_attn_norm, c.rms_eps)?; // residual
                                                                         // feed-forward
             let h = be.rms_norm(&x, &l.ffn_norm, c.rms_eps)?;
-            let gate = be.matmul(&h, &l.w_gate)?; // (n_tok, n_ff)
-            let up = be.matmul(&h, &l.w_up)?; // (n_tok, n_ff)
+            let [gate, up] = matmuls(be, &h, [&l.w_gate, &l.w_up])?; // (n_tok, n_ff) each
             let f = be.glu(&gate, &up, Glu::GeluTanh)?; // (n_tok, n_ff)
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
             x = be.add_rms_norm(&x, &f, &l.post_ffn_norm, c.rms_eps)?; // residual

@@ -5,7 +5,7 @@
 //! `rope_freqs.weight` frequency factors), Qwen2/2.5 (NeoX RoPE, q/k/v biases), Qwen3 (NeoX
 //! RoPE, q and k RMS-normed per head before RoPE).
 
-use super::{host_vector, Cache, Progress, Rows, Span, Want};
+use super::{host_vector, matmuls, Cache, Progress, Rows, Span, Want};
 use crate::backend::{AttnParams, Backend, Rope};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -162,9 +162,8 @@ impl<B: Backend> Llama<B> {
         for (il, (l, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             // attention
             let h = be.rms_norm(&x, &l.attn_norm, c.rms_eps)?; // (n_tok, n_embd)
-            let q = be.matmul(&h, &l.wq)?; // (n_tok, n_head * head_dim)
-            let k = be.matmul(&h, &l.wk)?; // (n_tok, n_head_kv * head_dim)
-            let v = be.matmul(&h, &l.wv)?; // (n_tok, n_head_kv * head_dim)
+                                                               // (n_tok, n_head * head_dim), and (n_tok, n_head_kv * head_dim) twice
+            let [q, k, v] = matmuls(be, &h, [&l.wq, &l.wk, &l.wv])?;
             let q = bias(be, q, &l.bq)?;
             let k = bias(be, k, &l.bk)?;
             let v = bias(be, v, &l.bv)?;
@@ -184,8 +183,7 @@ impl<B: Backend> Llama<B> {
             x = be.add(&x, &a)?; // residual
                                  // feed-forward
             let h = be.rms_norm(&x, &l.ffn_norm, c.rms_eps)?;
-            let gate = be.matmul(&h, &l.w_gate)?; // (n_tok, n_ff)
-            let up = be.matmul(&h, &l.w_up)?; // (n_tok, n_ff)
+            let [gate, up] = matmuls(be, &h, [&l.w_gate, &l.w_up])?; // (n_tok, n_ff) each
             let f = be.glu(&gate, &up, c.glu)?; // (n_tok, n_ff)
             let f = be.matmul(&f, &l.w_down)?; // (n_tok, n_embd)
             x = be.add(&x, &f)?; // residual

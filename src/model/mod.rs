@@ -149,6 +149,17 @@ impl<B: Backend> Model<B> {
     }
 }
 
+/// `x @ wᵀ` for each of `ws` in one [`Backend::matmuls`] call (q, k and v; gate and up).
+pub(crate) fn matmuls<B: Backend, const N: usize>(
+    be: &mut B,
+    x: &B::Tensor,
+    ws: [&B::Weight; N],
+) -> Result<[B::Tensor; N]> {
+    be.matmuls(x, &ws)?
+        .try_into()
+        .map_err(|_| Error::Backend("matmuls: not one output per weight".into()))
+}
+
 fn not_a_decoder() -> Error {
     Error::InvalidArgument(
         "this model is an encoder (embeddings): it does not generate text; use embed".into(),

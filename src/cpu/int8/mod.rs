@@ -38,6 +38,7 @@ mod portable;
 #[cfg(target_arch = "wasm32")]
 mod wasm;
 
+use super::dense::Out;
 use super::pool::{self, SharedOut};
 use crate::backend::is_allowed;
 use crate::error::{Error, Result};
@@ -203,67 +204,110 @@ impl QMatrix {
 
     /// `x (m × cols) @ selfᵀ → (m × rows)`.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        let sums = self.offsets.as_ref().map(|_| self.group);
-        let act = Activations::quantize(x, m, self.cols, sums);
-        if m == 1 {
-            return self.matvec(&act);
-        }
-        // Computed as (rows × m), so that a range of weight rows owns one contiguous slice.
-        let mut yt = vec![0f32; self.rows * m];
-        let out = SharedOut::new(&mut yt);
-        let n_chunks = self.rows.div_ceil(ROW_CHUNK);
-        let work = m.saturating_mul(self.rows).saturating_mul(self.cols);
-        pool::for_chunks(n_chunks, work, |chunks| {
-            let r = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
-            // SAFETY: the chunk ranges are disjoint, so these row ranges of `yt`
-            // (r.len() × m values from r.start × m) are disjoint and in bounds, and `yt`
-            // outlives `for_chunks`, which returns only when all are done.
-            let part = unsafe { out.part(r.start * m, r.len() * m) };
-            self.rows_into(&act, r, part);
-        });
-        let mut y = vec![0f32; m * self.rows];
-        for (j, row) in yt.chunks_exact(m).enumerate() {
-            for (i, &v) in row.iter().enumerate() {
-                y[i * self.rows + j] = v;
-            }
-        }
-        y
+        let mut ys = Self::products(&[(self, Out::plain(None))], x, m);
+        ys.pop().unwrap_or_default()
     }
 
-    /// `x @ selfᵀ` for one activation row (a decode step's product): four memory streams per
-    /// work item ([`for_row_tiles`]), each row's sum the one [`QMatrix::rows_into`] makes
-    /// for it, bit for bit (the LM head's filter recomputes rows with that kernel).
-    fn matvec(&self, act: &Activations) -> Vec<f32> {
-        let (n, group) = (self.cols, self.group);
-        let ng = n / group;
-        let mut y = vec![0f32; self.rows];
-        let out = SharedOut::new(&mut y);
-        let n_chunks = self.rows.div_ceil(ROW_CHUNK);
-        pool::for_chunks(n_chunks, self.rows.saturating_mul(n), |chunks| {
-            let r = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
-            // SAFETY: the chunk ranges are disjoint, so these ranges of `y` are disjoint and
-            // in bounds, and `y` outlives `for_chunks`, which returns only when all are done.
-            let part = unsafe { out.part(r.start, r.len()) };
-            for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                let (w, ws) = (&self.qs[j * n..], &self.scales[j * ng..]);
-                dot_w4(w, ws, &act.q, &act.d, n, apart * n, t, acc, group != QK);
-            });
-            if let Some(off) = &self.offsets {
-                // w = s·q − o: subtract o · Σx over each group, as `rows_into` does.
-                for (j, v) in r.zip(part.iter_mut()) {
-                    *v -= super::ops::dot(&off[j * ng..(j + 1) * ng], &act.group_sums[..ng]);
+    /// `x (m × cols) @ wᵀ` for every part `(w, out)` (all of `x`'s width), each `(m × rows)`
+    /// and finished by its `out` (bias, GELU, residual): an attention block's q, k and v, or
+    /// a feed-forward's gate and up. `x` is quantized once, and all the parts' rows go in one
+    /// pass over the pool, each value finished and stored where it belongs while its tile is
+    /// in registers, so nothing serial follows the pass. A value is the same, bit for bit,
+    /// whichever parts share the call.
+    pub fn products(parts: &[(&QMatrix, Out)], x: &[f32], m: usize) -> Vec<Vec<f32>> {
+        let Some((first, _)) = parts.first() else {
+            return Vec::new();
+        };
+        let k = first.cols;
+        debug_assert!(parts.iter().all(|(w, _)| w.cols == k) && x.len() == m * k);
+        let act = Activations::quantize(x, m, k);
+        // Σx per weight group, for the parts whose weights have offsets (16 or 32 values).
+        let sums_of = |group: usize| {
+            parts
+                .iter()
+                .any(|(w, _)| w.offsets.is_some() && w.group == group)
+                .then(|| act.group_sums(group))
+                .unwrap_or_default()
+        };
+        let (sums16, sums32) = (sums_of(16), sums_of(QK));
+        let mut ys: Vec<Vec<f32>> = parts.iter().map(|(w, _)| vec![0f32; m * w.rows]).collect();
+        let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
+        // Part p's chunks of ROW_CHUNK rows are the pass's items firsts[p]..firsts[p + 1].
+        let mut firsts = vec![0usize];
+        for (w, _) in parts {
+            firsts.push(firsts[firsts.len() - 1] + w.rows.div_ceil(ROW_CHUNK));
+        }
+        let work = parts.iter().fold(0usize, |a, (w, _)| {
+            a.saturating_add(m.saturating_mul(w.rows).saturating_mul(k))
+        });
+        pool::for_chunks(firsts[parts.len()], work, |items| {
+            for (p, (w, out)) in parts.iter().enumerate() {
+                let c = items.start.max(firsts[p])..items.end.min(firsts[p + 1]);
+                if c.is_empty() {
+                    continue;
+                }
+                let r = (c.start - firsts[p]) * ROW_CHUNK
+                    ..((c.end - firsts[p]) * ROW_CHUNK).min(w.rows);
+                let sums = match (&w.offsets, w.group) {
+                    (None, _) => &[][..],
+                    (Some(_), 16) => &sums16[..],
+                    _ => &sums32[..],
+                };
+                if m == 1 {
+                    // SAFETY: the item ranges are disjoint, so these ranges of part p's output
+                    // are disjoint and in bounds, and it outlives `for_chunks`, which returns
+                    // only when all are done.
+                    let part = unsafe { outs[p].part(r.start, r.len()) };
+                    w.matvec_into(&act, sums, r, part, out);
+                } else {
+                    w.rows_into(&act, sums, r, &outs[p], out);
                 }
             }
         });
-        y
+        ys
     }
 
-    /// Output columns `rows` for all activation rows, into `out (rows.len() × m)`. Each
-    /// weight row is read once and meets every activation tile while it is in cache.
-    fn rows_into(&self, act: &Activations, rows: std::ops::Range<usize>, out: &mut [f32]) {
-        let (k, m) = (self.cols, act.m);
+    /// Rows `r` of a product with one activation row, their finished outputs `part`: four
+    /// memory streams per work item ([`for_row_tiles`]), each row's sum the one
+    /// [`QMatrix::rows_into`] makes for it, bit for bit (the LM head's filter recomputes rows
+    /// with that kernel).
+    fn matvec_into(
+        &self,
+        act: &Activations,
+        sums: &[f32],
+        r: Range<usize>,
+        part: &mut [f32],
+        out: &Out,
+    ) {
+        let (n, group) = (self.cols, self.group);
+        let ng = n / group;
+        for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+            let (w, ws) = (&self.qs[j * n..], &self.scales[j * ng..]);
+            dot_w4(w, ws, &act.q, &act.d, n, apart * n, t, acc, group != QK);
+        });
+        for (j, v) in r.zip(part.iter_mut()) {
+            if let Some(off) = &self.offsets {
+                // w = s·q − o: subtract o · Σx over each group, as `rows_into` does.
+                *v -= super::ops::dot(&off[j * ng..(j + 1) * ng], &sums[..ng]);
+            }
+            *v = out.finish(*v, 0, j, self.rows);
+        }
+    }
+
+    /// Output columns `rows` for all activation rows, finished by `out` and stored into `y`
+    /// (the product's `m × self.rows`). Each weight row is read once and meets every
+    /// activation tile while it is in cache.
+    fn rows_into(
+        &self,
+        act: &Activations,
+        sums: &[f32],
+        rows: Range<usize>,
+        y: &SharedOut,
+        out: &Out,
+    ) {
+        let (k, m, n) = (self.cols, act.m, self.rows);
         let (nb, ng) = (k / QK, k / self.group);
-        for (jj, j) in rows.enumerate() {
+        for j in rows {
             let w = &self.qs[j * k..(j + 1) * k];
             let ws = &self.scales[j * ng..(j + 1) * ng];
             let mut i = 0;
@@ -272,14 +316,19 @@ impl QMatrix {
                 let mut acc = [0f32; 4];
                 let (xq, xd) = (&act.q[i * k..(i + t) * k], &act.d[i * nb..(i + t) * nb]);
                 dot(w, ws, xq, xd, k, t, &mut acc, self.group != QK);
-                if let Some(off) = &self.offsets {
-                    // w = s·q − o: subtract o · Σx over each group (Σx from the quantized x).
-                    let off = &off[j * ng..(j + 1) * ng];
-                    for (r, a) in acc.iter_mut().enumerate().take(t) {
-                        *a -= super::ops::dot(off, &act.group_sums[(i + r) * ng..(i + r + 1) * ng]);
+                for (r, &a) in acc.iter().enumerate().take(t) {
+                    let mut v = a;
+                    if let Some(off) = &self.offsets {
+                        // w = s·q − o: subtract o · Σx over each group (Σx from the quantized x).
+                        v -= super::ops::dot(
+                            &off[j * ng..(j + 1) * ng],
+                            &sums[(i + r) * ng..(i + r + 1) * ng],
+                        );
                     }
+                    // SAFETY: this call alone writes column j (its rows are its work item's),
+                    // and (i + r, j) lies inside y's m × n.
+                    unsafe { y.set((i + r) * n + j, out.finish(v, i + r, j, n)) };
                 }
-                out[jj * m + i..jj * m + i + t].copy_from_slice(&acc[..t]);
                 i += t;
             }
         }
@@ -324,7 +373,7 @@ impl QMatrix {
         }
         let n = self.cols;
         let x7 = Row7::quantize(x)?;
-        let act = Activations::quantize(x, 1, n, None);
+        let act = Activations::quantize(x, 1, n);
         // ‖x₇ − x₁₆‖ and ‖x₁₆‖ in f64, where the dequantized values are exact.
         let (mut e2, mut n16) = (0f64, 0f64);
         for (i, &q) in x7.q.iter().enumerate() {
@@ -689,13 +738,10 @@ struct Activations {
     m: usize,
     q: Vec<i16>,
     d: Vec<f32>,
-    /// Σx over each weight group (16 or 32 values), from the quantized values (scale · Σq),
-    /// for weights with offsets.
-    group_sums: Vec<f32>,
 }
 
 impl Activations {
-    fn quantize(x: &[f32], m: usize, k: usize, sums: Option<usize>) -> Self {
+    fn quantize(x: &[f32], m: usize, k: usize) -> Self {
         let mut q = vec![0i16; m * k];
         let mut d = vec![0f32; m * k / QK];
         for (b, (xs, qs)) in x.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).enumerate() {
@@ -707,20 +753,17 @@ impl Activations {
                 *o = (v * inv).round() as i16;
             }
         }
-        let group_sums = match sums {
-            Some(n) => q
-                .chunks_exact(n)
-                .enumerate()
-                .map(|(g, v)| v.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * d[g * n / QK])
-                .collect(),
-            None => Vec::new(),
-        };
-        Self {
-            m,
-            q,
-            d,
-            group_sums,
-        }
+        Self { m, q, d }
+    }
+
+    /// Σx over each group of `n` values (16 or 32), from the quantized values (scale · Σq):
+    /// what weights with offsets subtract.
+    fn group_sums(&self, n: usize) -> Vec<f32> {
+        self.q
+            .chunks_exact(n)
+            .enumerate()
+            .map(|(g, v)| v.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * self.d[g * n / QK])
+            .collect()
     }
 }
 
@@ -1123,12 +1166,76 @@ mod tests {
         assert!(m.top_k_filtered(&vec![0.5; cols], 5, None).is_none());
     }
 
+    /// Parts that share a call (with and without offsets, groups of 16 and 32, each with its
+    /// own bias, GELU or residual) give, bit for bit, what each row of `x` gives alone through
+    /// the one-row kernel, finished as a separate pass would: whether the rows run 1 to 4 to
+    /// a tile, in one work item or several, and whoever else is in the pass.
+    #[test]
+    fn parts_in_one_pass_equal_each_row_alone() {
+        use super::super::dense::Post;
+        let mut rng = crate::sampler::Rng::new(11);
+        let cols = 512;
+        let types = [
+            (GgmlDType::Q4K, GgmlType::Q4_K, 300),
+            (GgmlDType::Q2K, GgmlType::Q2_K, 70),
+            (GgmlDType::Q8_0, GgmlType::Q8_0, 129),
+        ];
+        let mats: Vec<QMatrix> = types
+            .iter()
+            .map(|&(dt, ty, rows)| {
+                let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+                let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+                let bytes = QTensor::quantize(&wt, dt)
+                    .unwrap()
+                    .data()
+                    .unwrap()
+                    .into_owned();
+                QMatrix::load(&bytes, 0, rows, cols, ty).unwrap()
+            })
+            .collect();
+        for m in [1, 2, 5, 9] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.normal() * 2.0).collect();
+            let bias: Vec<f32> = (0..mats[1].rows).map(|_| rng.normal()).collect();
+            let res: Vec<f32> = (0..m * mats[2].rows).map(|_| rng.normal()).collect();
+            let outs = [
+                Out::plain(None),
+                Out {
+                    bias: Some(&bias),
+                    post: Post::Gelu,
+                },
+                Out {
+                    bias: None,
+                    post: Post::Add(&res),
+                },
+            ];
+            let parts: Vec<_> = mats.iter().zip(outs).collect();
+            let got = QMatrix::products(&parts, &x, m);
+            assert_eq!(got.len(), 3);
+            for (p, (mat, out)) in parts.iter().enumerate() {
+                assert_eq!(got[p].len(), m * mat.rows);
+                let alone = QMatrix::products(&parts[p..=p], &x, m);
+                assert_eq!(alone[0], got[p], "part {p} alone, m {m}");
+                for i in 0..m {
+                    let row = mat.matmul(&x[i * cols..(i + 1) * cols], 1);
+                    for (j, &v) in row.iter().enumerate() {
+                        let want = out.finish(v, i, j, mat.rows);
+                        assert_eq!(
+                            got[p][i * mat.rows + j].to_bits(),
+                            want.to_bits(),
+                            "part {p}, m {m}, ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Unpacking is exact (equal to candle's dequantization), and the product is near the
     /// exact one — much nearer than candle's with 8-bit activations.
     #[test]
     fn every_type_unpacks_exactly_and_multiplies_near_exactly() {
         let mut rng = crate::sampler::Rng::new(5);
-        // The second shape is large enough for the thread pool and the (rows × m) transpose;
+        // The second shape is large enough for the thread pool;
         // the third is a decode step's (one activation row, rows from four places at once).
         for (rows, cols, m) in [(37, 512, 6), (333, 1024, 5), (333, 1024, 1)] {
             let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
