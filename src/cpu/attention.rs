@@ -174,7 +174,13 @@ fn attend_rows(
     // One work item per (row, head), each writing its own head's values of its own row. A
     // causal row's cost grows with `t`, so the items go in an order that pairs early rows
     // with late ones (0, n−1, 1, n−2, …): the pool's contiguous ranges then cost alike.
-    let row_of = |i: usize| if i % 2 == 0 { i / 2 } else { n_tok - 1 - i / 2 };
+    let row_of = |i: usize| {
+        if i.is_multiple_of(2) {
+            i / 2
+        } else {
+            n_tok - 1 - i / 2
+        }
+    };
     let keys = cached.len() + n_tok.div_ceil(2);
     let work = (n_tok * n_head).saturating_mul(keys).saturating_mul(2 * hd);
     pool::for_chunks(n_tok * n_head, work, |items| {

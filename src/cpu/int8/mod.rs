@@ -223,11 +223,14 @@ impl QMatrix {
         let act = Activations::quantize(x, m, k);
         // Σx per weight group, for the parts whose weights have offsets (16 or 32 values).
         let sums_of = |group: usize| {
-            parts
+            if parts
                 .iter()
                 .any(|(w, _)| w.offsets.is_some() && w.group == group)
-                .then(|| act.group_sums(group))
-                .unwrap_or_default()
+            {
+                act.group_sums(group)
+            } else {
+                Vec::new()
+            }
         };
         let (sums16, sums32) = (sums_of(16), sums_of(QK));
         let mut ys: Vec<Vec<f32>> = parts.iter().map(|(w, _)| vec![0f32; m * w.rows]).collect();
