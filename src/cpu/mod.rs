@@ -74,6 +74,9 @@ pub enum CpuWeight {
 #[derive(Default)]
 pub struct CpuBackend;
 
+/// Values per work item of [`CpuBackend::glu`].
+const GLU_CHUNK: usize = 512;
+
 impl CpuBackend {
     /// `x @ wᵀ` for each part, its bias added to the finished sums, then its post-step.
     /// Parts that are all float matrices (or all int8 rows) go in one pass over the pool (and
@@ -492,12 +495,19 @@ impl Backend for CpuBackend {
             Glu::GeluTanh => ops::gelu_tanh,
             Glu::Silu => ops::silu,
         };
-        let data = gate
-            .data
-            .iter()
-            .zip(&up.data)
-            .map(|(&g, &u)| f(g) * u)
-            .collect();
+        let mut data = vec![0f32; gate.data.len()];
+        let out = pool::SharedOut::new(&mut data);
+        let n = gate.data.len();
+        // A value's tanh or exp costs about as much as 32 of the kernels' multiply-adds.
+        pool::for_chunks(n.div_ceil(GLU_CHUNK), n.saturating_mul(32), |items| {
+            let r = items.start * GLU_CHUNK..(items.end * GLU_CHUNK).min(n);
+            // SAFETY: the item ranges are disjoint, so these values are this item's alone,
+            // inside `data`, which outlives `for_chunks`.
+            let o = unsafe { out.part(r.start, r.len()) };
+            for ((o, &g), &u) in o.iter_mut().zip(&gate.data[r.clone()]).zip(&up.data[r]) {
+                *o = f(g) * u;
+            }
+        });
         Ok(Act {
             data,
             width: gate.width,

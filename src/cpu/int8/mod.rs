@@ -744,18 +744,40 @@ struct Activations {
 }
 
 impl Activations {
+    /// Each block of 32 values: scale = max|x| / 32 767, q = round(x / scale) (halves away
+    /// from zero); a prompt's rows over the pool.
     fn quantize(x: &[f32], m: usize, k: usize) -> Self {
         let mut q = vec![0i16; m * k];
         let mut d = vec![0f32; m * k / QK];
-        for (b, (xs, qs)) in x.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).enumerate() {
-            let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let scale = amax / 32767.0;
-            let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-            d[b] = scale;
-            for (o, &v) in qs.iter_mut().zip(xs) {
-                *o = (v * inv).round() as i16;
-            }
-        }
+        let (qo, dout) = (SharedOut::new(&mut q), SharedOut::new(&mut d));
+        let n_blocks = m * k / QK;
+        // A value costs about as much as 8 of the kernels' multiply-adds.
+        pool::for_chunks(
+            n_blocks.div_ceil(QUANTIZE_BLOCKS),
+            x.len().saturating_mul(8),
+            |items| {
+                let blocks =
+                    items.start * QUANTIZE_BLOCKS..(items.end * QUANTIZE_BLOCKS).min(n_blocks);
+                // SAFETY: the item ranges are disjoint, so these blocks of `q` and `d` are this
+                // item's alone, in bounds, and both outlive `for_chunks`.
+                let (qs, ds) = unsafe {
+                    (
+                        qo.part(blocks.start * QK, blocks.len() * QK),
+                        dout.part(blocks.start, blocks.len()),
+                    )
+                };
+                let xs = &x[blocks.start * QK..blocks.end * QK];
+                for ((xs, qs), d) in xs.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds) {
+                    let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+                    let scale = amax / 32767.0;
+                    let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+                    *d = scale;
+                    for (o, &v) in qs.iter_mut().zip(xs) {
+                        *o = round_to_i16(v * inv);
+                    }
+                }
+            },
+        );
         Self { m, q, d }
     }
 
@@ -768,6 +790,27 @@ impl Activations {
             .map(|(g, v)| v.iter().map(|&v| i32::from(v)).sum::<i32>() as f32 * self.d[g * n / QK])
             .collect()
     }
+}
+
+/// Activation blocks per work item of [`Activations::quantize`].
+const QUANTIZE_BLOCKS: usize = 64;
+
+/// `v.round() as i16` (halves away from zero, saturating, NaN to 0) without `roundf`: the
+/// baseline x86-64 target has no rounding instruction and wasm only rounds halves to even,
+/// so `f32::round` is a library call per value there. `v as i32` truncates (saturating, NaN
+/// to 0), and `v − trunc(v)` is exact (below 2²³ both share v's grid; above it v is whole).
+#[inline(always)]
+fn round_to_i16(v: f32) -> i16 {
+    let t = v as i32;
+    let f = v - t as f32;
+    let r = if f >= 0.5 {
+        t.saturating_add(1)
+    } else if f <= -0.5 {
+        t.saturating_sub(1)
+    } else {
+        t
+    };
+    r.clamp(i16::MIN.into(), i16::MAX.into()) as i16
 }
 
 /// Whether the CPU has AVX2 (checked once).
@@ -1167,6 +1210,54 @@ mod tests {
         let bytes = q.data().unwrap().into_owned();
         let m = QMatrix::load(&bytes, 0, rows, cols, GgmlType::Q4_K).unwrap();
         assert!(m.top_k_filtered(&vec![0.5; cols], 5, None).is_none());
+    }
+
+    /// `round_to_i16` is `f32::round` then `as i16` for every value: a stride through all
+    /// bit patterns (NaN, ±∞, subnormals, the whole range), and every float within 64 ulps of
+    /// each half in and beyond the 16-bit range.
+    #[test]
+    fn rounding_to_i16_equals_the_library_round() {
+        let check = |v: f32| {
+            assert_eq!(
+                round_to_i16(v),
+                v.round() as i16,
+                "{v} ({:#x})",
+                v.to_bits()
+            );
+        };
+        for bits in (0..=u32::MAX).step_by(251) {
+            check(f32::from_bits(bits));
+        }
+        for h in -33_000..33_000 {
+            let half = h as f32 + 0.5;
+            for d in -64i32..=64 {
+                check(f32::from_bits(half.to_bits().wrapping_add_signed(d)));
+            }
+        }
+        for v in [
+            0.0,
+            -0.0,
+            0.5,
+            -0.5,
+            0.49999997,
+            -0.49999997,
+            32767.5,
+            -32768.5,
+            8388607.5,
+        ] {
+            check(v);
+        }
+        for v in [
+            f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            f32::MIN,
+            1e10,
+            -1e10,
+        ] {
+            check(v);
+        }
     }
 
     /// Parts that share a call (with and without offsets, groups of 16 and 32, each with its
