@@ -74,7 +74,28 @@ pub enum CpuWeight {
 #[derive(Default)]
 pub struct CpuBackend;
 
-/// Values per work item of [`CpuBackend::glu`].
+/// `f(gate) * up` elementwise, over the pool (`f` inlined, so that a run vectorises).
+fn glu_with(gate: &Act, up: &Act, f: impl Fn(f32) -> f32 + Sync) -> Act {
+    let mut data = vec![0f32; gate.data.len()];
+    let out = pool::SharedOut::new(&mut data);
+    let n = gate.data.len();
+    // A value's exp costs about as much as 32 of the kernels' multiply-adds.
+    pool::for_chunks(n.div_ceil(GLU_CHUNK), n.saturating_mul(32), |items| {
+        let r = items.start * GLU_CHUNK..(items.end * GLU_CHUNK).min(n);
+        // SAFETY: the item ranges are disjoint, so these values are this item's alone,
+        // inside `data`, which outlives `for_chunks`.
+        let o = unsafe { out.part(r.start, r.len()) };
+        for ((o, &g), &u) in o.iter_mut().zip(&gate.data[r.clone()]).zip(&up.data[r]) {
+            *o = f(g) * u;
+        }
+    });
+    Act {
+        data,
+        width: gate.width,
+    }
+}
+
+/// Values per work item of [`glu_with`].
 const GLU_CHUNK: usize = 512;
 
 impl CpuBackend {
@@ -491,27 +512,10 @@ impl Backend for CpuBackend {
         if gate.data.len() != up.data.len() {
             return Err(Error::Backend("glu: shape mismatch".into()));
         }
-        let f = match act {
-            Glu::GeluTanh => ops::gelu_tanh,
-            Glu::Silu => ops::silu,
-        };
-        let mut data = vec![0f32; gate.data.len()];
-        let out = pool::SharedOut::new(&mut data);
-        let n = gate.data.len();
-        // A value's tanh or exp costs about as much as 32 of the kernels' multiply-adds.
-        pool::for_chunks(n.div_ceil(GLU_CHUNK), n.saturating_mul(32), |items| {
-            let r = items.start * GLU_CHUNK..(items.end * GLU_CHUNK).min(n);
-            // SAFETY: the item ranges are disjoint, so these values are this item's alone,
-            // inside `data`, which outlives `for_chunks`.
-            let o = unsafe { out.part(r.start, r.len()) };
-            for ((o, &g), &u) in o.iter_mut().zip(&gate.data[r.clone()]).zip(&up.data[r]) {
-                *o = f(g) * u;
-            }
-        });
-        Ok(Act {
-            data,
-            width: gate.width,
-        })
+        match act {
+            Glu::GeluTanh => Ok(glu_with(gate, up, ops::gelu_tanh)),
+            Glu::Silu => Ok(glu_with(gate, up, ops::silu)),
+        }
     }
 
     fn add(&mut self, a: &Act, b: &Act) -> Result<Act> {

@@ -44,11 +44,14 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// GELU, tanh approximation (as Gemma and llama.cpp use).
+/// GELU, tanh approximation (as Gemma and llama.cpp use): `x/2 · (1 + tanh u)`, computed as
+/// `x · σ(2u) = x / (1 + e^−2u)`, the same function without `1 + tanh u`'s cancellation
+/// for negative x, and through [`exp_approx`] so that a row of it vectorises (libm's tanh
+/// is a call per value: 6% of a decode step).
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2/π)
-    0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh())
+    x / (1.0 + exp_approx(-2.0 * (C * (x + 0.044_715 * x * x * x))))
 }
 
 /// LayerNorm of one row: `(x − mean) / sqrt(var + eps) · w + b`, the sums in f64.
@@ -168,6 +171,33 @@ mod tests {
                 "gelu({x}): {got} vs {want}"
             );
         }
+    }
+
+    /// GELU (tanh form) within 2e-7 · max(1, |x|) of its f64 definition, and relatively
+    /// within 2e-5 of it wherever the value is above 1e-30 (towards x = −10, e^−2u magnifies
+    /// the f32 rounding of u itself by 2|u|; in f32 the `1 + tanh u` form is 5e-4 off at
+    /// x = −4 and 30% at −5); 0 stays 0, and the far tails go to x and to 0.
+    #[test]
+    fn gelu_tanh_matches_f64() {
+        let (mut worst_abs, mut worst_rel) = (0f64, 0f64);
+        for i in -200_000..=200_000 {
+            let x = i as f32 * 1e-4;
+            let xd = f64::from(x);
+            let u = (2.0 / std::f64::consts::PI).sqrt() * (xd + 0.044_715 * xd * xd * xd);
+            // x/2 · (1 + tanh u), with 1 + tanh u = 2 / (1 + e^−2u): f64's own 1 + tanh u
+            // cancels for negative x too.
+            let want = xd / (1.0 + (-2.0 * u).exp());
+            let got = f64::from(gelu_tanh(x));
+            worst_abs = worst_abs.max((got - want).abs() / xd.abs().max(1.0));
+            if want.abs() > 1e-30 {
+                worst_rel = worst_rel.max(((got - want) / want).abs());
+            }
+        }
+        assert!(worst_abs < 2e-7, "gelu_tanh absolute error {worst_abs}");
+        assert!(worst_rel < 2e-5, "gelu_tanh relative error {worst_rel}");
+        assert_eq!(gelu_tanh(0.0), 0.0);
+        assert_eq!(gelu_tanh(50.0), 50.0);
+        assert!(gelu_tanh(-50.0).abs() < 1e-30);
     }
 
     /// erf in f64 by its Taylor series (|x| ≤ 3) or the continued fraction of erfc beyond.
