@@ -79,8 +79,9 @@ fn glu_with(gate: &Act, up: &Act, f: impl Fn(f32) -> f32 + Sync) -> Act {
     let mut data = vec![0f32; gate.data.len()];
     let out = pool::SharedOut::new(&mut data);
     let n = gate.data.len();
-    // A value's exp costs about as much as 32 of the kernels' multiply-adds.
-    pool::for_chunks(n.div_ceil(GLU_CHUNK), n.saturating_mul(32), |items| {
+    // A value's inlined exp costs about as much as 8 of the kernels' multiply-adds (a
+    // decode step's 2 048 values stay on the calling thread).
+    pool::for_chunks(n.div_ceil(GLU_CHUNK), n.saturating_mul(8), |items| {
         let r = items.start * GLU_CHUNK..(items.end * GLU_CHUNK).min(n);
         // SAFETY: the item ranges are disjoint, so these values are this item's alone,
         // inside `data`, which outlives `for_chunks`.
