@@ -72,7 +72,21 @@ pub enum CpuWeight {
 
 /// The CPU backend.
 #[derive(Default)]
-pub struct CpuBackend;
+pub struct CpuBackend {
+    /// The cos/sin tables last made, by angles and positions: every layer of a step turns q
+    /// and k at the same positions, with one of a model's one or two embeddings (Gemma 3:
+    /// local and global), so each table is made once a step, not twice a layer.
+    rope_tables: Vec<RopeTable>,
+}
+
+struct RopeTable {
+    theta: Vec<f64>,
+    pos: Vec<usize>,
+    cs: Vec<(f32, f32)>,
+}
+
+/// Tables kept by [`CpuBackend`] (the oldest goes first).
+const ROPE_TABLES: usize = 4;
 
 /// `f(gate) * up` elementwise, over the pool (`f` inlined, so that a run vectorises).
 fn glu_with(gate: &Act, up: &Act, f: impl Fn(f32) -> f32 + Sync) -> Act {
@@ -188,7 +202,30 @@ impl CpuBackend {
     }
 
     pub fn new() -> Self {
-        Self
+        Self::default()
+    }
+
+    /// The cos/sin table of `rope`'s angles at `pos`: kept from an earlier call, or made.
+    fn rope_table(&mut self, pos: &[usize], rope: &Rope) -> &[(f32, f32)] {
+        let at = match self
+            .rope_tables
+            .iter()
+            .position(|t| t.pos == pos && t.theta == rope.theta)
+        {
+            Some(i) => i,
+            None => {
+                if self.rope_tables.len() == ROPE_TABLES {
+                    self.rope_tables.remove(0);
+                }
+                self.rope_tables.push(RopeTable {
+                    theta: rope.theta.clone(),
+                    pos: pos.to_vec(),
+                    cs: ops::rope_table(pos, &rope.theta),
+                });
+                self.rope_tables.len() - 1
+            }
+        };
+        &self.rope_tables[at].cs
     }
 }
 
@@ -428,7 +465,8 @@ impl Backend for CpuBackend {
             return Err(Error::Backend("rope: shape mismatch".into()));
         }
         let mut data = x.data.clone();
-        ops::rope(&mut data, x.width, pos, rope);
+        let cs = self.rope_table(pos, rope);
+        ops::rope(&mut data, x.width, cs, rope);
         Ok(Act {
             data,
             width: x.width,
@@ -600,6 +638,34 @@ mod tests {
     use super::*;
     use candle_core::quantized::QTensor;
     use candle_core::{Device, Tensor};
+
+    /// The kept cos/sin tables never serve other positions or angles: two embeddings (as
+    /// Gemma 3's local and global) and positions that come back after others, more of them
+    /// than are kept, each turn exactly as on a fresh backend.
+    #[test]
+    fn kept_rope_tables_equal_fresh_ones() {
+        let ropes = [
+            Rope::new(8, 10_000.0, 1.0, None, true),
+            Rope::new(8, 1_000_000.0, 1.0, None, true),
+            Rope::new(8, 10_000.0, 1.0, None, false),
+        ];
+        let x = Act {
+            data: (0..3 * 16).map(|i| (i as f32 * 0.37).sin()).collect(),
+            width: 16,
+        };
+        let positions: [&[usize]; 4] = [&[0, 1, 2], &[5, 6, 7], &[3, 4, 5], &[0, 1, 2]];
+        let mut kept = CpuBackend::new();
+        for round in 0..3 {
+            for pos in positions {
+                for rope in &ropes {
+                    let got = kept.rope(&x, pos, rope).unwrap();
+                    let want = CpuBackend::new().rope(&x, pos, rope).unwrap();
+                    assert_eq!(got.data, want.data, "round {round}, positions {pos:?}");
+                }
+            }
+        }
+        assert!(kept.rope_tables.len() <= ROPE_TABLES);
+    }
 
     /// F32, F16 and BF16 matrices (the dense kernel) and Q4_0 (the int8 kernel), quantized
     /// by candle: the embedding rows and the product agree with the dequantized weights.

@@ -118,16 +118,24 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
-/// Rotary embedding of each `rope.head_dim` group of every row (NeoX or normal pairs), row
-/// `t` at position `pos[t]`; cos/sin in f64.
-pub fn rope(x: &mut [f32], width: usize, pos: &[usize], rope: &crate::backend::Rope) {
-    let (head_dim, half) = (rope.head_dim, rope.head_dim / 2);
-    let mut cs = vec![(0f32, 0f32); half];
-    for (row, &p) in x.chunks_exact_mut(width).zip(pos) {
-        for (c, f) in cs.iter_mut().zip(&rope.theta) {
-            let (s, co) = (p as f64 * f).sin_cos();
-            *c = (co as f32, s as f32);
+/// cos/sin of each pair's angle (`theta[i]` per position) at each of `pos`, in f64 then
+/// rounded: `pos.len()` rows of `theta.len()`.
+pub fn rope_table(pos: &[usize], theta: &[f64]) -> Vec<(f32, f32)> {
+    let mut cs = Vec::with_capacity(pos.len() * theta.len());
+    for &p in pos {
+        for f in theta {
+            let (s, c) = (p as f64 * f).sin_cos();
+            cs.push((c as f32, s as f32));
         }
+    }
+    cs
+}
+
+/// Rotary embedding of each `rope.head_dim` group of every row (NeoX or normal pairs), row
+/// `t` turned by row `t` of `cs` ([`rope_table`] of the rows' positions).
+pub fn rope(x: &mut [f32], width: usize, cs: &[(f32, f32)], rope: &crate::backend::Rope) {
+    let (head_dim, half) = (rope.head_dim, rope.head_dim / 2);
+    for (row, cs) in x.chunks_exact_mut(width).zip(cs.chunks_exact(half)) {
         for h in row.chunks_exact_mut(head_dim) {
             for (i, &(c, s)) in cs.iter().enumerate() {
                 let (a, b) = if rope.neox {
@@ -233,9 +241,9 @@ mod tests {
             let r = crate::backend::Rope::new(8, 10000.0, 1.0, Some(&[1.0, 2.0, 1.5, 8.0]), neox);
             let mut x: Vec<f32> = (0..16).map(|i| i as f32).collect();
             let orig = x.clone();
-            rope(&mut x, 16, &[0], &r);
+            rope(&mut x, 16, &rope_table(&[0], &r.theta), &r);
             assert_eq!(x, orig);
-            rope(&mut x, 16, &[7], &r);
+            rope(&mut x, 16, &rope_table(&[7], &r.theta), &r);
             let n0: f32 = orig.iter().map(|v| v * v).sum();
             let n1: f32 = x.iter().map(|v| v * v).sum();
             assert!((n0 - n1).abs() / n0 < 1e-5);
