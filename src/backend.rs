@@ -267,7 +267,7 @@ pub trait Backend {
     fn matmul(&mut self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
     /// `x @ wᵀ` for each of `ws` (an attention block's q, k and v; a feed-forward's gate
     /// and up): the same values as one [`Backend::matmul`] each (the CPU prepares `x` once
-    /// and runs them all in one pass over its threads).
+    /// and runs them in one pass over its threads when the weights are of one kind).
     fn matmuls(&mut self, x: &Self::Tensor, ws: &[&Self::Weight]) -> Result<Vec<Self::Tensor>> {
         ws.iter().map(|w| self.matmul(x, w)).collect()
     }

@@ -115,9 +115,13 @@ const GLU_CHUNK: usize = 512;
 
 impl CpuBackend {
     /// `x @ wᵀ` for each part, its bias added to the finished sums, then its post-step.
-    /// Parts that are all float matrices (or all int8 rows) go in one pass over the pool (and
-    /// int8 quantizes `x` once); others one at a time.
+    /// Parts that are all of one kind (float matrices, an ONNX export's int8 rows, or
+    /// quantized matrices) go in one pass over the pool, `x` prepared once; a mix goes one
+    /// part at a time.
     fn products(&mut self, x: &Act, parts: &[(&CpuWeight, dense::Out)]) -> Result<Vec<Act>> {
+        if parts.is_empty() {
+            return Ok(Vec::new());
+        }
         let m = x.n_tok();
         let mut widths = Vec::with_capacity(parts.len());
         for (w, o) in parts {

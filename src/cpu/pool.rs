@@ -109,5 +109,5 @@ impl<T> SharedOut<T> {
     }
 }
 
-// SAFETY: workers write disjoint ranges through it (see `part`).
+// SAFETY: workers write disjoint ranges or elements through it (see `part` and `set`).
 unsafe impl<T: Send> Sync for SharedOut<T> {}

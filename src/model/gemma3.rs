@@ -128,7 +128,7 @@ impl<B: Backend> Gemma3<B> {
             let global = c.is_global(il);
             // attention
             let h = be.rms_norm(&x, &l.attn_norm, c.rms_eps)?; // (n_tok, n_embd)
-                                                               // (n_tok, n_head * head_dim), and (n_tok, n_head_kv * head_dim) twice
+                                                               // q: (n_tok, n_head * head_dim); k and v: (n_tok, n_head_kv * head_dim)
             let [q, k, v] = matmuls(be, &h, [&l.wq, &l.wk, &l.wv])?;
             let q = be.rms_norm(&q, &l.q_norm, c.rms_eps)?; // per head
             let k = be.rms_norm(&k, &l.k_norm, c.rms_eps)?; // per head

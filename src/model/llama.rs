@@ -162,7 +162,7 @@ impl<B: Backend> Llama<B> {
         for (il, (l, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             // attention
             let h = be.rms_norm(&x, &l.attn_norm, c.rms_eps)?; // (n_tok, n_embd)
-                                                               // (n_tok, n_head * head_dim), and (n_tok, n_head_kv * head_dim) twice
+                                                               // q: (n_tok, n_head * head_dim); k and v: (n_tok, n_head_kv * head_dim)
             let [q, k, v] = matmuls(be, &h, [&l.wq, &l.wk, &l.wv])?;
             let q = bias(be, q, &l.bq)?;
             let k = bias(be, k, &l.bk)?;

@@ -38,7 +38,7 @@ mod portable;
 #[cfg(target_arch = "wasm32")]
 mod wasm;
 
-use super::dense::Out;
+use super::dense::{Out, Post};
 use super::pool::{self, SharedOut};
 use crate::backend::is_allowed;
 use crate::error::{Error, Result};
@@ -219,7 +219,25 @@ impl QMatrix {
             return Vec::new();
         };
         let k = first.cols;
-        debug_assert!(parts.iter().all(|(w, _)| w.cols == k) && x.len() == m * k);
+        assert!(
+            parts.iter().all(|(w, _)| w.cols == k) && x.len() == m * k,
+            "QMatrix::products: every part takes x's width"
+        );
+        for (w, out) in parts {
+            assert!(
+                m.checked_mul(w.rows).is_some(),
+                "QMatrix::products: output size"
+            );
+            let n = m * w.rows;
+            assert!(
+                out.bias.is_none_or(|b| b.len() == w.rows)
+                    && match out.post {
+                        Post::Add(r) => r.len() == n,
+                        _ => true,
+                    },
+                "QMatrix::products: a bias or residual of the wrong size"
+            );
+        }
         let act = Activations::quantize(x, m, k);
         // Σx per weight group, for the parts whose weights have offsets (16 or 32 values).
         let sums_of = |group: usize| {
@@ -251,6 +269,7 @@ impl QMatrix {
                 }
                 let r = (c.start - firsts[p]) * ROW_CHUNK
                     ..((c.end - firsts[p]) * ROW_CHUNK).min(w.rows);
+                debug_assert!(w.group == 16 || w.group == QK);
                 let sums = match (&w.offsets, w.group) {
                     (None, _) => &[][..],
                     (Some(_), 16) => &sums16[..],
@@ -263,7 +282,9 @@ impl QMatrix {
                     let part = unsafe { outs[p].part(r.start, r.len()) };
                     w.matvec_into(&act, sums, r, part, out);
                 } else {
-                    w.rows_into(&act, sums, r, &outs[p], out);
+                    // SAFETY: outs[p] is part p's m × rows output, which outlives
+                    // `for_chunks`, and these rows are this item's alone.
+                    unsafe { w.rows_into(&act, sums, r, &outs[p], out) };
                 }
             }
         });
@@ -300,7 +321,11 @@ impl QMatrix {
     /// Output columns `rows` for all activation rows, finished by `out` and stored into `y`
     /// (the product's `m × self.rows`). Each weight row is read once and meets every
     /// activation tile while it is in cache.
-    fn rows_into(
+    ///
+    /// # Safety
+    /// `y` must hold at least `act.m × self.rows` values and outlive the call, and no other
+    /// thread may write or read columns `rows` of it meanwhile.
+    unsafe fn rows_into(
         &self,
         act: &Activations,
         sums: &[f32],
@@ -328,8 +353,8 @@ impl QMatrix {
                             &sums[(i + r) * ng..(i + r + 1) * ng],
                         );
                     }
-                    // SAFETY: this call alone writes column j (its rows are its work item's),
-                    // and (i + r, j) lies inside y's m × n.
+                    // SAFETY: (i + r, j) lies inside y's m × n, and column j is this call's
+                    // alone (the function's contract).
                     unsafe { y.set((i + r) * n + j, out.finish(v, i + r, j, n)) };
                 }
                 i += t;
@@ -1266,7 +1291,6 @@ mod tests {
     /// a tile, in one work item or several, and whoever else is in the pass.
     #[test]
     fn parts_in_one_pass_equal_each_row_alone() {
-        use super::super::dense::Post;
         let mut rng = crate::sampler::Rng::new(11);
         let cols = 512;
         let types = [
