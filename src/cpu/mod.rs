@@ -110,6 +110,18 @@ fn glu_with(gate: &Act, up: &Act, f: impl Fn(f32) -> f32 + Sync) -> Act {
     }
 }
 
+/// Every part's weight as the one kind `pick` takes, each with its `Out`; `None` when a part
+/// is of another kind.
+fn all_of<'w, 'o, T>(
+    parts: &[(&'w CpuWeight, dense::Out<'o>)],
+    pick: impl Fn(&'w CpuWeight) -> Option<&'w T>,
+) -> Option<Vec<(&'w T, dense::Out<'o>)>> {
+    parts
+        .iter()
+        .map(|&(w, o)| pick(w).map(|t| (t, o)))
+        .collect()
+}
+
 /// Values per work item of [`glu_with`].
 const GLU_CHUNK: usize = 512;
 
@@ -161,34 +173,22 @@ impl CpuBackend {
                 .map(|(data, &width)| Act { data, width })
                 .collect()
         };
-        let all_dense: Option<Vec<_>> = parts
-            .iter()
-            .map(|(w, o)| match w {
-                CpuWeight::Dense(d) => Some((d, *o)),
-                _ => None,
-            })
-            .collect();
-        if let Some(d) = all_dense {
+        if let Some(d) = all_of(parts, |w| match w {
+            CpuWeight::Dense(d) => Some(d),
+            _ => None,
+        }) {
             return Ok(acts(dense::DenseMatrix::products(&d, &x.data, m)));
         }
-        let all_i8: Option<Vec<_>> = parts
-            .iter()
-            .map(|(w, o)| match w {
-                CpuWeight::DenseI8(d) => Some((d, *o)),
-                _ => None,
-            })
-            .collect();
-        if let Some(d) = all_i8 {
+        if let Some(d) = all_of(parts, |w| match w {
+            CpuWeight::DenseI8(d) => Some(d),
+            _ => None,
+        }) {
             return Ok(acts(dense::I8Matrix::products(&d, &x.data, m)));
         }
-        let all_q: Option<Vec<_>> = parts
-            .iter()
-            .map(|(w, o)| match w {
-                CpuWeight::Int8(q) => Some((q, *o)),
-                _ => None,
-            })
-            .collect();
-        if let Some(q) = all_q {
+        if let Some(q) = all_of(parts, |w| match w {
+            CpuWeight::Int8(q) => Some(q),
+            _ => None,
+        }) {
             return Ok(acts(int8::QMatrix::products(&q, &x.data, m)));
         }
         let mut out = Vec::with_capacity(parts.len());
