@@ -28,8 +28,9 @@ pub struct Entry {
     pub pieces: Vec<String>,
     pub finish: FinishReason,
     pub usage: Usage,
-    /// Seconds since the epoch when it was stored.
-    pub stored: u64,
+    /// Seconds since the epoch when it was stored, with their fraction (an entry of an older
+    /// build holds whole seconds, which read the same way).
+    pub stored: f64,
 }
 
 const VERSION: u32 = 1;
@@ -61,10 +62,12 @@ pub fn canonical(v: &serde_json::Value) -> String {
     }
 }
 
-fn now_s() -> u64 {
+/// Seconds since the epoch, with their fraction: in whole seconds an entry stored late in a
+/// second would expire up to a second early (with `--response-cache-ttl 1`, at once).
+fn now_s() -> f64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl ResponseCache {
@@ -113,7 +116,7 @@ impl ResponseCache {
         let p = self.path(key);
         let bytes = std::fs::read(&p).ok()?;
         match serde_json::from_slice::<Entry>(&bytes) {
-            Ok(e) if e.v == VERSION && e.stored + self.opts.ttl.as_secs() > now_s() => {
+            Ok(e) if e.v == VERSION && e.stored + self.opts.ttl.as_secs_f64() > now_s() => {
                 // Recently used: the size cap removes the files least recently touched first.
                 if let Ok(f) = std::fs::File::options().append(true).open(&p) {
                     let _ = f.set_modified(SystemTime::now());
