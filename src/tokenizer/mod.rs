@@ -12,7 +12,7 @@ pub mod wordpiece;
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
-use bpe::{GgufBpe, Vocab};
+use bpe::{derive_merges, score_order, GgufBpe, Vocab};
 use std::sync::Mutex;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
@@ -678,65 +678,29 @@ fn build(
             eprintln!("{what}: {:.0} ms", crate::clock::now_ms() - t0)
         }
     };
-    // Every normal or user-defined token of two or more characters, split every way into
-    // two pieces that are both tokens, is a merge (user-defined runs of spaces, tabs and
-    // newlines merge too: "▁▁" is reachable from two spaces). As in Hugging Face's
-    // converter, merges rank by the whole token's score (highest first), then by the
-    // lengths in characters of the left and right parts (longest first), then in
-    // vocabulary order.
-    // SentencePiece gives user-defined pieces score 0, above every normal piece (scores are
-    // -rank); GGUF files carry -1000 for them.
-    let score = |id: usize| {
-        if types[id] == TYPE_USER_DEFINED {
-            0.0
-        } else {
-            scores[id]
-        }
-    };
-    // One sort key: score (descending), left length (descending), right length (descending),
-    // token id; a token's splits differ in left length, so the key is unique.
-    let key = |token: usize, left_len: u32, right_len: u32| -> u128 {
-        let bits = score(token).to_bits();
-        let ascending = if bits >> 31 == 1 {
-            !bits
-        } else {
-            bits | 1 << 31
-        };
-        (u128::from(!ascending) << 96)
-            | (u128::from(u16::MAX - left_len.min(0xFFFF) as u16) << 80)
-            | (u128::from(u16::MAX - right_len.min(0xFFFF) as u16) << 64)
-            | token as u128
-    };
-    let mut merges: Vec<(u128, u32, u32)> = Vec::new(); // (key, left, right)
-    for (i, &ty) in types.iter().enumerate() {
-        if ty != TYPE_NORMAL && ty != TYPE_USER_DEFINED {
-            continue;
-        }
-        let Some(tok) = vocab.piece(i as u32) else {
-            continue;
-        };
-        let n_chars = tok.chars().count() as u32;
-        for (k, (split, _)) in tok.char_indices().skip(1).enumerate() {
-            let (l, r) = tok.split_at(split);
-            let Some(left) = vocab.id(l) else { continue };
-            if let Some(right) = vocab.id(r) {
-                let k = k as u32;
-                merges.push((key(i, k + 1, n_chars - k - 1), left, right));
-            }
-        }
-    }
-    lap("merges derived");
-    merges.sort_unstable_by_key(|m| m.0);
-    lap("merges sorted");
-    if dbg {
-        eprintln!("{} merges", merges.len());
-    }
-    let triples: Vec<(u32, u32, u32)> = merges.iter().map(|m| (m.1, m.2, m.0 as u32)).collect();
-    drop(merges);
+    // Merges as Hugging Face's converter derives them from the scores (bpe.rs): every normal
+    // or user-defined token merges (user-defined runs of spaces, tabs and newlines too: "▁▁"
+    // is reachable from two spaces). SentencePiece gives user-defined pieces score 0, above
+    // every normal piece (scores are -rank); GGUF files carry -1000 for them.
+    let orders: Vec<Option<u32>> = types
+        .iter()
+        .zip(scores)
+        .map(|(&ty, &score)| match ty {
+            TYPE_USER_DEFINED => Some(score_order(0.0)),
+            TYPE_NORMAL => Some(score_order(score)),
+            _ => None,
+        })
+        .collect();
     let unk = vocab.id("<unk>");
     let added = Added::new(&vocab, types, control, bos);
-    let model = GgufBpe::new(vocab, &triples, unk);
-    drop(triples);
+    let model = if vocab.has_duplicates() {
+        // The first id of a piece is not always the one a merge yields: list them.
+        let merges = derive_merges(&vocab, &orders);
+        lap("merges derived");
+        GgufBpe::new(vocab, &merges, unk)
+    } else {
+        GgufBpe::scored(vocab, orders, unk)
+    };
     lap("bpe built");
 
     let mut tk = Pipeline::new(model);
