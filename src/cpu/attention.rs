@@ -9,11 +9,18 @@ use super::Act;
 use crate::backend::{AttnParams, KvRows};
 use crate::error::{Error, Result};
 
+/// Slots per allocation of a layer's cache: it grows with the positions it holds, in runs of
+/// this many, not with the context it may reach (Gemma 3 270M at 4096: 39 MiB for every
+/// conversation; a 192-token one now holds 7). A run is never moved or freed, so growing
+/// copies nothing and leaves no hole in wasm memory, whose size never comes down.
+const RUN_SLOTS: usize = 64;
+
 /// One layer's cached keys and values, `n_slots` rows of `n_head_kv · head_dim`.
 #[derive(Clone)]
 pub struct KvCache {
-    k: Vec<f32>,
-    v: Vec<f32>,
+    /// Keys and values of slots `i · RUN_SLOTS..`, allocated when one of them is first written.
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
     /// Absolute position held by each slot (None: empty).
     pos: Vec<Option<usize>>,
     width: usize,
@@ -22,8 +29,8 @@ pub struct KvCache {
 impl KvCache {
     pub fn new(n_slots: usize, width: usize) -> Self {
         Self {
-            k: vec![0.0; n_slots * width],
-            v: vec![0.0; n_slots * width],
+            k: Vec::new(),
+            v: Vec::new(),
             pos: vec![None; n_slots],
             width,
         }
@@ -33,31 +40,74 @@ impl KvCache {
         self.pos.iter_mut().for_each(|p| *p = None);
     }
 
+    /// Slot `s`'s key: a slot that holds a position (`pos[s]` is `Some`) was written.
+    fn key(&self, s: usize) -> &[f32] {
+        let at = (s % RUN_SLOTS) * self.width;
+        &self.k[s / RUN_SLOTS][at..at + self.width]
+    }
+
+    fn value(&self, s: usize) -> &[f32] {
+        let at = (s % RUN_SLOTS) * self.width;
+        &self.v[s / RUN_SLOTS][at..at + self.width]
+    }
+
+    /// Slot `s`'s key and value to write, its run allocated if it is not yet.
+    fn slot_mut(&mut self, s: usize) -> (&mut [f32], &mut [f32]) {
+        let run = s / RUN_SLOTS;
+        while self.k.len() <= run {
+            let first = self.k.len() * RUN_SLOTS;
+            let len = RUN_SLOTS.min(self.pos.len() - first) * self.width;
+            self.k.push(vec![0.0; len]);
+            self.v.push(vec![0.0; len]);
+        }
+        let at = (s % RUN_SLOTS) * self.width;
+        (
+            &mut self.k[run][at..at + self.width],
+            &mut self.v[run][at..at + self.width],
+        )
+    }
+
+    /// Slots allocated (a multiple of `RUN_SLOTS`, or every slot).
+    #[cfg(test)]
+    fn allocated_slots(&self) -> usize {
+        self.k.iter().map(Vec::len).sum::<usize>() / self.width.max(1)
+    }
+
     /// The slots holding positions below `n_past` (all of them once a ring wrapped).
     pub fn save(&self, n_past: usize) -> Result<KvRows> {
         let n_slots = self.pos.len();
         let used = n_past.min(n_slots);
-        let rows = KvRows {
+        let probe = KvRows {
             n_slots,
             width: self.width,
-            k: self.k[..used * self.width].to_vec(),
-            v: self.v[..used * self.width].to_vec(),
+            k: Vec::new(),
+            v: Vec::new(),
         };
-        if (0..used).any(|s| self.pos[s] != Some(rows.position(s, n_past))) {
+        if (0..used).any(|s| self.pos[s] != Some(probe.position(s, n_past))) {
             return Err(Error::Backend(format!(
                 "the KV cache does not hold exactly {n_past} positions"
             )));
         }
-        Ok(rows)
+        let (mut k, mut v) = (
+            Vec::with_capacity(used * self.width),
+            Vec::with_capacity(used * self.width),
+        );
+        for s in 0..used {
+            k.extend_from_slice(self.key(s));
+            v.extend_from_slice(self.value(s));
+        }
+        Ok(KvRows { k, v, ..probe })
     }
 
     /// Put back what [`KvCache::save`] gave after `n_past` positions.
     pub fn load(&mut self, rows: &KvRows, n_past: usize) -> Result<()> {
         let used = rows.fit(self.pos.len(), self.width, n_past)?;
         self.clear();
-        self.k[..rows.k.len()].copy_from_slice(&rows.k);
-        self.v[..rows.v.len()].copy_from_slice(&rows.v);
+        let w = self.width;
         for s in 0..used {
+            let (k, v) = self.slot_mut(s);
+            k.copy_from_slice(&rows.k[s * w..(s + 1) * w]);
+            v.copy_from_slice(&rows.v[s * w..(s + 1) * w]);
             self.pos[s] = Some(rows.position(s, n_past));
         }
         Ok(())
@@ -65,9 +115,9 @@ impl KvCache {
 
     fn write(&mut self, p: usize, k: &[f32], v: &[f32]) {
         let s = p % self.pos.len();
-        let w = self.width;
-        self.k[s * w..(s + 1) * w].copy_from_slice(k);
-        self.v[s * w..(s + 1) * w].copy_from_slice(v);
+        let (ks, vs) = self.slot_mut(s);
+        ks.copy_from_slice(k);
+        vs.copy_from_slice(v);
         self.pos[s] = Some(p);
     }
 }
@@ -195,9 +245,7 @@ fn attend_rows(
             // Cached slots first, then this call's rows of t's run up to t.
             for &(s, pk) in &cached {
                 if visible(pq, pk) {
-                    scores.push(
-                        dot(qv, &kv.k[s * kv_w + kh * hd..s * kv_w + (kh + 1) * hd]) * p.scale,
-                    );
+                    scores.push(dot(qv, &kv.key(s)[kh * hd..(kh + 1) * hd]) * p.scale);
                 } else {
                     scores.push(f32::NEG_INFINITY);
                 }
@@ -224,7 +272,7 @@ fn attend_rows(
             for (i, &(s, _)) in cached.iter().enumerate() {
                 let w = scores[i] * inv;
                 if w != 0.0 {
-                    axpy(o, w, &kv.v[s * kv_w + kh * hd..s * kv_w + (kh + 1) * hd]);
+                    axpy(o, w, &kv.value(s)[kh * hd..(kh + 1) * hd]);
                 }
             }
             for j in b0..=t {
@@ -391,6 +439,63 @@ mod tests {
                     "window {window}, branch at row {at}"
                 );
                 at += len;
+            }
+        }
+    }
+
+    /// The cache grows in runs as positions arrive: one position at a time over runs and a
+    /// ring that wraps (150 slots, not a multiple of a run) reads what one call over all
+    /// positions computes, and a saved and reloaded cache continues exactly as the original.
+    #[test]
+    fn a_cache_grown_run_by_run_reads_what_it_was_given() {
+        let mut rng = crate::sampler::Rng::new(11);
+        for (window, slots, n) in [(usize::MAX, 300, 200), (150, 150, 400)] {
+            let p = AttnParams {
+                n_head: 2,
+                n_head_kv: 1,
+                head_dim: 8,
+                scale: 0.35,
+                window,
+            };
+            let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
+            let (q, k, v) = (
+                random(&mut rng, n, qw),
+                random(&mut rng, n, kw),
+                random(&mut rng, n, kw),
+            );
+            let pos: Vec<usize> = (0..n).collect();
+            let all = attend(&q, &k, &v, &mut KvCache::new(slots, kw), &pos, p).unwrap();
+            let row = |a: &Act, t: usize| Act {
+                data: a.data[t * a.width..(t + 1) * a.width].to_vec(),
+                width: a.width,
+            };
+            let mut kv = KvCache::new(slots, kw);
+            assert_eq!(kv.allocated_slots(), 0);
+            let mut saved = None;
+            for t in 0..n {
+                let got = attend(&row(&q, t), &row(&k, t), &row(&v, t), &mut kv, &[t], p).unwrap();
+                for (a, b) in got.data.iter().zip(&all.data[t * qw..(t + 1) * qw]) {
+                    assert!((a - b).abs() < 1e-5, "window {window}, row {t}: {a} vs {b}");
+                }
+                let held = (t + 1).min(slots);
+                let runs = held.div_ceil(RUN_SLOTS);
+                assert_eq!(
+                    kv.allocated_slots(),
+                    (runs * RUN_SLOTS).min(slots),
+                    "row {t}"
+                );
+                if t == n / 2 {
+                    saved = Some((kv.save(t + 1).unwrap(), kv.clone()));
+                }
+            }
+            // Reloaded at n/2 + 1 positions, a fresh cache continues bit for bit as the kept one.
+            let (rows, mut kept) = saved.unwrap();
+            let mut fresh = KvCache::new(slots, kw);
+            fresh.load(&rows, n / 2 + 1).unwrap();
+            for t in n / 2 + 1..n {
+                let a = attend(&row(&q, t), &row(&k, t), &row(&v, t), &mut kept, &[t], p).unwrap();
+                let b = attend(&row(&q, t), &row(&k, t), &row(&v, t), &mut fresh, &[t], p).unwrap();
+                assert_eq!(a.data, b.data, "window {window}, row {t} after reload");
             }
         }
     }
