@@ -631,13 +631,44 @@ fn unpack_q4_1(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
     }
 }
 
-/// The 5-bit values of Q5_0/Q5_1: 32 high bits `qh`, then 16 bytes of low nibbles.
-fn five_bits(qh: u32, ql: &[u8], q: &mut [i8], minus: i8) {
-    for j in 0..16 {
-        let lo = (ql[j] & 0x0F) | ((((qh >> j) << 4) & 0x10) as u8);
-        let hi = (ql[j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
-        q[j] = lo as i8 - minus;
-        q[j + 16] = hi as i8 - minus;
+/// Four bits as four bytes: bit i of the index → 0x10 in byte i (little-endian).
+const HIGH_NIBBLE_BITS: [u32; 16] = {
+    let mut t = [0u32; 16];
+    let mut b = 0;
+    while b < 16 {
+        let mut i = 0;
+        while i < 4 {
+            if (b >> i) & 1 == 1 {
+                t[b] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// The 5-bit values of Q5_0/Q5_1: 32 high bits `qh`, then 16 bytes of low nibbles; value j
+/// is `low | high << 4`, less 16 when `centred` (Q5_0). Four values a step, as bytes of a
+/// u32: `v − 16` of a 5-bit `v` is its low nibble under 0xF0 when bit 4 is clear and under
+/// 0x00 when it is set, so no byte borrows from the next.
+fn five_bits(qh: u32, ql: &[u8], q: &mut [i8], centred: bool) {
+    let flip = if centred { 0x1010_1010 } else { 0 };
+    let scale = if centred { 15 } else { 1 };
+    for j in (0..16).step_by(4) {
+        let l = u32::from_le_bytes([ql[j], ql[j + 1], ql[j + 2], ql[j + 3]]);
+        let high = |shift: u32| {
+            ((HIGH_NIBBLE_BITS[((qh >> shift) & 0xF) as usize] ^ flip) * scale)
+                & if centred { 0xF0F0_F0F0 } else { 0x1010_1010 }
+        };
+        let lo = (l & 0x0F0F_0F0F) | high(j as u32);
+        let hi = ((l >> 4) & 0x0F0F_0F0F) | high(j as u32 + 16);
+        for (o, b) in q[j..j + 4].iter_mut().zip(lo.to_le_bytes()) {
+            *o = b as i8;
+        }
+        for (o, b) in q[j + 16..j + 20].iter_mut().zip(hi.to_le_bytes()) {
+            *o = b as i8;
+        }
     }
 }
 
@@ -645,7 +676,7 @@ fn five_bits(qh: u32, ql: &[u8], q: &mut [i8], minus: i8) {
 fn unpack_q5_0(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
     s[0] = f16_at(blk, 0);
     let qh = u32::from_le_bytes([blk[2], blk[3], blk[4], blk[5]]);
-    five_bits(qh, &blk[6..22], q, 16);
+    five_bits(qh, &blk[6..22], q, true);
 }
 
 /// Q5_1: f16 d, f16 m, 32 high bits, 16 bytes of low nibbles; value = d·q + m.
@@ -653,7 +684,7 @@ fn unpack_q5_1(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
     s[0] = f16_at(blk, 0);
     o[0] = -f16_at(blk, 2);
     let qh = u32::from_le_bytes([blk[4], blk[5], blk[6], blk[7]]);
-    five_bits(qh, &blk[8..24], q, 0);
+    five_bits(qh, &blk[8..24], q, false);
 }
 
 /// The 6-bit (scale, min) pair of sub-block `j` of Q4_K/Q5_K's 12 packed bytes.
