@@ -331,6 +331,12 @@ impl Backend for CpuBackend {
         )))
     }
 
+    fn prepare_head(&mut self, w: &CpuWeight) {
+        if let CpuWeight::Int8(q) = w {
+            q.prepare_head();
+        }
+    }
+
     fn load_int8_weight(
         &mut self,
         info: &TensorInfo,

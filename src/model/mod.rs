@@ -38,13 +38,17 @@ impl<B: Backend> Model<B> {
         cfg: ModelConfig,
         progress: Progress,
     ) -> Result<Self> {
-        match cfg.family {
+        let model = match cfg.family {
             Family::Gemma3 => gemma3::Gemma3::load(be, g, src, cfg, progress).map(Self::Gemma3),
             Family::Llama | Family::Qwen2 | Family::Qwen3 => {
                 llama::Llama::load(be, g, src, cfg, progress).map(Self::Llama)
             }
             Family::Bert => bert::Bert::load(be, g, src, cfg, progress).map(Self::Bert),
+        }?;
+        if let Ok(head) = model.lm_weight() {
+            be.prepare_head(head);
         }
+        Ok(model)
     }
 
     pub fn cfg(&self) -> &ModelConfig {

@@ -46,7 +46,7 @@ use crate::gguf::{ByteSource, GgmlType};
 use half::f16;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Activation block (one f32 scale per 32 values).
 const QK: usize = 32;
@@ -64,9 +64,9 @@ pub struct QMatrix {
     group: usize,
     pub rows: usize,
     pub cols: usize,
-    /// Each row's `(‖w‖, Σw)` for the LM head's filter, the norm rounded up (taken at load;
-    /// empty with offsets, which the filter does not take).
-    stats: Vec<(f32, f32)>,
+    /// Each row's `(‖w‖, Σw)` for the LM head's filter, the norm rounded up: taken once, for
+    /// the matrix that serves as a head ([`QMatrix::prepare_head`], or its first filter).
+    stats: OnceLock<Vec<(f32, f32)>>,
 }
 
 /// File blocks read per chunk while loading (a few hundred KB of scratch).
@@ -112,14 +112,10 @@ impl QMatrix {
         let mut scales = vec![0f32; n / group];
         let mut offsets = u.offsets.then(|| vec![0f32; n / group]);
         let mut no_offsets = vec![0f32; block / group];
-        // Whole rows per chunk, so that each row's statistics are taken while it is in cache.
+        // Whole rows per chunk.
         let per_row = cols / block;
         let chunk_rows = (LOAD_CHUNK_BLOCKS / per_row.max(1)).max(1);
         let mut buf = vec![0u8; (chunk_rows * per_row).min(n_blocks) * block_bytes];
-        let mut stats = Vec::new();
-        if !u.offsets {
-            stats.reserve_exact(rows);
-        }
         let mut r0 = 0;
         while r0 < rows {
             let nr = chunk_rows.min(rows - r0);
@@ -136,13 +132,6 @@ impl QMatrix {
                 };
                 (u.unpack)(blk, q, &mut scales[g], o);
             }
-            if !u.offsets {
-                let gpr = cols / group;
-                for r in r0..r0 + nr {
-                    let q = &qs[r * cols..(r + 1) * cols];
-                    stats.push(row_stats(q, &scales[r * gpr..(r + 1) * gpr], group));
-                }
-            }
             r0 += nr;
         }
         Ok(Self {
@@ -152,24 +141,50 @@ impl QMatrix {
             group,
             rows,
             cols,
-            stats,
+            stats: OnceLock::new(),
         })
+    }
+
+    /// Take the LM head filter's row statistics now, where this build has the filter: the
+    /// model's head is the one matrix that needs them (a pass over it; for Gemma 3's
+    /// 262 144 rows, the rest of the load skips that pass over every layer).
+    pub fn prepare_head(&self) {
+        if has_fast_u7() {
+            self.head_stats();
+        }
+    }
+
+    /// Each row's `(‖w‖, Σw)`, taken at the first call; `None` with offsets (the filter does
+    /// not take them).
+    fn head_stats(&self) -> Option<&[(f32, f32)]> {
+        if self.offsets.is_some() {
+            return None;
+        }
+        let stats = self.stats.get_or_init(|| {
+            let gpr = self.cols / self.group;
+            let mut stats = vec![(0f32, 0f32); self.rows];
+            let out = SharedOut::new(&mut stats);
+            pool::for_chunks(self.rows, self.qs.len(), |rows| {
+                for r in rows {
+                    let st = row_stats(
+                        &self.qs[r * self.cols..(r + 1) * self.cols],
+                        &self.scales[r * gpr..(r + 1) * gpr],
+                        self.group,
+                    );
+                    // SAFETY: each row is one item's alone, inside `stats`, which outlives
+                    // `for_chunks`.
+                    unsafe { out.set(r, st) };
+                }
+            });
+            stats
+        });
+        Some(stats)
     }
 
     /// A matrix of int8 values `qs` (`rows × cols`) with a scale per `group` (16 or 32)
     /// values and no offsets, as [`QMatrix::load`] leaves one: for the kernel checks.
     fn from_parts(qs: Vec<i8>, scales: Vec<f32>, group: usize, rows: usize, cols: usize) -> Self {
         assert!(qs.len() == rows * cols && scales.len() * group == qs.len());
-        let gpr = cols / group;
-        let stats = (0..rows)
-            .map(|r| {
-                row_stats(
-                    &qs[r * cols..(r + 1) * cols],
-                    &scales[r * gpr..(r + 1) * gpr],
-                    group,
-                )
-            })
-            .collect();
         Self {
             qs,
             scales,
@@ -177,7 +192,7 @@ impl QMatrix {
             group,
             rows,
             cols,
-            stats,
+            stats: OnceLock::new(),
         }
     }
 
@@ -391,11 +406,7 @@ impl QMatrix {
         k: usize,
         allowed: Option<&[u32]>,
     ) -> Option<Vec<(u32, f32)>> {
-        if self.offsets.is_some()
-            || self.stats.len() != self.rows
-            || !self.cols.is_multiple_of(QK)
-            || x.len() != self.cols
-            || k == 0
+        if self.offsets.is_some() || !self.cols.is_multiple_of(QK) || x.len() != self.cols || k == 0
         {
             return None;
         }
@@ -418,7 +429,7 @@ impl QMatrix {
         let round = (n as f64 / QK as f64 + 8.0) * 2f64.powi(-22);
         let per_norm = (e2.sqrt() + round * ((n as f64).sqrt() * 127.0 * x7.scale + n16.sqrt()))
             * (1.0 + 2f64.powi(-20));
-        let stats = &self.stats;
+        let stats = self.head_stats()?;
         let ok = |i: usize| allowed.is_none_or(|a| is_allowed(a, i));
         // Row i's estimate and bound, in f64, from its 7-bit product.
         let est = |i: usize, code: f32| {
