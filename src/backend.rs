@@ -213,9 +213,12 @@ pub trait Backend {
 
     /// Copy one tensor out of the model file into its final place (the only copy).
     fn load_weight(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<Self::Weight>;
-    /// `w` serves as the LM head: take at load what [`Backend::head_top_k`] will need of it
-    /// (the CPU's filter: per-row statistics), so the first token does not pay for it.
-    fn prepare_head(&mut self, _w: &Self::Weight) {}
+    /// [`Backend::load_weight`] of a tensor that serves as the LM head: a backend may take
+    /// at load what [`Backend::head_top_k`] will need of it (the CPU's filter: per-row
+    /// statistics), so the first token does not pay for it.
+    fn load_head(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<Self::Weight> {
+        self.load_weight(info, src)
+    }
     /// An I8 matrix whose weight `(r, c)` is `(v − zero[r]) · scale[r]` (an int8 ONNX export's,
     /// kept as stored). By default dequantized to f32 on the host, exactly, and loaded as an
     /// F32 tensor; a backend with an int8 kernel keeps the int8 values.

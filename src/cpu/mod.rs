@@ -331,10 +331,18 @@ impl Backend for CpuBackend {
         )))
     }
 
-    fn prepare_head(&mut self, w: &CpuWeight) {
-        if let CpuWeight::Int8(q) = w {
-            q.prepare_head();
+    fn load_head(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<CpuWeight> {
+        if info.dims.len() == 2 && int8::QMatrix::takes(info.ty) {
+            let (rows, cols) = info.rows_cols();
+            return Ok(CpuWeight::Int8(int8::QMatrix::load_head(
+                src,
+                info.offset,
+                rows,
+                cols,
+                info.ty,
+            )?));
         }
+        self.load_weight(info, src)
     }
 
     fn load_int8_weight(

@@ -50,7 +50,7 @@ impl<B: Backend> Gemma3<B> {
         let q_w = c.n_head * c.head_dim;
         let kv_w = c.n_head_kv * c.head_dim;
         let mut wanted = vec![
-            Want::new("token_embd.weight", &[c.n_embd, c.n_vocab]),
+            Want::new("token_embd.weight", &[c.n_embd, c.n_vocab]).head(),
             Want::new("output_norm.weight", &[c.n_embd]),
         ];
         for il in 0..c.n_layer {

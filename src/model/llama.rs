@@ -51,12 +51,13 @@ impl<B: Backend> Llama<B> {
         let c = &cfg;
         let q_w = c.n_head * c.head_dim;
         let kv_w = c.n_head_kv * c.head_dim;
+        let embd = Want::new("token_embd.weight", &[c.n_embd, c.n_vocab]);
         let mut wanted = vec![
-            Want::new("token_embd.weight", &[c.n_embd, c.n_vocab]),
+            if c.untied_output { embd } else { embd.head() },
             Want::new("output_norm.weight", &[c.n_embd]),
         ];
         if c.untied_output {
-            wanted.push(Want::new("output.weight", &[c.n_embd, c.n_vocab]));
+            wanted.push(Want::new("output.weight", &[c.n_embd, c.n_vocab]).head());
         }
         for il in 0..c.n_layer {
             let t = |n: &str, d: &[usize]| Want::new(&format!("blk.{il}.{n}"), d);

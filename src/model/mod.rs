@@ -45,9 +45,6 @@ impl<B: Backend> Model<B> {
             }
             Family::Bert => bert::Bert::load(be, g, src, cfg, progress).map(Self::Bert),
         }?;
-        if let Ok(head) = model.lm_weight() {
-            be.prepare_head(head);
-        }
         Ok(model)
     }
 
@@ -254,6 +251,8 @@ pub struct Want {
     pub name: String,
     pub dims: Vec<u64>,
     pub required: bool,
+    /// It serves as the LM head ([`Backend::load_head`]).
+    pub head: bool,
 }
 
 impl Want {
@@ -263,7 +262,13 @@ impl Want {
             name: name.to_string(),
             dims: dims.iter().map(|&d| d as u64).collect(),
             required: true,
+            head: false,
         }
+    }
+
+    /// This tensor serves as the LM head.
+    pub fn head(self) -> Self {
+        Self { head: true, ..self }
     }
 
     /// A tensor the file may leave out (then the family does without it).
@@ -340,7 +345,11 @@ pub fn load_weights<B: Backend>(
                 Some(weight)
             }
             Some(info) => {
-                let weight = be.load_weight(info, src)?;
+                let weight = if w.head {
+                    be.load_head(info, src)?
+                } else {
+                    be.load_weight(info, src)?
+                };
                 done += info.n_bytes;
                 progress(done, total);
                 Some(weight)

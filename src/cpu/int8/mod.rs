@@ -65,7 +65,7 @@ pub struct QMatrix {
     pub rows: usize,
     pub cols: usize,
     /// Each row's `(‖w‖, Σw)` for the LM head's filter, the norm rounded up: taken once, for
-    /// the matrix that serves as a head ([`QMatrix::prepare_head`], or its first filter).
+    /// the matrix that serves as a head ([`QMatrix::load_head`], or at its first filter).
     stats: OnceLock<Vec<(f32, f32)>>,
 }
 
@@ -90,6 +90,30 @@ impl QMatrix {
         rows: usize,
         cols: usize,
         ty: GgmlType,
+    ) -> Result<Self> {
+        Self::load_with(src, offset, rows, cols, ty, false)
+    }
+
+    /// [`QMatrix::load`] of a matrix that serves as the LM head: where this build has the
+    /// head's filter, each row's statistics are taken as its chunk is unpacked (in cache),
+    /// so neither the first token nor a second pass over the matrix pays for them.
+    pub fn load_head(
+        src: &dyn ByteSource,
+        offset: u64,
+        rows: usize,
+        cols: usize,
+        ty: GgmlType,
+    ) -> Result<Self> {
+        Self::load_with(src, offset, rows, cols, ty, has_fast_u7())
+    }
+
+    fn load_with(
+        src: &dyn ByteSource,
+        offset: u64,
+        rows: usize,
+        cols: usize,
+        ty: GgmlType,
+        head: bool,
     ) -> Result<Self> {
         let Some(u) = unpacker(ty) else {
             return Err(Error::Backend(format!(
@@ -116,6 +140,11 @@ impl QMatrix {
         let per_row = cols / block;
         let chunk_rows = (LOAD_CHUNK_BLOCKS / per_row.max(1)).max(1);
         let mut buf = vec![0u8; (chunk_rows * per_row).min(n_blocks) * block_bytes];
+        let take_stats = head && !u.offsets;
+        let mut stats = Vec::new();
+        if take_stats {
+            stats.reserve_exact(rows);
+        }
         let mut r0 = 0;
         while r0 < rows {
             let nr = chunk_rows.min(rows - r0);
@@ -132,6 +161,13 @@ impl QMatrix {
                 };
                 (u.unpack)(blk, q, &mut scales[g], o);
             }
+            if take_stats {
+                let gpr = cols / group;
+                for r in r0..r0 + nr {
+                    let q = &qs[r * cols..(r + 1) * cols];
+                    stats.push(row_stats(q, &scales[r * gpr..(r + 1) * gpr], group));
+                }
+            }
             r0 += nr;
         }
         Ok(Self {
@@ -141,21 +177,16 @@ impl QMatrix {
             group,
             rows,
             cols,
-            stats: OnceLock::new(),
+            stats: if take_stats {
+                OnceLock::from(stats)
+            } else {
+                OnceLock::new()
+            },
         })
     }
 
-    /// Take the LM head filter's row statistics now, where this build has the filter: the
-    /// model's head is the one matrix that needs them (a pass over it; for Gemma 3's
-    /// 262 144 rows, the rest of the load skips that pass over every layer).
-    pub fn prepare_head(&self) {
-        if has_fast_u7() {
-            self.head_stats();
-        }
-    }
-
-    /// Each row's `(‖w‖, Σw)`, taken at the first call; `None` with offsets (the filter does
-    /// not take them).
+    /// Each row's `(‖w‖, Σw)`, taken at load for a head ([`QMatrix::load_head`]) or else at
+    /// the first call; `None` with offsets (the filter does not take them).
     fn head_stats(&self) -> Option<&[(f32, f32)]> {
         if self.offsets.is_some() {
             return None;
@@ -1238,7 +1269,13 @@ mod tests {
         ] {
             let q = QTensor::quantize(&wt, dt).unwrap();
             let bytes = q.data().unwrap().into_owned();
-            let m = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
+            // As a head, the statistics are taken during the load; they equal those a
+            // matrix takes at its first filter.
+            let m = QMatrix::load_head(&bytes, 0, rows, cols, ty).unwrap();
+            assert_eq!(m.stats.get().is_some(), has_fast_u7());
+            let plain = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
+            assert!(plain.stats.get().is_none());
+            assert_eq!(m.head_stats(), plain.head_stats());
             for seed in 0..12 {
                 let mut x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
                 // Outliers, as in Gemma 3's final hidden state (|x| up to ~10× its rms).
