@@ -38,14 +38,13 @@ impl<B: Backend> Model<B> {
         cfg: ModelConfig,
         progress: Progress,
     ) -> Result<Self> {
-        let model = match cfg.family {
+        match cfg.family {
             Family::Gemma3 => gemma3::Gemma3::load(be, g, src, cfg, progress).map(Self::Gemma3),
             Family::Llama | Family::Qwen2 | Family::Qwen3 => {
                 llama::Llama::load(be, g, src, cfg, progress).map(Self::Llama)
             }
             Family::Bert => bert::Bert::load(be, g, src, cfg, progress).map(Self::Bert),
-        }?;
-        Ok(model)
+        }
     }
 
     pub fn cfg(&self) -> &ModelConfig {

@@ -179,8 +179,7 @@ fn pair(l: u32, r: u32) -> u64 {
 }
 
 impl GgufBpe {
-    /// `merges` in rank order (best first), as `(left, right, merged)` ids.
-    /// A model whose merges are listed, best first: `(left, right, merged)`.
+    /// A model whose merges are listed, best first: `(left, right, merged)` ids.
     pub fn new(vocab: Vocab, merges: &[(u32, u32, u32)], unk: Option<u32>) -> Self {
         let mut map = HashMap::with_capacity(merges.len());
         for (rank, &(l, r, m)) in merges.iter().enumerate() {
@@ -190,10 +189,14 @@ impl GgufBpe {
     }
 
     /// A SentencePiece model whose merges come from the scores: `orders[id]` is token id's
-    /// [`score_order`], `None` for a token no merge yields. The vocabulary must have no
-    /// duplicate pieces (the listed form, with [`derive_merges`], serves one that has).
+    /// [`score_order`], `None` for a token no merge yields. Asked of the vocabulary; one with
+    /// duplicate pieces gets the derived list ([`derive_merges`]): there the first id of a
+    /// piece is not always the one a merge yields.
     pub fn scored(vocab: Vocab, orders: Vec<Option<u32>>, unk: Option<u32>) -> Self {
-        debug_assert!(!vocab.has_duplicates());
+        if vocab.has_duplicates() {
+            let merges = derive_merges(&vocab, &orders);
+            return Self::new(vocab, &merges, unk);
+        }
         Self::with(vocab, Merges::Scored(orders), unk)
     }
 
@@ -451,15 +454,21 @@ mod tests {
 
     const CHARS: [char; 6] = ['a', 'b', 'c', '▁', 'é', '日'];
 
-    /// A vocabulary of every character, the byte tokens, `<unk>`, and `extra` distinct random
+    /// A vocabulary of every character, the byte tokens (but `z`'s in some), `<unk>`, and `extra` distinct random
     /// strings of 2–6 characters; scores are random (ties among them too), and some tokens do
     /// not merge (`None`), as control and byte tokens do not.
-    fn vocab(rng: &mut Rng, extra: usize) -> (Vec<String>, Vec<Option<u32>>) {
+    fn vocab(rng: &mut Rng, extra: usize, no_z: bool) -> (Vec<String>, Vec<Option<u32>>) {
         let mut pieces: Vec<String> = vec!["<unk>".into()];
-        pieces.extend((0..=255u8).map(|b| format!("<0x{b:02X}>")));
+        // Without <0x7A>, a 'z' has no byte token either: it is <unk> (fused when repeated).
+        pieces.extend(
+            (0..=255u8)
+                .filter(|&b| !(no_z && b == b'z'))
+                .map(|b| format!("<0x{b:02X}>")),
+        );
         pieces.extend(CHARS.iter().map(|c| c.to_string()));
         let mut seen: std::collections::HashSet<String> = pieces.iter().cloned().collect();
-        while pieces.len() < 263 + extra {
+        let base = pieces.len() + CHARS.len();
+        while pieces.len() < base + extra {
             let len = 2 + rng.below(5);
             let s: String = (0..len).map(|_| CHARS[rng.below(CHARS.len())]).collect();
             if seen.insert(s.clone()) {
@@ -494,20 +503,27 @@ mod tests {
     fn scored_merges_equal_the_derived_list() {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         for round in 0..8 {
-            let (pieces, orders) = vocab(&mut rng, 50 + round * 150);
+            let (pieces, orders) = vocab(&mut rng, 50 + round * 150, round % 2 == 1);
             let v = Vocab::new(pieces.iter().map(String::as_str));
             assert!(!v.has_duplicates());
             let listed = GgufBpe::new(v.clone(), &derive_merges(&v, &orders), Some(0));
             let scored = GgufBpe::scored(v, orders, Some(0));
-            let mut merged = 0;
+            let (mut merged, mut unknown) = (0, 0);
             for _ in 0..400 {
                 let w = word(&mut rng);
                 let want = ids(&listed, &w);
                 merged += usize::from(want.len() < w.chars().count());
+                unknown += want.iter().filter(|&&(id, _)| id == 0).count();
                 assert_eq!(ids(&scored, &w), want, "round {round}, word {w:?}");
             }
             // The words exercise merges, not only single characters.
             assert!(merged > 100, "round {round}: {merged} words merged");
+            // Without z's byte token, z is <unk>; with it, never.
+            assert_eq!(
+                unknown > 0,
+                round % 2 == 1,
+                "round {round}: {unknown} <unk>"
+            );
         }
     }
 
@@ -517,5 +533,21 @@ mod tests {
         assert!(v.has_duplicates());
         assert_eq!(v.id("a"), Some(0));
         assert!(!Vocab::new(["a", "b", "ab"]).has_duplicates());
+    }
+
+    /// With a piece under two ids, a merge yields the twin with the better score, as the
+    /// converter's list does, not the first id the vocabulary gives.
+    #[test]
+    fn a_duplicate_piece_merges_into_its_better_scored_twin() {
+        let v = Vocab::new(["<unk>", "a", "b", "ab", "ab"]);
+        let orders = vec![
+            None,
+            Some(score_order(-1.0)),
+            Some(score_order(-2.0)),
+            Some(score_order(-9.0)),
+            Some(score_order(-3.0)),
+        ];
+        let m = GgufBpe::scored(v, orders, Some(0));
+        assert_eq!(ids(&m, "ab"), vec![(4, 2)]);
     }
 }

@@ -12,7 +12,7 @@ pub mod wordpiece;
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
-use bpe::{derive_merges, score_order, GgufBpe, Vocab};
+use bpe::{score_order, GgufBpe, Vocab};
 use std::sync::Mutex;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
@@ -693,14 +693,7 @@ fn build(
         .collect();
     let unk = vocab.id("<unk>");
     let added = Added::new(&vocab, types, control, bos);
-    let model = if vocab.has_duplicates() {
-        // The first id of a piece is not always the one a merge yields: list them.
-        let merges = derive_merges(&vocab, &orders);
-        lap("merges derived");
-        GgufBpe::new(vocab, &merges, unk)
-    } else {
-        GgufBpe::scored(vocab, orders, unk)
-    };
+    let model = GgufBpe::scored(vocab, orders, unk);
     lap("bpe built");
 
     let mut tk = Pipeline::new(model);

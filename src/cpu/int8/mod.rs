@@ -699,10 +699,7 @@ fn five_bits(qh: u32, ql: &[u8], q: &mut [i8], centred: bool) {
     let scale = if centred { 15 } else { 1 };
     for j in (0..16).step_by(4) {
         let l = u32::from_le_bytes([ql[j], ql[j + 1], ql[j + 2], ql[j + 3]]);
-        let high = |shift: u32| {
-            ((HIGH_NIBBLE_BITS[((qh >> shift) & 0xF) as usize] ^ flip) * scale)
-                & if centred { 0xF0F0_F0F0 } else { 0x1010_1010 }
-        };
+        let high = |shift: u32| (HIGH_NIBBLE_BITS[((qh >> shift) & 0xF) as usize] ^ flip) * scale;
         let lo = (l & 0x0F0F_0F0F) | high(j as u32);
         let hi = ((l >> 4) & 0x0F0F_0F0F) | high(j as u32 + 16);
         for (o, b) in q[j..j + 4].iter_mut().zip(lo.to_le_bytes()) {
