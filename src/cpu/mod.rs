@@ -288,61 +288,57 @@ fn read_floats(
     }))
 }
 
+/// One tensor from the file as the CPU keeps it ([`Backend::load_weight`]); `head`: it serves
+/// as the LM head ([`Backend::load_head`]).
+fn load_cpu_weight(info: &TensorInfo, src: &dyn ByteSource, head: bool) -> Result<CpuWeight> {
+    let n = usize::try_from(info.n_bytes)
+        .map_err(|_| Error::Config(format!("tensor {} is too large", info.name)))?;
+    let (rows, cols) = info.rows_cols();
+    let unsupported = |ty: &str, supported: &'static str| Error::UnsupportedTensorType {
+        tensor: info.name.clone(),
+        ty: ty.to_string(),
+        supported,
+    };
+    if info.dims.len() == 1 {
+        let floats = read_floats(src, info, n)?
+            .ok_or_else(|| unsupported(&format!("{} (as a vector)", info.ty), "F32, F16, BF16"))?;
+        return Ok(CpuWeight::Vector(floats));
+    }
+    if int8::QMatrix::takes(info.ty) {
+        return Ok(CpuWeight::Int8(int8::QMatrix::load_with(
+            src,
+            info.offset,
+            rows,
+            cols,
+            info.ty,
+            head,
+        )?));
+    }
+    let floats =
+        read_floats(src, info, n)?.ok_or_else(|| unsupported(info.ty.name(), SUPPORTED_TYPES))?;
+    if floats.len() != rows * cols {
+        return Err(Error::Config(format!(
+            "tensor {}: {} values for {rows} × {cols}",
+            info.name,
+            floats.len()
+        )));
+    }
+    Ok(CpuWeight::Dense(dense::DenseMatrix::pack(
+        &floats, rows, cols,
+    )))
+}
+
 impl Backend for CpuBackend {
     type Tensor = Act;
     type Weight = CpuWeight;
     type Kv = KvCache;
 
     fn load_weight(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<CpuWeight> {
-        let n = usize::try_from(info.n_bytes)
-            .map_err(|_| Error::Config(format!("tensor {} is too large", info.name)))?;
-        let (rows, cols) = info.rows_cols();
-        let unsupported = |ty: &str, supported: &'static str| Error::UnsupportedTensorType {
-            tensor: info.name.clone(),
-            ty: ty.to_string(),
-            supported,
-        };
-        if info.dims.len() == 1 {
-            let floats = read_floats(src, info, n)?.ok_or_else(|| {
-                unsupported(&format!("{} (as a vector)", info.ty), "F32, F16, BF16")
-            })?;
-            return Ok(CpuWeight::Vector(floats));
-        }
-        if int8::QMatrix::takes(info.ty) {
-            return Ok(CpuWeight::Int8(int8::QMatrix::load(
-                src,
-                info.offset,
-                rows,
-                cols,
-                info.ty,
-            )?));
-        }
-        let floats = read_floats(src, info, n)?
-            .ok_or_else(|| unsupported(info.ty.name(), SUPPORTED_TYPES))?;
-        if floats.len() != rows * cols {
-            return Err(Error::Config(format!(
-                "tensor {}: {} values for {rows} × {cols}",
-                info.name,
-                floats.len()
-            )));
-        }
-        Ok(CpuWeight::Dense(dense::DenseMatrix::pack(
-            &floats, rows, cols,
-        )))
+        load_cpu_weight(info, src, false)
     }
 
     fn load_head(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<CpuWeight> {
-        if info.dims.len() == 2 && int8::QMatrix::takes(info.ty) {
-            let (rows, cols) = info.rows_cols();
-            return Ok(CpuWeight::Int8(int8::QMatrix::load_head(
-                src,
-                info.offset,
-                rows,
-                cols,
-                info.ty,
-            )?));
-        }
-        self.load_weight(info, src)
+        load_cpu_weight(info, src, true)
     }
 
     fn load_int8_weight(

@@ -65,7 +65,7 @@ pub struct QMatrix {
     pub rows: usize,
     pub cols: usize,
     /// Each row's `(‖w‖, Σw)` for the LM head's filter, the norm rounded up: taken once, for
-    /// the matrix that serves as a head ([`QMatrix::load_head`], or at its first filter).
+    /// the matrix that serves as a head ([`QMatrix::load_with`], or at its first filter).
     stats: OnceLock<Vec<(f32, f32)>>,
 }
 
@@ -94,20 +94,11 @@ impl QMatrix {
         Self::load_with(src, offset, rows, cols, ty, false)
     }
 
-    /// [`QMatrix::load`] of a matrix that serves as the LM head: where this build has the
-    /// head's filter, each row's statistics are taken as its chunk is unpacked (in cache),
-    /// so neither the first token nor a second pass over the matrix pays for them.
-    pub fn load_head(
-        src: &dyn ByteSource,
-        offset: u64,
-        rows: usize,
-        cols: usize,
-        ty: GgmlType,
-    ) -> Result<Self> {
-        Self::load_with(src, offset, rows, cols, ty, has_fast_u7())
-    }
-
-    fn load_with(
+    /// [`QMatrix::load`], of a matrix that serves as the LM head when `head`: where this
+    /// build has the head's filter, each row's statistics are then taken as its chunk is
+    /// unpacked (in cache), so neither the first token nor a second pass over the matrix
+    /// pays for them.
+    pub fn load_with(
         src: &dyn ByteSource,
         offset: u64,
         rows: usize,
@@ -140,7 +131,7 @@ impl QMatrix {
         let per_row = cols / block;
         let chunk_rows = (LOAD_CHUNK_BLOCKS / per_row.max(1)).max(1);
         let mut buf = vec![0u8; (chunk_rows * per_row).min(n_blocks) * block_bytes];
-        let take_stats = head && !u.offsets;
+        let take_stats = head && has_fast_u7() && !u.offsets;
         let mut stats = Vec::new();
         if take_stats {
             stats.reserve_exact(rows);
@@ -185,7 +176,7 @@ impl QMatrix {
         })
     }
 
-    /// Each row's `(‖w‖, Σw)`, taken at load for a head ([`QMatrix::load_head`]) or else at
+    /// Each row's `(‖w‖, Σw)`, taken at load for a head ([`QMatrix::load_with`]) or else at
     /// the first call; `None` with offsets (the filter does not take them).
     fn head_stats(&self) -> Option<&[(f32, f32)]> {
         if self.offsets.is_some() {
@@ -1268,7 +1259,7 @@ mod tests {
             let bytes = q.data().unwrap().into_owned();
             // As a head, the statistics are taken during the load; they equal those a
             // matrix takes at its first filter.
-            let m = QMatrix::load_head(&bytes, 0, rows, cols, ty).unwrap();
+            let m = QMatrix::load_with(&bytes, 0, rows, cols, ty, true).unwrap();
             assert_eq!(m.stats.get().is_some(), has_fast_u7());
             let plain = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
             assert!(plain.stats.get().is_none());
