@@ -219,6 +219,22 @@ pub trait Backend {
     fn load_head(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<Self::Weight> {
         self.load_weight(info, src)
     }
+    /// [`Backend::load_head`] when `head`, else [`Backend::load_weight`], from a source whose
+    /// reads may wait ([`ByteSource::read_at_async`]): the load [`crate::model::load_weights`]
+    /// runs, so that a backend can unpack what it has while the next bytes are read. By
+    /// default the synchronous load.
+    async fn load_weight_async(
+        &mut self,
+        info: &TensorInfo,
+        src: &dyn ByteSource,
+        head: bool,
+    ) -> Result<Self::Weight> {
+        if head {
+            self.load_head(info, src)
+        } else {
+            self.load_weight(info, src)
+        }
+    }
     /// An I8 matrix whose weight `(r, c)` is `(v − zero[r]) · scale[r]` (an int8 ONNX export's,
     /// kept as stored). By default dequantized to f32 on the host, exactly, and loaded as an
     /// F32 tensor; a backend with an int8 kernel keeps the int8 values.

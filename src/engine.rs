@@ -5,7 +5,7 @@ use crate::config::ModelConfig;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
 use crate::generate::{Chunk, GenerateOptions, Generation, Session};
-use crate::gguf::{ByteSource, Gguf};
+use crate::gguf::{ByteSource, Gguf, SyncReads};
 use crate::model::Model;
 use crate::tokenizer::Tokenizer;
 
@@ -173,7 +173,7 @@ impl Engine {
                 ))
             }
         };
-        Self::load_cpu(src, opts, reason, progress).map(Self::wrap)
+        crate::gguf::now(Self::load_cpu(&SyncReads(src), opts, reason, progress))?.map(Self::wrap)
     }
 
     /// Parse, validate and load a GGUF model on the device `opts.device` asks for: `auto`
@@ -207,9 +207,9 @@ impl Engine {
         #[cfg(not(feature = "gpu"))]
         let probe = GpuProbe::NotBuilt;
         match choose(opts.device, &probe)? {
-            Choice::Cpu(reason) => {
-                Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap)
-            }
+            Choice::Cpu(reason) => Self::load_cpu(src.as_ref(), opts, reason, progress)
+                .await
+                .map(Self::wrap),
             #[cfg(feature = "gpu")]
             Choice::Gpu(name) => {
                 let Some(be) = backend else {
@@ -223,9 +223,9 @@ impl Engine {
                         Ok(e)
                     }
                     Err(e) => match after_gpu_failure(opts.device, &e) {
-                        Some(reason) => {
-                            Self::load_cpu(src.as_ref(), opts, reason, progress).map(Self::wrap)
-                        }
+                        Some(reason) => Self::load_cpu(src.as_ref(), opts, reason, progress)
+                            .await
+                            .map(Self::wrap),
                         None => Err(e),
                     },
                 }
@@ -324,7 +324,8 @@ impl Engine {
         Ok(())
     }
 
-    fn load_cpu(
+    /// Load onto the CPU, awaiting each weight read ([`ByteSource::read_at_async`]).
+    async fn load_cpu(
         src: &dyn ByteSource,
         opts: &LoadOptions,
         reason: String,
@@ -333,7 +334,7 @@ impl Engine {
         let (g, cfg, tok, mut info) = Self::prepare(src, opts)?;
         let t1 = crate::clock::now_ms();
         let mut be = CpuBackend::new();
-        let model = Model::load(&mut be, &g, src, cfg, progress)?;
+        let model = Model::load_async(&mut be, &g, src, cfg, progress).await?;
         info.load_ms = crate::clock::now_ms() - t1;
         info.reason = reason;
         info.backend = cpu_backend_name();

@@ -375,3 +375,92 @@ fn context_overflow_is_a_typed_error() {
     assert_eq!(g.finish(), Some(kerze::FinishReason::ContextFull));
     assert_eq!(g.ids.len(), 16);
 }
+
+/// A model file whose reads of the weights wait once each, as the browser's read-ahead does
+/// (`ByteSource::read_at_async`), and whose plain reads stop short of the weights.
+struct Waiting {
+    bytes: Vec<u8>,
+    data_offset: u64,
+    /// Each asynchronous read's offset, and how many of them waited.
+    reads: std::sync::Arc<std::sync::Mutex<(Vec<u64>, usize)>>,
+}
+
+/// Pending once (its waker woken), then ready.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.0 {
+            return std::task::Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+impl kerze::ByteSource for Waiting {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> kerze::Result<()> {
+        if offset >= self.data_offset {
+            return Err(kerze::Error::Io(format!(
+                "a plain read of the weights at {offset}"
+            )));
+        }
+        self.bytes.as_slice().read_at(offset, buf)
+    }
+
+    fn read_at_async<'a>(&'a self, offset: u64, buf: &'a mut [u8]) -> kerze::gguf::ReadFuture<'a> {
+        Box::pin(async move {
+            self.reads.lock().unwrap().0.push(offset);
+            YieldOnce(false).await;
+            self.reads.lock().unwrap().1 += 1;
+            self.bytes.as_slice().read_at(offset, buf)
+        })
+    }
+}
+
+/// The asynchronous load takes every weight through reads that wait, in the file's order
+/// (a reader ahead of it never goes back), and loads the model the plain load does: the same
+/// logits, bit for bit. The plain load of the same file never awaits a read.
+#[test]
+fn a_load_whose_reads_wait_equals_the_plain_load() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let g = kerze::Gguf::read(&bytes).unwrap();
+    let reads = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), 0)));
+    let src = Waiting {
+        bytes: bytes.clone(),
+        data_offset: g.data_offset,
+        reads: reads.clone(),
+    };
+    let opts = LoadOptions {
+        device: kerze::Device::Cpu,
+        ..LoadOptions::default()
+    };
+    // The plain load over this source fails at its first weight: it does not await.
+    assert!(Engine::load(&src, &opts, &mut |_, _| {}).is_err());
+    assert_eq!(reads.lock().unwrap().0.len(), 0);
+    let mut waited = pollster::block_on(Engine::load_async(Box::new(src), &opts, &mut |_, _| {}))
+        .unwrap()
+        .0;
+    let (offsets, n_waited) = reads.lock().unwrap().clone();
+    assert!(offsets.len() >= g.tensors.len(), "{} reads", offsets.len());
+    assert_eq!(n_waited, offsets.len());
+    assert!(
+        offsets.windows(2).all(|w| w[0] <= w[1]),
+        "reads went back: {offsets:?}"
+    );
+    let mut plain = engine(&bytes);
+    let ids = plain.tokenizer().encode_user(PROMPT, true).unwrap();
+    let n_vocab = plain.config().n_vocab;
+    let want = pollster::block_on(plain.logits_top_k(&ids, n_vocab, 0)).unwrap();
+    let got = pollster::block_on(waited.logits_top_k(&ids, n_vocab, 0)).unwrap();
+    assert_eq!(got, want);
+}

@@ -19,7 +19,7 @@ mod team;
 
 use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope, Then};
 use crate::error::{Error, Result};
-use crate::gguf::{ByteSource, GgmlType, TensorInfo};
+use crate::gguf::{now, ByteSource, GgmlType, SyncReads, TensorInfo};
 use candle_core::quantized::k_quants::GgmlType as Block;
 
 pub use attention::KvCache;
@@ -262,25 +262,32 @@ fn blocks_as_bytes_mut<T: Block>(v: &mut [T]) -> &mut [u8] {
 
 /// Read a tensor's bytes straight into candle's block storage: the only copy of the weights
 /// (a second full-size buffer would double the peak memory in a browser tab).
-fn read_blocks<T: Block>(src: &dyn ByteSource, offset: u64, n_bytes: usize) -> Result<Vec<T>> {
+async fn read_blocks<T: Block>(
+    src: &dyn ByteSource,
+    offset: u64,
+    n_bytes: usize,
+) -> Result<Vec<T>> {
     let mut v = zeroed_blocks::<T>(n_bytes)?;
-    src.read_at(offset, blocks_as_bytes_mut(&mut v))?;
+    src.read_at_async(offset, blocks_as_bytes_mut(&mut v))
+        .await?;
     Ok(v)
 }
 
 /// A float tensor (F32, F16, BF16) of `n_bytes` as f32; `None` for any other type.
-fn read_floats(
+async fn read_floats(
     src: &dyn ByteSource,
     info: &TensorInfo,
     n_bytes: usize,
 ) -> Result<Option<Vec<f32>>> {
     Ok(Some(match info.ty {
-        GgmlType::F32 => read_blocks::<f32>(src, info.offset, n_bytes)?,
-        GgmlType::F16 => read_blocks::<half::f16>(src, info.offset, n_bytes)?
+        GgmlType::F32 => read_blocks::<f32>(src, info.offset, n_bytes).await?,
+        GgmlType::F16 => read_blocks::<half::f16>(src, info.offset, n_bytes)
+            .await?
             .iter()
             .map(|v| v.to_f32())
             .collect(),
-        GgmlType::BF16 => read_blocks::<half::bf16>(src, info.offset, n_bytes)?
+        GgmlType::BF16 => read_blocks::<half::bf16>(src, info.offset, n_bytes)
+            .await?
             .iter()
             .map(|v| v.to_f32())
             .collect(),
@@ -290,7 +297,7 @@ fn read_floats(
 
 /// One tensor from the file as the CPU keeps it ([`Backend::load_weight`]); `head`: it serves
 /// as the LM head ([`Backend::load_head`]).
-fn load_cpu_weight(info: &TensorInfo, src: &dyn ByteSource, head: bool) -> Result<CpuWeight> {
+async fn load_cpu_weight(info: &TensorInfo, src: &dyn ByteSource, head: bool) -> Result<CpuWeight> {
     let n = usize::try_from(info.n_bytes)
         .map_err(|_| Error::Config(format!("tensor {} is too large", info.name)))?;
     let (rows, cols) = info.rows_cols();
@@ -300,22 +307,19 @@ fn load_cpu_weight(info: &TensorInfo, src: &dyn ByteSource, head: bool) -> Resul
         supported,
     };
     if info.dims.len() == 1 {
-        let floats = read_floats(src, info, n)?
+        let floats = read_floats(src, info, n)
+            .await?
             .ok_or_else(|| unsupported(&format!("{} (as a vector)", info.ty), "F32, F16, BF16"))?;
         return Ok(CpuWeight::Vector(floats));
     }
     if int8::QMatrix::takes(info.ty) {
-        return Ok(CpuWeight::Int8(int8::QMatrix::load_with(
-            src,
-            info.offset,
-            rows,
-            cols,
-            info.ty,
-            head,
-        )?));
+        return Ok(CpuWeight::Int8(
+            int8::QMatrix::load_with(src, info.offset, rows, cols, info.ty, head).await?,
+        ));
     }
-    let floats =
-        read_floats(src, info, n)?.ok_or_else(|| unsupported(info.ty.name(), SUPPORTED_TYPES))?;
+    let floats = read_floats(src, info, n)
+        .await?
+        .ok_or_else(|| unsupported(info.ty.name(), SUPPORTED_TYPES))?;
     if floats.len() != rows * cols {
         return Err(Error::Config(format!(
             "tensor {}: {} values for {rows} × {cols}",
@@ -334,11 +338,20 @@ impl Backend for CpuBackend {
     type Kv = KvCache;
 
     fn load_weight(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<CpuWeight> {
-        load_cpu_weight(info, src, false)
+        now(load_cpu_weight(info, &SyncReads(src), false))?
     }
 
     fn load_head(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<CpuWeight> {
-        load_cpu_weight(info, src, true)
+        now(load_cpu_weight(info, &SyncReads(src), true))?
+    }
+
+    async fn load_weight_async(
+        &mut self,
+        info: &TensorInfo,
+        src: &dyn ByteSource,
+        head: bool,
+    ) -> Result<CpuWeight> {
+        load_cpu_weight(info, src, head).await
     }
 
     fn load_int8_weight(

@@ -20,6 +20,9 @@ pub mod js;
 
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
@@ -38,6 +41,43 @@ pub trait ByteSource {
     }
     /// Drop read-ahead buffers: the source is kept but idle (a GPU engine's fall-back).
     fn release(&self) {}
+    /// [`ByteSource::read_at`] as a read that may wait: a browser's stored file is read ahead
+    /// on another thread while the weights already read are unpacked. Only the asynchronous
+    /// load ([`crate::model::load_weights`]) awaits it; by default it is the plain read.
+    fn read_at_async<'a>(&'a self, offset: u64, buf: &'a mut [u8]) -> ReadFuture<'a> {
+        Box::pin(std::future::ready(self.read_at(offset, buf)))
+    }
+}
+
+/// What [`ByteSource::read_at_async`] returns.
+pub type ReadFuture<'a> = Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
+/// A source whose reads never wait (its [`ByteSource::read_at_async`] is the plain read):
+/// what the synchronous loads hand down, run by [`now`].
+pub struct SyncReads<'a>(pub &'a dyn ByteSource);
+
+impl ByteSource for SyncReads<'_> {
+    fn len(&self) -> u64 {
+        self.0.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.0.read_at(offset, buf)
+    }
+    fn release(&self) {
+        self.0.release()
+    }
+}
+
+/// The value of a load over [`SyncReads`], whose every read is done when asked, so the
+/// future is ready at its first poll. One that waits anyway is an error, never a hang.
+pub fn now<F: Future>(f: F) -> Result<F::Output> {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => Ok(v),
+        Poll::Pending => Err(Error::Backend(
+            "a synchronous load met a read that waits".into(),
+        )),
+    }
 }
 
 /// The end of a read of `n` bytes at `offset` in a file of `len` bytes, or the error that

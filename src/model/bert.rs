@@ -168,12 +168,12 @@ pub struct Bert<B: Backend> {
 
 impl<B: Backend> Bert<B> {
     /// Check every tensor's presence and shape, then copy the weights tensor by tensor.
-    pub fn load(
+    pub async fn load(
         be: &mut B,
         g: &Gguf,
         src: &dyn ByteSource,
         cfg: ModelConfig,
-        progress: Progress,
+        progress: Progress<'_>,
     ) -> Result<Self> {
         let c = &cfg;
         let (e, f) = (c.n_embd, c.n_ff);
@@ -207,7 +207,7 @@ impl<B: Backend> Bert<B> {
             ]);
         }
         let head = Head::load(g, src, e)?;
-        let mut w = super::load_weights(be, g, src, &wanted, progress)?;
+        let mut w = super::load_weights(be, g, src, &wanted, progress).await?;
         let token_embd = w.next_required()?;
         let position_embd = w.next_required()?;
         let token_types = w.next_optional()?;

@@ -39,12 +39,12 @@ pub struct Gemma3<B: Backend> {
 
 impl<B: Backend> Gemma3<B> {
     /// Check every tensor's presence and shape, then copy the weights tensor by tensor.
-    pub fn load(
+    pub async fn load(
         be: &mut B,
         g: &Gguf,
         src: &dyn ByteSource,
         cfg: ModelConfig,
-        progress: Progress,
+        progress: Progress<'_>,
     ) -> Result<Self> {
         let c = &cfg;
         let q_w = c.n_head * c.head_dim;
@@ -71,7 +71,7 @@ impl<B: Backend> Gemma3<B> {
                 t("post_ffw_norm", &[c.n_embd]),
             ]);
         }
-        let mut weights = super::load_weights(be, g, src, &wanted, progress)?;
+        let mut weights = super::load_weights(be, g, src, &wanted, progress).await?;
         let mut next = || weights.next_required();
         let token_embd = next()?;
         let output_norm = next()?;

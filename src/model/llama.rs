@@ -41,12 +41,12 @@ pub struct Llama<B: Backend> {
 
 impl<B: Backend> Llama<B> {
     /// Check every tensor's presence and shape, then copy the weights tensor by tensor.
-    pub fn load(
+    pub async fn load(
         be: &mut B,
         g: &Gguf,
         src: &dyn ByteSource,
         cfg: ModelConfig,
-        progress: Progress,
+        progress: Progress<'_>,
     ) -> Result<Self> {
         let c = &cfg;
         let q_w = c.n_head * c.head_dim;
@@ -93,7 +93,7 @@ impl<B: Backend> Llama<B> {
             factors.as_deref(),
             c.rope_neox,
         );
-        let mut w = super::load_weights(be, g, src, &wanted, progress)?;
+        let mut w = super::load_weights(be, g, src, &wanted, progress).await?;
         let token_embd = w.next_required()?;
         let output_norm = w.next_required()?;
         let output = if c.untied_output {

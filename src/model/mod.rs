@@ -9,7 +9,7 @@ pub mod llama;
 use crate::backend::{AttnParams, Backend};
 use crate::config::{Family, ModelConfig};
 use crate::error::{Error, Result};
-use crate::gguf::{ByteSource, GgmlType, Gguf, TensorInfo};
+use crate::gguf::{now, ByteSource, GgmlType, Gguf, SyncReads, TensorInfo};
 
 /// The KV caches of all layers and how many positions they hold.
 pub struct Cache<B: Backend> {
@@ -30,7 +30,8 @@ pub enum Model<B: Backend> {
 }
 
 impl<B: Backend> Model<B> {
-    /// The family's weights from `src` (every tensor's presence and shape checked first).
+    /// The family's weights from `src` (every tensor's presence and shape checked first),
+    /// every read done when asked ([`SyncReads`]).
     pub fn load(
         be: &mut B,
         g: &Gguf,
@@ -38,12 +39,30 @@ impl<B: Backend> Model<B> {
         cfg: ModelConfig,
         progress: Progress,
     ) -> Result<Self> {
+        now(Self::load_async(be, g, &SyncReads(src), cfg, progress))?
+    }
+
+    /// [`Model::load`] awaiting each read ([`ByteSource::read_at_async`]): a source that
+    /// reads ahead on another thread has the next bytes ready while these are unpacked.
+    pub async fn load_async(
+        be: &mut B,
+        g: &Gguf,
+        src: &dyn ByteSource,
+        cfg: ModelConfig,
+        progress: Progress<'_>,
+    ) -> Result<Self> {
         match cfg.family {
-            Family::Gemma3 => gemma3::Gemma3::load(be, g, src, cfg, progress).map(Self::Gemma3),
+            Family::Gemma3 => gemma3::Gemma3::load(be, g, src, cfg, progress)
+                .await
+                .map(Self::Gemma3),
             Family::Llama | Family::Qwen2 | Family::Qwen3 => {
-                llama::Llama::load(be, g, src, cfg, progress).map(Self::Llama)
+                llama::Llama::load(be, g, src, cfg, progress)
+                    .await
+                    .map(Self::Llama)
             }
-            Family::Bert => bert::Bert::load(be, g, src, cfg, progress).map(Self::Bert),
+            Family::Bert => bert::Bert::load(be, g, src, cfg, progress)
+                .await
+                .map(Self::Bert),
         }
     }
 
@@ -302,13 +321,14 @@ impl<W> Weights<W> {
 }
 
 /// Check every wanted tensor's presence and shape first (a wrong file fails before any
-/// weight is copied), then copy them one by one, reporting progress in bytes.
-pub fn load_weights<B: Backend>(
+/// weight is copied), then copy them one by one in the file's order (so a source reading
+/// ahead reads on, never back), reporting progress in bytes.
+pub async fn load_weights<B: Backend>(
     be: &mut B,
     g: &Gguf,
     src: &dyn ByteSource,
     wanted: &[Want],
-    progress: Progress,
+    progress: Progress<'_>,
 ) -> Result<Weights<B::Weight>> {
     let mut infos: Vec<Option<&TensorInfo>> = Vec::with_capacity(wanted.len());
     for w in wanted {
@@ -330,9 +350,13 @@ pub fn load_weights<B: Backend>(
     }
     let total: u64 = infos.iter().flatten().map(|t| t.n_bytes).sum();
     let mut done = 0u64;
-    let mut out = Vec::with_capacity(wanted.len());
-    for (w, info) in wanted.iter().zip(infos) {
-        let weight = match info {
+    let mut order: Vec<usize> = (0..wanted.len()).collect();
+    order.sort_by_key(|&i| infos[i].map_or(0, |t| t.offset));
+    let mut loaded: Vec<Option<B::Weight>> =
+        std::iter::repeat_with(|| None).take(wanted.len()).collect();
+    for i in order {
+        let (w, info) = (&wanted[i], infos[i]);
+        loaded[i] = match info {
             Some(info) if info.ty == GgmlType::I8 && info.dims.len() == 2 => {
                 // An int8 matrix with its scale and zero per row (convert.rs, OutType::I8).
                 let rows = info.dims[1] as usize;
@@ -344,19 +368,15 @@ pub fn load_weights<B: Backend>(
                 Some(weight)
             }
             Some(info) => {
-                let weight = if w.head {
-                    be.load_head(info, src)?
-                } else {
-                    be.load_weight(info, src)?
-                };
+                let weight = be.load_weight_async(info, src, w.head).await?;
                 done += info.n_bytes;
                 progress(done, total);
                 Some(weight)
             }
             None => None,
         };
-        out.push((w.name.clone(), weight));
     }
+    let out: Vec<_> = wanted.iter().map(|w| w.name.clone()).zip(loaded).collect();
     Ok(Weights(out.into_iter()))
 }
 

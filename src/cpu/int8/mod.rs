@@ -42,7 +42,7 @@ use super::dense::{Out, Post};
 use super::pool::{self, SharedOut};
 use crate::backend::is_allowed;
 use crate::error::{Error, Result};
-use crate::gguf::{ByteSource, GgmlType};
+use crate::gguf::{now, ByteSource, GgmlType, SyncReads};
 use half::f16;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -91,14 +91,22 @@ impl QMatrix {
         cols: usize,
         ty: GgmlType,
     ) -> Result<Self> {
-        Self::load_with(src, offset, rows, cols, ty, false)
+        now(Self::load_with(
+            &SyncReads(src),
+            offset,
+            rows,
+            cols,
+            ty,
+            false,
+        ))?
     }
 
     /// [`QMatrix::load`], of a matrix that serves as the LM head when `head`: where this
     /// build has the head's filter, each row's statistics are then taken as its chunk is
     /// unpacked (in cache), so neither the first token nor a second pass over the matrix
-    /// pays for them.
-    pub fn load_with(
+    /// pays for them. Each chunk's read is awaited ([`ByteSource::read_at_async`]), so a
+    /// source can read the next while this one is unpacked.
+    pub async fn load_with(
         src: &dyn ByteSource,
         offset: u64,
         rows: usize,
@@ -141,7 +149,8 @@ impl QMatrix {
             let nr = chunk_rows.min(rows - r0);
             let (b0, nb) = (r0 * per_row, nr * per_row);
             let chunk = &mut buf[..nb * block_bytes];
-            src.read_at(offset + (b0 * block_bytes) as u64, chunk)?;
+            src.read_at_async(offset + (b0 * block_bytes) as u64, chunk)
+                .await?;
             for (i, blk) in chunk.chunks_exact(block_bytes).enumerate() {
                 let b = b0 + i;
                 let q = &mut qs[b * block..(b + 1) * block];
@@ -1259,7 +1268,9 @@ mod tests {
             let bytes = q.data().unwrap().into_owned();
             // As a head, the statistics are taken during the load; they equal those a
             // matrix takes at its first filter.
-            let m = QMatrix::load_with(&bytes, 0, rows, cols, ty, true).unwrap();
+            let m = crate::gguf::now(QMatrix::load_with(&bytes, 0, rows, cols, ty, true))
+                .unwrap()
+                .unwrap();
             assert_eq!(m.stats.get().is_some(), has_fast_u7());
             let plain = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
             assert!(plain.stats.get().is_none());
