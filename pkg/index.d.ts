@@ -207,8 +207,14 @@ export interface EngineInfo {
   threads: number;
   /** Download or cache read, ms. */
   fetchMs: number;
-  /** From bytes in memory to ready, ms. */
+  /** From bytes in memory (or the stored file) to ready, ms. */
   readyMs: number;
+  /**
+   * How a stored file (a Cache API entry, in the worker) was read while the weights were
+   * unpacked: 'worker' (a second worker read ahead), 'thread' (read ahead in the engine's own
+   * worker, where the page's policy allows no blob: worker), null (not a stored file).
+   */
+  readAhead: 'worker' | 'thread' | null;
   /** With `prepareConstraints`: milliseconds the constraint engine's token trie took. */
   constraintsMs?: number;
   sha256: string | null;

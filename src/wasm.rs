@@ -138,18 +138,26 @@ struct OnnxText {
 impl WasmEngine {
     /// Load on the device `options.device` asks for (`auto`: a WebGPU adapter that is not a
     /// software fallback, else the CPU; `webgpu`: any adapter or an error). `source` is the
-    /// file as a `Uint8Array` or a `Blob` (workers only). Resolves to the engine.
+    /// file as a `Uint8Array` or a `Blob` (workers only). With a `Blob`, `readAhead` (if a
+    /// function) reads it ahead of the load: `readAhead(offset)` resolves to `{ start, bytes }`,
+    /// a window of the file (a `Uint8Array` from `start`) that holds `offset`; the weights
+    /// are then unpacked while the next window is read. Resolves to the engine.
     #[wasm_bindgen(js_name = loadAsync)]
     pub async fn load_async(
         source: JsValue,
         options: String,
         on_progress: Function,
+        read_ahead: JsValue,
     ) -> std::result::Result<WasmEngine, JsValue> {
         console_error_panic_hook::set_once();
         let opts: LoadOptions = parse("load options", &options)?;
         let onnx: OnnxParts = parse("load options", &options)?;
         let mut src: Box<dyn ByteSource> = if source.is_instance_of::<web_sys::Blob>() {
-            Box::new(JsBlob::new(source.unchecked_into()))
+            let blob: web_sys::Blob = source.unchecked_into();
+            match read_ahead.dyn_into::<Function>() {
+                Ok(f) => Box::new(JsBlob::reading_ahead(blob, f)),
+                Err(_) => Box::new(JsBlob::new(blob)),
+            }
         } else if source.is_instance_of::<Uint8Array>() {
             Box::new(JsBytes(source.unchecked_into()))
         } else {

@@ -6,13 +6,14 @@ fetch the model and the package, and with --coop-coep the COOP/COEP pair that ma
 cross-origin isolated (the threads build needs it).
 
 usage: serve.py DIR PORT [--coop-coep] [--pid-file F] [--only a,b,c] [--index PATH]
-                [--test-routes] [--csp POLICY]
+                [--test-routes] [--csp POLICY] [--csp-scripts]
   --only         serve only these top-level folders of DIR (404 for everything else)
   --index        where `/` redirects to (e.g. /www/)
   --test-routes  /__test__/slow/<path> (throttled), /__test__/truncated/<path> (the full
                  Content-Length, then the connection closes after 1 MiB), /__test__/requests
                  (JSON list of every path requested so far)
   --csp          send this Content-Security-Policy with HTML pages
+  --csp-scripts  and with scripts too (a worker's own policy comes with its script)
 """
 import functools, http.server, json, os, sys, threading, time
 
@@ -23,6 +24,7 @@ class Handler(http.server.SimpleHTTPRequestHandler):
     index = None
     test_routes = False
     csp = None
+    csp_scripts = False
     seen = []
     seen_lock = threading.Lock()
 
@@ -33,7 +35,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         if self.coop_coep:
             self.send_header("Cross-Origin-Opener-Policy", "same-origin")
             self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-        if self.csp and self.path.split("?")[0].endswith((".html", "/")):
+        kinds = (".html", "/", ".js", ".mjs") if self.csp_scripts else (".html", "/")
+        if self.csp and self.path.split("?")[0].endswith(kinds):
             self.send_header("Content-Security-Policy", self.csp)
         super().end_headers()
 
@@ -129,6 +132,7 @@ def main():
     Handler.test_routes = "--test-routes" in args
     Handler.index = opt("--index")
     Handler.csp = opt("--csp")
+    Handler.csp_scripts = "--csp-scripts" in args
     if opt("--only"):
         Handler.only = set(opt("--only").split(","))
     if opt("--pid-file"):

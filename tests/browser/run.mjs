@@ -961,7 +961,7 @@ try {
       const url = new URL('/models/${MODEL_FILE}', location.href).href;
       const run = async (m) => {
         const e = await k.createEngine({ model: m, threads: 1, responseCache: false });
-        const out = { source: e.info.source, sha256: e.info.sha256, memoryBytes: e.info.memoryBytes,
+        const out = { source: e.info.source, sha256: e.info.sha256, memoryBytes: e.info.memoryBytes, readAhead: e.info.readAhead,
           ids: (await e.complete('${CERTAIN[0]}', { maxTokens: 8, temperature: 0 })).ids };
         await e.dispose();
         return out;
@@ -977,6 +977,7 @@ try {
     assertEq(r.second.source, 'cache', 'second load');
     assertEq(r.first.ids, cli(CERTAIN[0], 8).ids, 'greedy ids from the streamed download');
     assertEq(r.second.ids, r.first.ids, 'greedy ids from the cache');
+    assertEq([r.first.readAhead, r.second.readAhead], ['worker', 'worker'], 'the stored file read ahead by a second worker');
     // Weights (~300 MB as the engine keeps them) and the KV cache's reserve: nothing twice.
     assert(r.first.memoryBytes > 300e6 && r.first.memoryBytes < 480e6, `wasm memory ${r.first.memoryBytes}`);
     assertEq([r.bad, r.after], ['GgufError', 1], 'a stored file that does not load is dropped');
@@ -1689,6 +1690,29 @@ try {
       assert(status.startsWith('Done'), `status: ${status}`);
       assert((await page.textContent('#generated')).length > 0, 'text');
     }, { allowed: [`${S}/www/`, `${S}/pkg/`, `${S}/models/`] });
+  });
+
+  await test('a policy without blob: workers: the stored model is read ahead in the engine\'s worker, same tokens', async () => {
+    const S = await serve('.', ['--only', 'www,pkg,dist,models', '--coop-coep', '--csp', "script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'", '--csp-scripts']);
+    const r = await withPage(`${S}/www/`, (page) => page.evaluate(async ([file, prompt]) => {
+      const k = await import('/pkg/index.js');
+      await k.cache.clear();
+      const run = async () => {
+        const e = await k.createEngine({ model: { url: new URL(`/models/${file}`, location.href).href }, threads: 1, responseCache: false });
+        const out = { source: e.info.source, readAhead: e.info.readAhead, worker: e.info.worker,
+          ids: (await e.complete(prompt, { maxTokens: 8, temperature: 0 })).ids };
+        await e.dispose();
+        return out;
+      };
+      const first = await run();
+      const second = await run();
+      await k.cache.clear();
+      return { first, second };
+    }, [MODEL_FILE, CERTAIN[0]]), { allowed: [`${S}/www/`, `${S}/pkg/`, `${S}/models/`], expectErrors: /Content Security Policy|worker-src/ });
+    assertEq([r.first.source, r.second.source], ['network', 'cache'], 'sources');
+    assertEq([r.first.worker, r.first.readAhead, r.second.readAhead], ['script', 'thread', 'thread'], 'the engine\'s worker from the package, the reads in it');
+    assertEq(r.first.ids, cli(CERTAIN[0], 8).ids, 'greedy ids (first visit)');
+    assertEq(r.second.ids, r.first.ids, 'greedy ids (from the cache)');
   });
 
   await test('script tag from another origin, no COOP/COEP: <kerze-generate> generates, lazily', async () => {
