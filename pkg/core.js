@@ -397,12 +397,14 @@ async function downloadToCache(spec, store, glue, signal, onProgress) {
 /** Bytes per window the reader hands the engine, and windows read ahead of the one in use. */
 const AHEAD_WINDOW = 4 << 20;
 const AHEAD_DEPTH = 2;
+/** How long the reader may take to say it started before its windows are read here instead. */
+const READER_START_MS = 3000;
 
 // The reader: a worker that reads windows of the stored file with FileReaderSync, in the
 // order asked, and hands each window's buffer over (transferred, not copied).
 const READER_SOURCE = `let blob = null;
 onmessage = (e) => {
-  if (e.data.blob) { blob = e.data.blob; return; }
+  if (e.data.blob) { blob = e.data.blob; postMessage({ started: true }); return; }
   const { id, start, end } = e.data;
   try {
     const ab = new FileReaderSync().readAsArrayBuffer(blob.slice(start, end));
@@ -417,8 +419,9 @@ onmessage = (e) => {
  * `readAhead(offset)` resolves to `{ start, bytes }`, the window of the file that holds
  * `offset`, while the next AHEAD_DEPTH windows are being read by a second worker. The load
  * unpacks one window while the next is read (in Chromium 156 a 253 MB model's reads took
- * ~0.4 s of the worker's own time before). Where no worker starts (a page's policy), the
- * windows are read here, asynchronously. `close()` ends the reader.
+ * ~0.4 s of the worker's own time before). Where no worker starts (a page's policy), or it
+ * does not say so within READER_START_MS, or it fails, the windows are read here,
+ * asynchronously. `close()` ends the reader.
  */
 function readAheadOf(blob) {
   const size = blob.size;
@@ -426,8 +429,12 @@ function readAheadOf(blob) {
   let worker = null;
   let url = null;
   let nextId = 0;
+  let used = false;
+  let startTimer = null;
   const inThread = (start, end) => blob.slice(start, end).arrayBuffer().then((ab) => new Uint8Array(ab));
+  // The worker is dropped for good: what it was asked for is read here.
   const giveUpWorker = () => {
+    clearTimeout(startTimer);
     worker?.terminate();
     worker = null;
     for (const [id, p] of pending) {
@@ -439,16 +446,27 @@ function readAheadOf(blob) {
     url = URL.createObjectURL(new Blob([READER_SOURCE], { type: 'text/javascript' }));
     worker = new Worker(url, { name: 'kerze-reader' });
     worker.onmessage = (e) => {
+      if (e.data.started) {
+        clearTimeout(startTimer);
+        return;
+      }
+      if (e.data.error) {
+        giveUpWorker();
+        return;
+      }
       const p = pending.get(e.data.id);
       if (!p) return;
       pending.delete(e.data.id);
-      if (e.data.error) p.reject(new Error(e.data.error));
-      else p.resolve(new Uint8Array(e.data.ab));
+      p.resolve(new Uint8Array(e.data.ab));
     };
     worker.onerror = (e) => {
       e.preventDefault?.();
       giveUpWorker();
     };
+    worker.onmessageerror = giveUpWorker;
+    // A worker the page's policy blocks fires `error`; one that neither starts nor fails
+    // (seen nowhere, but a load must not hang on it) is given up after a while.
+    startTimer = setTimeout(giveUpWorker, READER_START_MS);
     worker.postMessage({ blob });
   } catch {
     worker = null;
@@ -471,6 +489,7 @@ function readAheadOf(blob) {
   };
   return {
     readAhead(offset) {
+      used = true;
       while (queue.length && queue[0].end <= offset) queue.shift();
       if (!queue.length || queue[0].start > offset) {
         // Not where the reading went on (the load went back or far ahead): start over here.
@@ -481,11 +500,16 @@ function readAheadOf(blob) {
       const w = queue[0];
       return w.promise.then((bytes) => ({ start: w.start, bytes }));
     },
-    /** 'worker' while the second worker reads, 'thread' where it could not start or failed. */
+    /**
+     * null if the engine read nothing through it (a GPU load reads plainly), else 'worker'
+     * while the second worker reads, 'thread' where it could not start or failed.
+     */
     mode() {
+      if (!used) return null;
       return worker ? 'worker' : 'thread';
     },
     close() {
+      clearTimeout(startTimer);
       worker?.terminate();
       worker = null;
       if (url) URL.revokeObjectURL(url);

@@ -211,8 +211,9 @@ export interface EngineInfo {
   readyMs: number;
   /**
    * How a stored file (a Cache API entry, in the worker) was read while the weights were
-   * unpacked: 'worker' (a second worker read ahead), 'thread' (read ahead in the engine's own
-   * worker, where the page's policy allows no blob: worker), null (not a stored file).
+   * unpacked on the CPU: 'worker' (a second worker read ahead), 'thread' (read ahead in the
+   * engine's own worker, where the page's policy allows no blob: worker or that worker
+   * failed), null (not a stored file, or loaded onto the GPU, which reads it plainly).
    */
   readAhead: 'worker' | 'thread' | null;
   /** With `prepareConstraints`: milliseconds the constraint engine's token trie took. */

@@ -109,7 +109,13 @@ impl JsBlob {
             .dyn_into()
             .map_err(io)?;
         let end = start + f64::from(bytes.length());
-        if !(start >= 0.0 && start <= pos as f64 && end > pos as f64 && end <= self.len() as f64) {
+        let whole = start.fract() == 0.0;
+        if !(whole
+            && start >= 0.0
+            && start <= pos as f64
+            && end > pos as f64
+            && end <= self.len() as f64)
+        {
             return Err(Error::Io(format!(
                 "reading the stored model ahead: a window of {} bytes at {start} for offset {pos}",
                 bytes.length()
