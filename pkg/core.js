@@ -520,6 +520,20 @@ function readAheadOf(blob) {
   };
 }
 
+/**
+ * The model cache (`store`, or `reason` why there is none) and its entry for `spec` (`hit`,
+ * or `error` if the lookup failed). Never rejects: it runs beside the module's compilation.
+ */
+async function lookUpCached(spec) {
+  const opened = await openModelCache();
+  if (!opened.store) return { ...opened, hit: null, error: null };
+  try {
+    return { ...opened, hit: await opened.store.match(spec.key), error: null };
+  } catch (e) {
+    return { ...opened, hit: null, error: e };
+  }
+}
+
 /** Read a cached entry into one buffer with `cache` progress. */
 async function readCached(hit, signal, onProgress) {
   const total = hit.meta.bytes;
@@ -597,13 +611,15 @@ export class Core {
     const t0 = performance.now();
     onProgress({ phase: 'compile', loaded: 0, total: 1 });
     this.prefixLimits = args.prefixCache === false ? null : { ...PREFIX_DEFAULTS, ...(args.prefixCache ?? {}) };
+    const spec = args.model;
+    // The cache is opened and the model looked up while the module compiles.
+    const lookup = !spec.data && args.cache !== false ? lookUpCached(spec) : null;
     const [gpu, noGpu] = await probeGpu(args.device ?? 'auto');
     // The WebGPU backend is in the single-thread build; the threads build is CPU only.
     const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn, this.wasm, args.simd, this.customWasm);
     this.glue = loaded.glue;
     onProgress({ phase: 'compile', loaded: 1, total: 1 });
     throwIfAborted(signal);
-    const spec = args.model;
     let bytes = null;
     let source = 'memory';
     let store = null;
@@ -612,14 +628,15 @@ export class Core {
     if (spec.data) {
       bytes = spec.data instanceof Uint8Array ? spec.data : new Uint8Array(spec.data);
     } else {
-      if (args.cache !== false) {
-        const opened = await openModelCache();
-        store = opened.store;
-        if (!store) this.warn(`models will not be cached: ${opened.reason}`);
+      const found = lookup ? await lookup : null;
+      if (found) {
+        store = found.store;
+        if (!store) this.warn(`models will not be cached: ${found.reason}`);
       }
       if (store) {
         try {
-          const hit = await store.match(spec.key);
+          if (found.error) throw found.error;
+          const { hit } = found;
           if (hit && (!spec.sha256 || hit.meta.sha256 === spec.sha256)) {
             if (typeof FileReaderSync === 'function') {
               // In a worker: the engine reads the stored file piece by piece, so it is never
