@@ -442,35 +442,38 @@ function readAheadOf(blob) {
       inThread(p.start, p.end).then(p.resolve, p.reject);
     }
   };
-  try {
-    url = URL.createObjectURL(new Blob([READER_SOURCE], { type: 'text/javascript' }));
-    worker = new Worker(url, { name: 'kerze-reader' });
-    worker.onmessage = (e) => {
-      if (e.data.started) {
-        clearTimeout(startTimer);
-        return;
-      }
-      if (e.data.error) {
+  // Started at the first window asked for: a load onto the GPU reads plainly and asks none.
+  const startWorker = () => {
+    try {
+      url = URL.createObjectURL(new Blob([READER_SOURCE], { type: 'text/javascript' }));
+      worker = new Worker(url, { name: 'kerze-reader' });
+      worker.onmessage = (e) => {
+        if (e.data.started) {
+          clearTimeout(startTimer);
+          return;
+        }
+        if (e.data.error) {
+          giveUpWorker();
+          return;
+        }
+        const p = pending.get(e.data.id);
+        if (!p) return;
+        pending.delete(e.data.id);
+        p.resolve(new Uint8Array(e.data.ab));
+      };
+      worker.onerror = (e) => {
+        e.preventDefault?.();
         giveUpWorker();
-        return;
-      }
-      const p = pending.get(e.data.id);
-      if (!p) return;
-      pending.delete(e.data.id);
-      p.resolve(new Uint8Array(e.data.ab));
-    };
-    worker.onerror = (e) => {
-      e.preventDefault?.();
-      giveUpWorker();
-    };
-    worker.onmessageerror = giveUpWorker;
-    // A worker the page's policy blocks fires `error`; one that neither starts nor fails
-    // (seen nowhere, but a load must not hang on it) is given up after a while.
-    startTimer = setTimeout(giveUpWorker, READER_START_MS);
-    worker.postMessage({ blob });
-  } catch {
-    worker = null;
-  }
+      };
+      worker.onmessageerror = giveUpWorker;
+      // A worker the page's policy blocks fires `error`; one that neither starts nor fails
+      // (seen nowhere, but a load must not hang on it) is given up after a while.
+      startTimer = setTimeout(giveUpWorker, READER_START_MS);
+      worker.postMessage({ blob });
+    } catch {
+      worker = null;
+    }
+  };
   const read = (start, end) => {
     if (!worker) return inThread(start, end);
     const id = nextId++;
@@ -489,6 +492,7 @@ function readAheadOf(blob) {
   };
   return {
     readAhead(offset) {
+      if (!used) startWorker();
       used = true;
       while (queue.length && queue[0].end <= offset) queue.shift();
       if (!queue.length || queue[0].start > offset) {
