@@ -1692,6 +1692,62 @@ try {
     }, { allowed: [`${S}/www/`, `${S}/pkg/`, `${S}/models/`] });
   });
 
+  await test('the stored model\'s reader: windows in order through one byte stream into buffers given back, a jump starts over, without BYOB each window alone, a short file is an error; the same through the reader worker', async () => {
+    const r = await withPage(`${A}/www/`, (page) => page.evaluate(async () => {
+      const { windowReader, readAheadOf } = await import('/pkg/core.js');
+      const W = 1 << 20;
+      const data = new Uint8Array(9 * W + 777);
+      for (let i = 0; i < data.length; i += 1) data[i] = Math.imul(i, 2654435761) >>> 23;
+      const blob = new Blob([data]);
+      const same = (v, start, n) => v.length === n && v.every((x, i) => x === data[start + i]);
+      const out = {};
+      // In order; a buffer given back is filled again (so it detaches here).
+      const r1 = windowReader(blob, W);
+      const w0 = await r1.read(0, W);
+      out.w0 = same(w0, 0, W);
+      r1.giveBack(w0.buffer);
+      out.w1 = same(await r1.read(W, 2 * W), W, W);
+      out.reused = w0.length === 0;
+      // A jump ahead to the short last window, then back.
+      out.jump = same(await r1.read(9 * W, data.length), 9 * W, 777) && same(await r1.read(W / 2, W / 2 + W), W / 2, W);
+      r1.close();
+      // No BYOB reader: each window read alone.
+      const noByob = {
+        size: blob.size,
+        slice: (a, b) => {
+          const s = blob.slice(a, b);
+          return {
+            arrayBuffer: () => s.arrayBuffer(),
+            stream: () => ({ getReader: (o) => { if (o?.mode === 'byob') throw new TypeError('no byob'); return s.stream().getReader(); } }),
+          };
+        },
+      };
+      const r2 = windowReader(noByob, W);
+      out.fallback = same(await r2.read(2 * W, 3 * W), 2 * W, W) && same(await r2.read(0, W), 0, W);
+      // A file shorter than its size says: an error, not a hang.
+      const short = { size: blob.size, slice: (a) => blob.slice(a, 2 * W) };
+      const r3 = windowReader(short, W);
+      out.short = await r3.read(W, 2 * W).then(() => r3.read(2 * W, 3 * W)).then(() => 'read', (e) => String(e.message));
+      // Through the reader worker, as the engine asks (4 MiB windows): a window passed goes
+      // back to the reader.
+      const ahead = readAheadOf(blob);
+      const a0 = await ahead.readAhead(0);
+      out.a0 = [a0.start, same(a0.bytes, 0, 4 * W)];
+      const a1 = await ahead.readAhead(4 * W);
+      out.a1 = [a1.start, same(a1.bytes, 4 * W, 4 * W)];
+      const a2 = await ahead.readAhead(8 * W + 100);
+      out.a2 = [a2.start, same(a2.bytes, 8 * W, W + 777)];
+      out.givenBack = a0.bytes.length === 0 && a1.bytes.length === 0;
+      out.mode = ahead.mode();
+      ahead.close();
+      return out;
+    }));
+    assertEq([r.w0, r.w1, r.reused, r.jump, r.fallback], [true, true, true, true, true], 'windows (in order, buffer reused, a jump, no BYOB)');
+    assert(/ended at 2097152 of/.test(r.short), `short file: ${r.short}`);
+    assertEq([r.a0, r.a1, r.a2], [[0, true], [4 << 20, true], [8 << 20, true]], 'windows through the reader worker');
+    assertEq([r.givenBack, r.mode], [true, 'worker'], 'passed windows go back to the reader worker');
+  });
+
   await test('a policy without blob: workers: the stored model is read ahead in the engine\'s worker, same tokens', async () => {
     const S = await serve('.', ['--only', 'www,pkg,dist,models', '--coop-coep', '--csp', "script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'", '--csp-scripts']);
     const r = await withPage(`${S}/www/`, (page) => page.evaluate(async ([file, prompt]) => {
