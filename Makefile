@@ -14,7 +14,11 @@ KERZE := target/release/kerze
 PROMPT ?= The three most important things to know about baking bread are
 
 WASM_SRC := $(shell find src -name '*.rs') Cargo.toml Cargo.lock
-WASM_OPT := node_modules/.bin/wasm-opt -O3
+# -ocimfs: binaryen inlines every function that has one caller, whatever its size; the
+# engine's load then was one 131 KB function (every async step in one poll), compiled by the
+# browser when first called (~30 ms) and again by its optimizing tier while the load ran
+# (~300 ms of a core). Bounded, the load's parts stay functions of their own.
+WASM_OPT := node_modules/.bin/wasm-opt -O3 -ocimfs 500
 # The threads build: shared memory needs atomics in std itself (nightly, build-std).
 THREADS_RUSTFLAGS := -C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 \
   -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
