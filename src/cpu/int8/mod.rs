@@ -134,7 +134,6 @@ impl QMatrix {
         let mut qs = vec![0i8; n];
         let mut scales = vec![0f32; n / group];
         let mut offsets = u.offsets.then(|| vec![0f32; n / group]);
-        let mut no_offsets = vec![0f32; block / group];
         // Whole rows per chunk.
         let per_row = cols / block;
         let chunk_rows = (LOAD_CHUNK_BLOCKS / per_row.max(1)).max(1);
@@ -151,16 +150,17 @@ impl QMatrix {
             let chunk = &mut buf[..nb * block_bytes];
             src.read_at_async(offset + (b0 * block_bytes) as u64, chunk)
                 .await?;
-            for (i, blk) in chunk.chunks_exact(block_bytes).enumerate() {
-                let b = b0 + i;
-                let q = &mut qs[b * block..(b + 1) * block];
-                let g = b * block / group..(b + 1) * block / group;
-                let o = match offsets.as_mut() {
-                    Some(o) => &mut o[g.clone()],
-                    None => &mut no_offsets[..],
-                };
-                (u.unpack)(blk, q, &mut scales[g], o);
-            }
+            let g = b0 * block / group..(b0 + nb) * block / group;
+            let o = match offsets.as_mut() {
+                Some(o) => &mut o[g.clone()],
+                None => &mut [][..],
+            };
+            (u.unpack)(
+                chunk,
+                &mut qs[b0 * block..(b0 + nb) * block],
+                &mut scales[g],
+                o,
+            );
             if take_stats {
                 let gpr = cols / group;
                 for r in r0..r0 + nr {
@@ -603,8 +603,37 @@ impl Row7 {
 /// Weight rows per work item of the pool.
 const ROW_CHUNK: usize = 64;
 
-/// (file block, its values, its scales, its offsets: empty-valued when the type has none).
+/// (whole file blocks, their values, their scales, their offsets: empty when the type has
+/// none).
 type UnpackFn = fn(&[u8], &mut [i8], &mut [f32], &mut [f32]);
+
+/// `f` (one file block of `BYTES` → `BLOCK` values, a scale per `GROUP`, offsets if the type
+/// has them: `o` not empty) over every block of `chunk`, inlined in the loop: the load's hot
+/// loop is then one small function per type, which the browser's optimizing tier takes at
+/// once, with no call per block.
+#[inline(always)]
+fn blocks<const BLOCK: usize, const BYTES: usize, const GROUP: usize>(
+    chunk: &[u8],
+    q: &mut [i8],
+    s: &mut [f32],
+    o: &mut [f32],
+    f: impl Fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
+) {
+    let per = BLOCK / GROUP;
+    let each = chunk
+        .chunks_exact(BYTES)
+        .zip(q.chunks_exact_mut(BLOCK))
+        .zip(s.chunks_exact_mut(per));
+    if o.is_empty() {
+        for ((blk, q), s) in each {
+            f(blk, q, s, &mut []);
+        }
+    } else {
+        for (((blk, q), s), o) in each.zip(o.chunks_exact_mut(per)) {
+            f(blk, q, s, o);
+        }
+    }
+}
 
 /// How one file block of a type becomes int8 values, scales and offsets.
 struct Unpacker {
@@ -619,26 +648,28 @@ struct Unpacker {
 }
 
 fn unpacker(ty: GgmlType) -> Option<Unpacker> {
-    let u = |block, bytes, group, offsets, unpack| {
-        Some(Unpacker {
-            block,
-            bytes,
-            group,
-            offsets,
-            unpack,
-        })
-    };
+    macro_rules! u {
+        ($block:literal, $bytes:literal, $group:literal, $offsets:literal, $f:ident) => {
+            Some(Unpacker {
+                block: $block,
+                bytes: $bytes,
+                group: $group,
+                offsets: $offsets,
+                unpack: |c, q, s, o| blocks::<$block, $bytes, $group>(c, q, s, o, $f),
+            })
+        };
+    }
     match ty {
-        GgmlType::Q4_0 => u(32, 18, 32, false, unpack_q4_0),
-        GgmlType::Q4_1 => u(32, 20, 32, true, unpack_q4_1),
-        GgmlType::Q5_0 => u(32, 22, 32, false, unpack_q5_0),
-        GgmlType::Q5_1 => u(32, 24, 32, true, unpack_q5_1),
-        GgmlType::Q8_0 => u(32, 34, 32, false, unpack_q8_0),
-        GgmlType::Q2_K => u(256, 84, 16, true, unpack_q2_k),
-        GgmlType::Q3_K => u(256, 110, 16, false, unpack_q3_k),
-        GgmlType::Q4_K => u(256, 144, 32, true, unpack_q4_k),
-        GgmlType::Q5_K => u(256, 176, 32, true, unpack_q5_k),
-        GgmlType::Q6_K => u(256, 210, 16, false, unpack_q6_k),
+        GgmlType::Q4_0 => u!(32, 18, 32, false, unpack_q4_0),
+        GgmlType::Q4_1 => u!(32, 20, 32, true, unpack_q4_1),
+        GgmlType::Q5_0 => u!(32, 22, 32, false, unpack_q5_0),
+        GgmlType::Q5_1 => u!(32, 24, 32, true, unpack_q5_1),
+        GgmlType::Q8_0 => u!(32, 34, 32, false, unpack_q8_0),
+        GgmlType::Q2_K => u!(256, 84, 16, true, unpack_q2_k),
+        GgmlType::Q3_K => u!(256, 110, 16, false, unpack_q3_k),
+        GgmlType::Q4_K => u!(256, 144, 32, true, unpack_q4_k),
+        GgmlType::Q5_K => u!(256, 176, 32, true, unpack_q5_k),
+        GgmlType::Q6_K => u!(256, 210, 16, false, unpack_q6_k),
         _ => None,
     }
 }
