@@ -400,6 +400,7 @@ fn load(m: &ModelArgs) -> Result<(Engine, crate::EngineInfo)> {
     pollster::block_on(Engine::load_async(
         src,
         &LoadOptions {
+            no_gpu: None,
             device,
             n_ctx: m.n_ctx,
         },
@@ -478,6 +479,7 @@ fn cmd_serve(a: &ServeArgs) -> Result<()> {
         path,
         model_id,
         load: LoadOptions {
+            no_gpu: None,
             device: device(a.model.device),
             n_ctx: a.model.n_ctx,
         },

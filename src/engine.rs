@@ -27,6 +27,9 @@ pub struct LoadOptions {
     pub device: Device,
     /// Context window to run with (default: [`crate::config::DEFAULT_N_CTX`], capped by the model's).
     pub n_ctx: Option<usize>,
+    /// With `auto`: the caller already looked for a GPU in this context and found none, and
+    /// why (the package's check in the page); the engine does not look again.
+    pub no_gpu: Option<String>,
 }
 
 /// What the engine runs and why.
@@ -189,6 +192,8 @@ impl Engine {
         #[cfg(feature = "gpu")]
         let (probe, backend) = if opts.device == Device::Cpu {
             (GpuProbe::NotAsked, None)
+        } else if let (Device::Auto, Some(why)) = (opts.device, &opts.no_gpu) {
+            (GpuProbe::Declined(why.clone()), None)
         } else {
             use crate::gpu::backend::GpuBackend;
             match GpuBackend::new(&crate::gpu::GpuOptions::default()).await {
@@ -633,6 +638,8 @@ pub enum GpuProbe {
     NoAdapter,
     /// Opening the adapter or its device failed.
     Failed(String),
+    /// The caller looked already and found no GPU to take, for this reason.
+    Declined(String),
     Adapter {
         name: String,
         software: bool,
@@ -658,7 +665,7 @@ pub fn choose(device: Device, probe: &GpuProbe) -> Result<Choice> {
                 "device 'webgpu' is not available in this build: use 'auto' or 'cpu'".into(),
             ))
         }
-        (Device::Webgpu, P::NoAdapter | P::NotAsked) => {
+        (Device::Webgpu, P::NoAdapter | P::NotAsked | P::Declined(_)) => {
             return Err(Error::Backend(
                 "device 'webgpu' was asked for, but there is no WebGPU adapter".into(),
             ))
@@ -692,6 +699,7 @@ pub fn choose(device: Device, probe: &GpuProbe) -> Result<Choice> {
         (Device::Auto, P::NotBuilt | P::NotAsked) => {
             Choice::Cpu("no GPU backend in this build: running on the CPU".into())
         }
+        (Device::Auto, P::Declined(why)) => Choice::Cpu(format!("{why}: running on the CPU")),
     })
 }
 
@@ -736,6 +744,7 @@ mod choose_tests {
             GpuProbe::NotBuilt,
             GpuProbe::NoAdapter,
             GpuProbe::Failed("lost".into()),
+            GpuProbe::Declined("no WebGPU adapter".into()),
             gpu(false),
             gpu(true),
         ];
@@ -754,6 +763,7 @@ mod choose_tests {
                 }
                 (Device::Auto, GpuProbe::NoAdapter) => Ok("cpu: no WebGPU adapter"),
                 (Device::Auto, GpuProbe::Failed(_)) => Ok("cpu: the GPU failed to open (lost)"),
+                (Device::Auto, GpuProbe::Declined(_)) => Ok("cpu: no WebGPU adapter: running"),
                 (Device::Auto, _) => Ok("cpu: no GPU backend in this build"),
                 (Device::Webgpu, GpuProbe::NotBuilt) => Err("not available in this build"),
                 (Device::Webgpu, GpuProbe::Failed(_)) => Err("failed to open: lost"),

@@ -357,6 +357,7 @@ fn absurd_dimensions_are_refused() {
         }
     });
     let opts = LoadOptions {
+        no_gpu: None,
         n_ctx: Some(1 << 20),
         ..Default::default()
     };

@@ -570,6 +570,7 @@ fn device_loss_mid_generation_continues_on_the_cpu() {
     let path = common::model_path();
     let load = || {
         let opts = LoadOptions {
+            no_gpu: None,
             device: Device::Webgpu,
             n_ctx: None,
         };
@@ -1126,6 +1127,7 @@ fn minilm_on_the_gpu_meets_the_f64_reference() {
         let (mut e, info) = pollster::block_on(Engine::load_async(
             Box::new(src),
             &LoadOptions {
+                no_gpu: None,
                 device: Device::Webgpu,
                 n_ctx: None,
             },
@@ -1160,6 +1162,7 @@ fn minilm_on_the_gpu_equals_the_cpu() {
         pollster::block_on(Engine::load_async(
             Box::new(src),
             &LoadOptions {
+                no_gpu: None,
                 device,
                 n_ctx: None,
             },
@@ -1197,6 +1200,7 @@ fn a_type_the_gpu_does_not_run_is_a_typed_error_on_webgpu() {
     use kerze::{Device, Engine, Family, LoadOptions};
     let bytes = tiny_decoder(Family::Llama, Quants::all(GgmlType::Q2_K), 7).unwrap();
     let opts = LoadOptions {
+        no_gpu: None,
         device: Device::Webgpu,
         n_ctx: None,
     };
@@ -1356,6 +1360,7 @@ fn an_int8_onnx_export_on_the_gpu_equals_the_cpu() {
         pollster::block_on(Engine::load_async(
             Box::new(g.clone()),
             &LoadOptions {
+                no_gpu: None,
                 device,
                 n_ctx: None,
             },

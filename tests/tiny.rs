@@ -356,6 +356,7 @@ fn context_overflow_is_a_typed_error() {
     let (mut e, _) = Engine::load(
         &bytes,
         &LoadOptions {
+            no_gpu: None,
             n_ctx: Some(16),
             ..Default::default()
         },
@@ -441,6 +442,7 @@ fn a_load_whose_reads_wait_equals_the_plain_load() {
         reads: reads.clone(),
     };
     let opts = LoadOptions {
+        no_gpu: None,
         device: kerze::Device::Cpu,
         ..LoadOptions::default()
     };
