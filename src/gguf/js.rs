@@ -32,10 +32,11 @@ impl ByteSource for JsBytes {
 /// every `FileReaderSync` call is a round trip to the browser's blob store.
 ///
 /// With a `readAhead(offset)` function (the package's: a second worker reads the file
-/// window by window ahead of the load), the asynchronous reads
-/// ([`ByteSource::read_at_async`]) take their windows from it: the reading (a copy in the
-/// browser's process and one into the worker's heap, ~0.4 s for Gemma 3 270M) then runs
-/// beside the unpacking instead of before it.
+/// window by window ahead of the load, through one byte stream into buffers given back once
+/// the load has passed them), the asynchronous reads ([`ByteSource::read_at_async`]) take
+/// their windows from it: the reading then runs beside the unpacking instead of before it.
+/// A window given back is detached here (length 0): it is never read again, as the load
+/// asks for the next window only past the end of the one it holds.
 pub struct JsBlob {
     blob: web_sys::Blob,
     /// The window: its offset in the file and its bytes.
