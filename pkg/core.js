@@ -413,9 +413,11 @@ export function windowReader(blob, windowBytes) {
   let reader = null;
   let pos = -1;
   let byob = true;
+  let closed = false;
   const spare = [];
   let chain = Promise.resolve();
   const readWindow = async (start, end) => {
+    if (closed) throw new Error('the model reader was closed');
     const n = end - start;
     if (byob && start !== pos) {
       reader?.cancel().catch(() => {});
@@ -448,11 +450,13 @@ export function windowReader(blob, windowBytes) {
       return got;
     },
     giveBack(buf) {
-      if (buf.byteLength >= windowBytes && spare.length < 4) spare.push(buf);
+      if (byob && !closed && buf.byteLength >= windowBytes && spare.length < 4) spare.push(buf);
     },
     close() {
+      closed = true;
       reader?.cancel().catch(() => {});
       reader = null;
+      pos = -1;
       spare.length = 0;
     },
   };
@@ -465,9 +469,9 @@ onmessage = (e) => {
   const d = e.data;
   if (d.blob) { r = (${windowReader})(d.blob, d.windowBytes); postMessage({ started: true }); return; }
   if (d.giveBack) { r.giveBack(d.giveBack); return; }
-  r.read(d.start, d.end).then(
-    (v) => postMessage({ id: d.id, bytes: v }, [v.buffer]),
-    (err) => postMessage({ id: d.id, error: String((err && err.message) || err) }));
+  r.read(d.start, d.end)
+    .then((v) => postMessage({ id: d.id, bytes: v }, [v.buffer]))
+    .catch((err) => postMessage({ id: d.id, error: String((err && err.message) || err) }));
 };`;
 
 /**

@@ -1711,6 +1711,7 @@ try {
       // A jump ahead to the short last window, then back.
       out.jump = same(await r1.read(9 * W, data.length), 9 * W, 777) && same(await r1.read(W / 2, W / 2 + W), W / 2, W);
       r1.close();
+      out.closed = await r1.read(0, W).then(() => 'read', (e) => String(e.message));
       // No BYOB reader: each window read alone.
       const noByob = {
         size: blob.size,
@@ -1744,6 +1745,7 @@ try {
     }));
     assertEq([r.w0, r.w1, r.reused, r.jump, r.fallback], [true, true, true, true, true], 'windows (in order, buffer reused, a jump, no BYOB)');
     assert(/ended at 2097152 of/.test(r.short), `short file: ${r.short}`);
+    assertEq(r.closed, 'the model reader was closed', 'a closed reader reads nothing');
     assertEq([r.a0, r.a1, r.a2], [[0, true], [4 << 20, true], [8 << 20, true]], 'windows through the reader worker');
     assertEq([r.givenBack, r.mode], [true, 'worker'], 'passed windows go back to the reader worker');
   });
