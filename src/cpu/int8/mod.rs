@@ -635,7 +635,8 @@ fn blocks<const BLOCK: usize, const BYTES: usize, const GROUP: usize>(
     }
 }
 
-/// How one file block of a type becomes int8 values, scales and offsets.
+/// How a type's file blocks become int8 values, scales and offsets (`unpack` takes whole
+/// chunks of blocks: [`blocks`]).
 struct Unpacker {
     /// Values and bytes per file block.
     block: usize,
