@@ -69,15 +69,20 @@ pub struct EngineInfo {
 /// Usable wasm memory: 4 GiB less room for the code, tokenizer and activations.
 const WASM_MEMORY_BUDGET: u64 = (4 << 30) - (384 << 20);
 
-/// The bytes the CPU backend holds for this model: its weights as it keeps them (4- and
-/// 5-bit types unpacked to int8) plus the KV cache at `cfg.n_ctx`. The device check compares
+/// The bytes the CPU backend holds for this model: its weights as it keeps them (int8, the
+/// 4- and 5-bit types packed but for an LM head) plus the KV cache at `cfg.n_ctx`. The device check compares
 /// it with the memory there is.
 pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
     g.tensors
         .iter()
         .map(|t| {
             let n = t.dims.iter().product::<u64>();
-            crate::cpu::resident_bytes(t.ty, n)
+            // The LM head: `output.weight`, or the embeddings where they are tied to it.
+            let head = t.name == "output.weight"
+                || (t.name == "token_embd.weight"
+                    && !cfg.untied_output
+                    && cfg.family != crate::config::Family::Bert);
+            crate::cpu::resident_bytes(t.ty, n, head)
         })
         .sum::<u64>()
         .saturating_add(cfg.kv_cache_bytes())

@@ -28,13 +28,11 @@ pub use attention::KvCache;
 pub const SUPPORTED_TYPES: &str =
     "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
 
-/// Bytes the CPU backend holds for a tensor of `ty` with `n` values: int8 values plus f32
-/// scales (and offsets) per group for the quantized types, f32 for the float types.
-pub fn resident_bytes(ty: GgmlType, n: u64) -> u64 {
-    match int8::QMatrix::layout(ty) {
-        Some((group, offsets)) => n + n / group as u64 * 4 * (1 + u64::from(offsets)),
-        None => n.saturating_mul(4),
-    }
+/// Bytes the CPU backend holds for a tensor of `ty` with `n` values: for the quantized types
+/// int8 values (4- and 5-bit codes packed, unless it is an LM head: `head`) plus f32 scales
+/// (and offsets) per group, f32 for the float types.
+pub fn resident_bytes(ty: GgmlType, n: u64, head: bool) -> u64 {
+    int8::QMatrix::resident_bytes(ty, n, head).unwrap_or_else(|| n.saturating_mul(4))
 }
 
 /// This build's SIMD kernels against the portable ones (the float and int8 panels of

@@ -259,3 +259,157 @@ unsafe fn hsum(v: __m256) -> f32 {
     unsafe { _mm256_storeu_ps(l.as_mut_ptr(), v) };
     ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
 }
+
+/// See [`super::portable::unpack`]: a block's 32 values in one 32-byte store (the low
+/// nibbles in the low lane, the high ones in the high lane).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[target_feature(enable = "avx2")]
+pub unsafe fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
+    let n = out.len() / QK;
+    assert!(bytes.len() >= n * QK / 2);
+    let (bp, op) = (bytes.as_ptr(), out.as_mut_ptr());
+    let (low4, b) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(bias));
+    for i in 0..n {
+        // SAFETY: block i is inside what was asserted; loads and stores are unaligned.
+        unsafe {
+            let nib = _mm_loadu_si128(bp.add(i * QK / 2).cast());
+            let both = _mm256_set_m128i(_mm_srli_epi16(nib, 4), nib);
+            let v = _mm256_sub_epi8(_mm256_and_si256(both, low4), b);
+            _mm256_storeu_si256(op.add(i * QK).cast(), v);
+        }
+    }
+}
+
+/// See [`super::portable::dot_w4_nib`]: a block's 16 bytes as two vectors of 16 codes (low
+/// nibbles: values 0..16, high ones: 16..32), widened as [`dot_w4`] widens the unpacked
+/// values, so the same sums.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2")]
+pub unsafe fn dot_w4_nib(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    super::portable::check_w4_nib(w, ws, xq, xd, k, ld, t, g16);
+    // SAFETY: the lengths were checked; AVX2 is the caller's promise.
+    unsafe {
+        if bias == 0 {
+            by_rows!(rows_w4_nib0, t, g16, (w, bias, ws, xq, xd, k, ld, out))
+        } else {
+            by_rows!(
+                rows_w4_nib_biased,
+                t,
+                g16,
+                (w, bias, ws, xq, xd, k, ld, out)
+            )
+        }
+    }
+}
+
+/// [`rows_w4_nib`] of codes without a bias (Q4_1, Q4_K): no subtraction.
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_w4_nib0<const R: usize, const G16: bool>(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    // SAFETY: the caller's promise.
+    unsafe { rows_w4_nib::<R, G16, false>(w, bias, ws, xq, xd, k, ld, out) }
+}
+
+/// [`rows_w4_nib`] of codes less a bias (Q4_0).
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_w4_nib_biased<const R: usize, const G16: bool>(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    // SAFETY: the caller's promise.
+    unsafe { rows_w4_nib::<R, G16, true>(w, bias, ws, xq, xd, k, ld, out) }
+}
+
+/// [`dot_w4_nib`] for `R` rows, the accumulators in registers; the bias subtracted when
+/// `BIASED`.
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_w4_nib<const R: usize, const G16: bool, const BIASED: bool>(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    let nb = k / QK;
+    let wld = if G16 { ld / 16 } else { ld / QK };
+    let (low4, b) = (_mm_set1_epi8(0x0F), _mm_set1_epi8(bias));
+    let mut a = [_mm256_setzero_ps(); R];
+    let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
+    for blk in 0..nb {
+        // SAFETY: blk < nb and r < R ≤ t, within what `check_w4_nib` checked; loads are
+        // unaligned.
+        unsafe {
+            let x0 = _mm256_loadu_si256(xp.add(blk * QK).cast());
+            let x1 = _mm256_loadu_si256(xp.add(blk * QK + 16).cast());
+            let x = *xd.get_unchecked(blk);
+            for (r, ar) in a.iter_mut().enumerate() {
+                let nib = _mm_loadu_si128(wp.add((r * ld + blk * QK) / 2).cast());
+                let mut lo = _mm_and_si128(nib, low4);
+                let mut hi = _mm_and_si128(_mm_srli_epi16(nib, 4), low4);
+                if BIASED {
+                    (lo, hi) = (_mm_sub_epi8(lo, b), _mm_sub_epi8(hi, b));
+                }
+                let s0 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(lo), x0);
+                let s1 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(hi), x1);
+                let wsr = wsp.add(r * wld);
+                if G16 {
+                    let p0 = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(s0),
+                        _mm256_set1_ps(*wsr.add(2 * blk) * x),
+                    );
+                    let p1 = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(s1),
+                        _mm256_set1_ps(*wsr.add(2 * blk + 1) * x),
+                    );
+                    *ar = _mm256_add_ps(*ar, _mm256_add_ps(p0, p1));
+                } else {
+                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(*wsr.add(blk) * x)));
+                }
+            }
+        }
+    }
+    for (o, ar) in out.iter_mut().zip(&a) {
+        // SAFETY: AVX2 (this function's feature).
+        *o = unsafe { hsum(*ar) };
+    }
+}

@@ -5,8 +5,13 @@
 //! Weights: every quantized type is unpacked exactly to int8 values with f32 scales and,
 //! where the type has minimums, offsets (`w = scale · q − offset`): Q4_0, Q4_1, Q5_0, Q5_1 and
 //! Q8_0 with one scale per 32 values, as Q4_K and Q5_K (their sub-blocks of 32), Q2_K, Q3_K
-//! and Q6_K with one per 16 — about 1.25 bytes per weight instead of 0.56 for Q4_K: the
-//! price of exact activations below.
+//! and Q6_K with one per 16. The 4-bit types (Q4_0, Q4_1, Q4_K) keep their codes packed in
+//! memory, 16 bytes per 32 values (Q4_K 0.75 bytes per weight with its f32 scales and
+//! offsets, not 1.25): a decode step's kernel widens the nibbles to 16 bits itself, a
+//! prompt's unpacks each weight row to int8 once for all its activation rows; less memory
+//! and less to read per token, the same sums bit for bit. The 5-bit types stay int8: their
+//! fifth bit costs a decode step more work than the bytes it saves (Q5_0 packed, natively:
+//! 41% more instructions per Gemma 3 270M decode step).
 //!
 //! Activations are quantized to 16 bits per 32-value block (f32 scale), not to 8 bits as
 //! llama.cpp and candle do: the kernel multiplies in i16 lanes anyway (`i32x4.dot_i16x8_s`,
@@ -54,8 +59,8 @@ const QK: usize = 32;
 /// A `rows × cols` matrix of int8 values, a scale per `group` values and, optionally, an
 /// offset: `w = scale · q − offset`.
 pub struct QMatrix {
-    /// (rows × cols) int8 values, row-major.
-    qs: Vec<i8>,
+    /// (rows × cols) values, row-major.
+    values: Values,
     /// One scale per group.
     scales: Vec<f32>,
     /// One offset per group (the minimums of Q4_1, Q5_1, Q2_K, Q4_K, Q5_K), if any.
@@ -67,6 +72,31 @@ pub struct QMatrix {
     /// Each row's `(‖w‖, Σw)` for the LM head's filter, the norm rounded up: taken once, for
     /// the matrix that serves as a head ([`QMatrix::load_with`], or at its first filter).
     stats: OnceLock<Vec<(f32, f32)>>,
+}
+
+/// How a matrix holds its values.
+enum Values {
+    /// One int8 per value: the 8-, 6- and 5-bit types, the 2- and 3-bit K-quants, and an
+    /// LM head the filter runs on (it reads int8 rows: [`keeps_int8`]).
+    Int8(Vec<i8>),
+    /// The 4-bit types' codes, 16 bytes per 32 values instead of 32 ([`Packing`]): a
+    /// product widens them itself ([`dot_w4_nib`]) or unpacks a row to int8 ([`unpack`]),
+    /// the same values either way, so the sums are those of `Int8`.
+    Packed(Packing, Vec<u8>),
+}
+
+/// The packed layout of 32 values: 16 bytes of nibbles (byte l: value l low, value l + 16
+/// high), as Q4_0 and Q4_1 have them in the file; a value is its code less `bias`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Packing {
+    bias: i8,
+}
+
+impl Packing {
+    /// Bytes per 32 values.
+    const fn bytes(self) -> usize {
+        QK / 2
+    }
 }
 
 /// File blocks read per chunk while loading (a few hundred KB of scratch).
@@ -81,6 +111,44 @@ impl QMatrix {
     /// (values per scale, has offsets) of a type this kernel takes.
     pub fn layout(ty: GgmlType) -> Option<(usize, bool)> {
         unpacker(ty).map(|u| (u.group, u.offsets))
+    }
+
+    /// The bytes `n` values of a type this kernel takes occupy loaded (values, scales and
+    /// offsets), as an LM head when `head`.
+    pub fn resident_bytes(ty: GgmlType, n: u64, head: bool) -> Option<u64> {
+        let u = unpacker(ty)?;
+        let values = match u.pack {
+            Some((p, _)) if !keeps_int8(&u, head) => n / QK as u64 * p.bytes() as u64,
+            _ => n,
+        };
+        Some(values + n / u.group as u64 * 4 * (1 + u64::from(u.offsets)))
+    }
+
+    /// Whether the values are held packed (4-bit codes: [`Values::Packed`]).
+    pub fn is_packed(&self) -> bool {
+        matches!(self.values, Values::Packed(..))
+    }
+
+    /// Row `j`'s int8 values: the matrix's own, or unpacked into `scratch` (from
+    /// [`QMatrix::scratch`]).
+    fn row<'a>(&'a self, j: usize, scratch: &'a mut [i8]) -> &'a [i8] {
+        let k = self.cols;
+        match &self.values {
+            Values::Int8(qs) => &qs[j * k..(j + 1) * k],
+            Values::Packed(p, bytes) => {
+                let rb = k / QK * p.bytes();
+                unpack(&bytes[j * rb..(j + 1) * rb], &mut scratch[..k], *p);
+                &scratch[..k]
+            }
+        }
+    }
+
+    /// Room for a row unpacked where the values are packed (nothing otherwise).
+    fn scratch(&self) -> Vec<i8> {
+        match self.values {
+            Values::Int8(_) => Vec::new(),
+            Values::Packed(..) => vec![0; self.cols],
+        }
     }
 
     /// Load a tensor of `ty` (a type [`QMatrix::takes`]) from the file, block by block.
@@ -114,6 +182,21 @@ impl QMatrix {
         ty: GgmlType,
         head: bool,
     ) -> Result<Self> {
+        let int8 = unpacker(ty).is_some_and(|u| keeps_int8(&u, head));
+        Self::load_as(src, offset, rows, cols, ty, head, int8).await
+    }
+
+    /// [`QMatrix::load_with`], the values as int8 when `int8` (else packed where the type
+    /// has a packed layout).
+    async fn load_as(
+        src: &dyn ByteSource,
+        offset: u64,
+        rows: usize,
+        cols: usize,
+        ty: GgmlType,
+        head: bool,
+        int8: bool,
+    ) -> Result<Self> {
         let Some(u) = unpacker(ty) else {
             return Err(Error::Backend(format!(
                 "the int8 kernel does not take {ty}"
@@ -131,7 +214,11 @@ impl QMatrix {
             Error::Backend(format!("a {rows} × {cols} matrix does not fit in memory"))
         })?;
         let n_blocks = n / block;
-        let mut qs = vec![0i8; n];
+        let packing = u.pack.filter(|_| !int8);
+        let mut values = match packing {
+            Some((p, _)) => Values::Packed(p, vec![0u8; n / QK * p.bytes()]),
+            None => Values::Int8(vec![0i8; n]),
+        };
         let mut scales = vec![0f32; n / group];
         let mut offsets = u.offsets.then(|| vec![0f32; n / group]);
         // Whole rows per chunk.
@@ -155,13 +242,23 @@ impl QMatrix {
                 Some(o) => &mut o[g.clone()],
                 None => &mut [][..],
             };
-            (u.unpack)(
-                chunk,
-                &mut qs[b0 * block..(b0 + nb) * block],
-                &mut scales[g],
-                o,
-            );
-            if take_stats {
+            let v = b0 * block..(b0 + nb) * block;
+            match (&mut values, packing) {
+                (Values::Packed(p, bytes), Some((_, pack))) => {
+                    let per = p.bytes();
+                    pack(
+                        chunk,
+                        &mut bytes[v.start / QK * per..v.end / QK * per],
+                        &mut scales[g],
+                        o,
+                    )
+                }
+                (Values::Int8(qs), _) => (u.unpack)(chunk, &mut qs[v], &mut scales[g], o),
+                (Values::Packed(..), None) => {
+                    return Err(Error::Backend(format!("{ty} has no packed layout")))
+                }
+            }
+            if let (true, Values::Int8(qs)) = (take_stats, &values) {
                 let gpr = cols / group;
                 for r in r0..r0 + nr {
                     let q = &qs[r * cols..(r + 1) * cols];
@@ -171,7 +268,7 @@ impl QMatrix {
             r0 += nr;
         }
         Ok(Self {
-            qs,
+            values,
             scales,
             offsets,
             group,
@@ -188,6 +285,9 @@ impl QMatrix {
     /// Each row's `(‖w‖, Σw)`, taken at load for a head ([`QMatrix::load_with`]) or else at
     /// the first call; `None` with offsets (the filter does not take them).
     fn head_stats(&self) -> Option<&[(f32, f32)]> {
+        let Values::Int8(qs) = &self.values else {
+            return None;
+        };
         if self.offsets.is_some() {
             return None;
         }
@@ -195,10 +295,10 @@ impl QMatrix {
             let gpr = self.cols / self.group;
             let mut stats = vec![(0f32, 0f32); self.rows];
             let out = SharedOut::new(&mut stats);
-            pool::for_chunks(self.rows, self.qs.len(), |rows| {
+            pool::for_chunks(self.rows, qs.len(), |rows| {
                 for r in rows {
                     let st = row_stats(
-                        &self.qs[r * self.cols..(r + 1) * self.cols],
+                        &qs[r * self.cols..(r + 1) * self.cols],
                         &self.scales[r * gpr..(r + 1) * gpr],
                         self.group,
                     );
@@ -217,7 +317,7 @@ impl QMatrix {
     fn from_parts(qs: Vec<i8>, scales: Vec<f32>, group: usize, rows: usize, cols: usize) -> Self {
         assert!(qs.len() == rows * cols && scales.len() * group == qs.len());
         Self {
-            qs,
+            values: Values::Int8(qs),
             scales,
             offsets: None,
             group,
@@ -230,6 +330,7 @@ impl QMatrix {
     /// Rows `ids`, dequantized and times `scale`.
     pub fn rows_f32(&self, ids: &[u32], scale: f32) -> Result<Vec<f32>> {
         let mut out = Vec::with_capacity(ids.len() * self.cols);
+        let mut scratch = self.scratch();
         for &id in ids {
             let r = id as usize;
             if r >= self.rows {
@@ -239,9 +340,11 @@ impl QMatrix {
                 )));
             }
             let gpr = self.cols / self.group;
+            let row = self.row(r, &mut scratch);
             for g in r * gpr..(r + 1) * gpr {
                 let (s, o) = (self.scales[g], self.offsets.as_ref().map_or(0.0, |o| o[g]));
-                let q = &self.qs[g * self.group..(g + 1) * self.group];
+                let at = (g - r * gpr) * self.group;
+                let q = &row[at..at + self.group];
                 out.extend(q.iter().map(|&q| (f32::from(q) * s - o) * scale));
             }
         }
@@ -351,10 +454,27 @@ impl QMatrix {
     ) {
         let (n, group) = (self.cols, self.group);
         let ng = n / group;
-        for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-            let (w, ws) = (&self.qs[j * n..], &self.scales[j * ng..]);
-            dot_w4(w, ws, &act.q, &act.d, n, apart * n, t, acc, group != QK);
-        });
+        match &self.values {
+            Values::Int8(qs) => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                let (w, ws) = (&qs[j * n..], &self.scales[j * ng..]);
+                dot_w4(w, ws, &act.q, &act.d, n, apart * n, t, acc, group != QK);
+            }),
+            Values::Packed(p, bytes) => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                let (w, ws) = (&bytes[j * n / 2..], &self.scales[j * ng..]);
+                dot_w4_nib(
+                    w,
+                    p.bias,
+                    ws,
+                    &act.q,
+                    &act.d,
+                    n,
+                    apart * n,
+                    t,
+                    acc,
+                    group != QK,
+                );
+            }),
+        }
         for (j, v) in r.zip(part.iter_mut()) {
             if let Some(off) = &self.offsets {
                 // w = s·q − o: subtract o · Σx over each group, as `rows_into` does.
@@ -381,8 +501,9 @@ impl QMatrix {
     ) {
         let (k, m, n) = (self.cols, act.m, self.rows);
         let (nb, ng) = (k / QK, k / self.group);
+        let mut scratch = self.scratch();
         for j in rows {
-            let w = &self.qs[j * k..(j + 1) * k];
+            let w = self.row(j, &mut scratch);
             let ws = &self.scales[j * ng..(j + 1) * ng];
             let mut i = 0;
             while i < m {
@@ -437,6 +558,9 @@ impl QMatrix {
         k: usize,
         allowed: Option<&[u32]>,
     ) -> Option<Vec<(u32, f32)>> {
+        let Values::Int8(qs) = &self.values else {
+            return None;
+        };
         if self.offsets.is_some() || !self.cols.is_multiple_of(QK) || x.len() != self.cols || k == 0
         {
             return None;
@@ -473,7 +597,7 @@ impl QMatrix {
         // the items' k largest) and how many rows are allowed.
         let bounds = Mutex::new((Vec::new(), 0usize));
         let finite = AtomicBool::new(true);
-        let codes = self.products_u7(&x7.q, |rows, codes| {
+        let codes = self.products_u7(qs, &x7.q, |rows, codes| {
             let (mut lower, mut n_ok, mut best) = (Vec::new(), 0, f64::NEG_INFINITY);
             for (i, &c) in rows.zip(codes) {
                 let (v, b) = est(i, c);
@@ -522,10 +646,7 @@ impl QMatrix {
                 let (v, b) = est(i, c);
                 if ok(i) && v + b >= threshold {
                     let mut acc = [0f32; 4];
-                    let (w, ws) = (
-                        &self.qs[i * n..(i + 1) * n],
-                        &self.scales[i * ng..(i + 1) * ng],
-                    );
+                    let (w, ws) = (&qs[i * n..(i + 1) * n], &self.scales[i * ng..(i + 1) * ng]);
                     dot(w, ws, &act.q, &act.d, n, 1, &mut acc, self.group != QK);
                     mine.push((i as u32, acc[0]));
                 }
@@ -539,7 +660,12 @@ impl QMatrix {
     /// `Σ_g scale_g · Σ q·code` of every row against one row of 7-bit codes, over the pool
     /// (four memory streams per work item: [`for_row_tiles`]); `then` sees each work item's
     /// rows and their sums while they are in cache.
-    fn products_u7(&self, xq: &[u8], then: impl Fn(Range<usize>, &[f32]) + Sync) -> Vec<f32> {
+    fn products_u7(
+        &self,
+        qs: &[i8],
+        xq: &[u8],
+        then: impl Fn(Range<usize>, &[f32]) + Sync,
+    ) -> Vec<f32> {
         let (n, group) = (self.cols, self.group);
         let mut y = vec![0f32; self.rows];
         let out = SharedOut::new(&mut y);
@@ -550,7 +676,7 @@ impl QMatrix {
             // in bounds, and `y` outlives `for_chunks`, which returns only when all are done.
             let part = unsafe { out.part(r.start, r.len()) };
             for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                let (w, ws) = (&self.qs[j * n..], &self.scales[j * n / group..]);
+                let (w, ws) = (&qs[j * n..], &self.scales[j * n / group..]);
                 dot_u7(w, ws, xq, n, apart * n, t, acc, group != QK);
             });
             then(r, part);
@@ -607,6 +733,9 @@ const ROW_CHUNK: usize = 64;
 /// none).
 type UnpackFn = fn(&[u8], &mut [i8], &mut [f32], &mut [f32]);
 
+/// [`UnpackFn`] with the values packed ([`Packing`]) instead of unpacked.
+type PackFn = fn(&[u8], &mut [u8], &mut [f32], &mut [f32]);
+
 /// `f` (one file block of `BYTES` → `BLOCK` values, a scale per `GROUP`, offsets if the type
 /// has them: `o` not empty) over every block of `chunk`, inlined in the loop: the load's hot
 /// loop is then one small function per type, which the browser's optimizing tier takes at
@@ -635,6 +764,37 @@ fn blocks<const BLOCK: usize, const BYTES: usize, const GROUP: usize>(
     }
 }
 
+/// [`blocks`] for a type kept packed: `f` makes a file block's `OUT` bytes of packed codes.
+#[inline(always)]
+fn packs<const BLOCK: usize, const BYTES: usize, const GROUP: usize, const OUT: usize>(
+    chunk: &[u8],
+    q: &mut [u8],
+    s: &mut [f32],
+    o: &mut [f32],
+    f: impl Fn(&[u8], &mut [u8], &mut [f32], &mut [f32]),
+) {
+    let per = BLOCK / GROUP;
+    let each = chunk
+        .chunks_exact(BYTES)
+        .zip(q.chunks_exact_mut(OUT))
+        .zip(s.chunks_exact_mut(per));
+    if o.is_empty() {
+        for ((blk, q), s) in each {
+            f(blk, q, s, &mut []);
+        }
+    } else {
+        for (((blk, q), s), o) in each.zip(o.chunks_exact_mut(per)) {
+            f(blk, q, s, o);
+        }
+    }
+}
+
+/// Whether a matrix of this type keeps int8 values: the types without a packed layout, and
+/// an LM head the filter can run on (it reads int8 rows; it takes no offsets).
+fn keeps_int8(u: &Unpacker, head: bool) -> bool {
+    u.pack.is_none() || (head && !u.offsets)
+}
+
 /// How a type's file blocks become int8 values, scales and offsets (`unpack` takes whole
 /// chunks of blocks: [`blocks`]).
 struct Unpacker {
@@ -646,29 +806,44 @@ struct Unpacker {
     /// The type has minimums: offsets are stored.
     offsets: bool,
     unpack: UnpackFn,
+    /// The 4-bit types: their packed layout and how whole chunks of file blocks become it
+    /// ([`packs`]).
+    pack: Option<(Packing, PackFn)>,
 }
 
 fn unpacker(ty: GgmlType) -> Option<Unpacker> {
     macro_rules! u {
         ($block:literal, $bytes:literal, $group:literal, $offsets:literal, $f:ident) => {
+            u!($block, $bytes, $group, $offsets, $f, None)
+        };
+        // Kept packed: 4-bit codes less `$bias`, made by `$p`.
+        ($block:literal, $bytes:literal, $group:literal, $offsets:literal, $f:ident,
+         $p:ident, $bias:literal) => {{
+            const OUT: usize = $block / 2;
+            let packing = Packing { bias: $bias };
+            let pack: PackFn = |c, q, s, o| packs::<$block, $bytes, $group, OUT>(c, q, s, o, $p);
+            u!($block, $bytes, $group, $offsets, $f, Some((packing, pack)))
+        }};
+        ($block:literal, $bytes:literal, $group:literal, $offsets:literal, $f:ident, $pack:expr) => {
             Some(Unpacker {
                 block: $block,
                 bytes: $bytes,
                 group: $group,
                 offsets: $offsets,
                 unpack: |c, q, s, o| blocks::<$block, $bytes, $group>(c, q, s, o, $f),
+                pack: $pack,
             })
         };
     }
     match ty {
-        GgmlType::Q4_0 => u!(32, 18, 32, false, unpack_q4_0),
-        GgmlType::Q4_1 => u!(32, 20, 32, true, unpack_q4_1),
+        GgmlType::Q4_0 => u!(32, 18, 32, false, unpack_q4_0, pack_q4_0, 8),
+        GgmlType::Q4_1 => u!(32, 20, 32, true, unpack_q4_1, pack_q4_1, 0),
         GgmlType::Q5_0 => u!(32, 22, 32, false, unpack_q5_0),
         GgmlType::Q5_1 => u!(32, 24, 32, true, unpack_q5_1),
         GgmlType::Q8_0 => u!(32, 34, 32, false, unpack_q8_0),
         GgmlType::Q2_K => u!(256, 84, 16, true, unpack_q2_k),
         GgmlType::Q3_K => u!(256, 110, 16, false, unpack_q3_k),
-        GgmlType::Q4_K => u!(256, 144, 32, true, unpack_q4_k),
+        GgmlType::Q4_K => u!(256, 144, 32, true, unpack_q4_k, pack_q4_k, 0),
         GgmlType::Q5_K => u!(256, 176, 32, true, unpack_q5_k),
         GgmlType::Q6_K => u!(256, 210, 16, false, unpack_q6_k),
         _ => None,
@@ -773,16 +948,11 @@ fn scale_min_k4(sc: &[u8], j: usize) -> (u8, u8) {
 /// Q4_K and Q5_K: f16 d, f16 dmin, 12 bytes of 6-bit (scale, min) pairs for 8 sub-blocks of
 /// 32, [Q5_K: 32 bytes of high bits,] 128 bytes of nibbles; value = d·sc·q − dmin·m.
 fn unpack_k4(blk: &[u8], qh: Option<&[u8]>, qs: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
-    let d = f16_at(blk, 0);
-    let dmin = f16_at(blk, 2);
-    let sc = &blk[4..16];
+    k4_scales(blk, s, o);
     for c in 0..4 {
         // 64 values: the low nibbles of 32 bytes, then their high nibbles.
         for half in 0..2 {
             let sub = 2 * c + half;
-            let (scv, mv) = scale_min_k4(sc, sub);
-            s[sub] = d * f32::from(scv);
-            o[sub] = dmin * f32::from(mv);
             for l in 0..32 {
                 let byte = qs[32 * c + l];
                 let low = if half == 0 { byte & 0xF } else { byte >> 4 };
@@ -791,6 +961,48 @@ fn unpack_k4(blk: &[u8], qh: Option<&[u8]>, qs: &[u8], q: &mut [i8], s: &mut [f3
             }
         }
     }
+}
+
+/// Q4_K and Q5_K's scale and offset of each sub-block of 32: `d·sc` and `dmin·m`.
+fn k4_scales(blk: &[u8], s: &mut [f32], o: &mut [f32]) {
+    let d = f16_at(blk, 0);
+    let dmin = f16_at(blk, 2);
+    for sub in 0..8 {
+        let (scv, mv) = scale_min_k4(&blk[4..16], sub);
+        s[sub] = d * f32::from(scv);
+        o[sub] = dmin * f32::from(mv);
+    }
+}
+
+/// Q4_K into the packed layout ([`Packing`]): each sub-block of 32 (the low or high nibbles
+/// of 32 bytes) as 16 bytes of nibble pairs.
+fn pack_q4_k(blk: &[u8], out: &mut [u8], s: &mut [f32], o: &mut [f32]) {
+    k4_scales(blk, s, o);
+    for (c, q) in blk[16..144].chunks_exact(32).enumerate() {
+        let (a, b) = q.split_at(16);
+        for half in 0..2 {
+            let ob = &mut out[(2 * c + half) * 16..(2 * c + half + 1) * 16];
+            for l in 0..16 {
+                ob[l] = if half == 0 {
+                    (a[l] & 0xF) | (b[l] << 4)
+                } else {
+                    (a[l] >> 4) | (b[l] & 0xF0)
+                };
+            }
+        }
+    }
+}
+
+/// Q4_0, packed: the file's own 16 bytes of nibbles.
+fn pack_q4_0(blk: &[u8], q: &mut [u8], s: &mut [f32], _: &mut [f32]) {
+    s[0] = f16_at(blk, 0);
+    q.copy_from_slice(&blk[2..18]);
+}
+
+fn pack_q4_1(blk: &[u8], q: &mut [u8], s: &mut [f32], o: &mut [f32]) {
+    s[0] = f16_at(blk, 0);
+    o[0] = -f16_at(blk, 2);
+    q.copy_from_slice(&blk[4..20]);
 }
 
 fn unpack_q4_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
@@ -947,6 +1159,48 @@ fn has_avx2() -> bool {
     *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
 }
 
+/// [`portable::unpack`] on this build's kernel.
+#[inline(always)]
+fn unpack(bytes: &[u8], out: &mut [i8], p: Packing) {
+    #[cfg(target_arch = "wasm32")]
+    return wasm::unpack(bytes, out, p.bias);
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 (checked).
+        unsafe { avx2::unpack(bytes, out, p.bias) };
+        return;
+    }
+    #[allow(unreachable_code)]
+    portable::unpack(bytes, out, p.bias)
+}
+
+/// [`portable::dot_w4_nib`] on this build's kernel.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn dot_w4_nib(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    #[cfg(target_arch = "wasm32")]
+    return wasm::dot_w4_nib(w, bias, ws, xq, xd, k, ld, t, out, g16);
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 (checked).
+        unsafe { avx2::dot_w4_nib(w, bias, ws, xq, xd, k, ld, t, out, g16) };
+        return;
+    }
+    #[allow(unreachable_code)]
+    portable::dot_w4_nib(w, bias, ws, xq, xd, k, ld, t, out, g16)
+}
+
 /// [`portable::dot`] on this build's kernel: simd128 in wasm, AVX2 where the CPU has it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -1091,6 +1345,18 @@ pub fn check_kernels() -> Result<usize, String> {
             Err(format!("int8 {what}: simd {a}, portable {b} (size {size})"))
         }
     };
+    // Packed codes, every bit pattern likely among 7 blocks, with each packed type's bias.
+    for bias in [0, 8] {
+        let p = Packing { bias };
+        let bytes: Vec<u8> = (0..7 * p.bytes()).map(|_| rng.next_u64() as u8).collect();
+        let (mut a, mut b) = (vec![0i8; 7 * QK], vec![1i8; 7 * QK]);
+        unpack(&bytes, &mut a, p);
+        portable::unpack(&bytes, &mut b, bias);
+        if a != b {
+            return Err(format!("int8 unpack, {p:?}: {a:?} vs {b:?}"));
+        }
+        compared += a.len();
+    }
     for k in [32, 96, 640] {
         // Weights at both extremes, 7-bit codes at 0 and 127, 16-bit values at ±32 767.
         let w: Vec<i8> = (0..4 * 3 * k)
@@ -1169,6 +1435,24 @@ pub fn check_kernels() -> Result<usize, String> {
                                 a[r], one[0]
                             ));
                         }
+                    }
+                    // The same on packed codes: the rows' unpacked sums, bit for bit.
+                    for bias in [0, 8] {
+                        let wn: Vec<u8> = w.iter().step_by(2).map(|&v| v as u8).collect();
+                        let mut wi = vec![0i8; wn.len() * 2];
+                        portable::unpack(&wn, &mut wi, bias);
+                        dot_w4(&wi, &ws, &x16, &xd, k, ld, t, &mut a, g16);
+                        dot_w4_nib(&wn, bias, &ws, &x16, &xd, k, ld, t, &mut b, g16);
+                        for r in 0..t {
+                            if a[r].to_bits() != b[r].to_bits() {
+                                return Err(format!(
+                                    "int8 packed rows, {t} rows × {k} at {ld}, g16 {g16}, \
+                                     bias {bias}: {} vs {}",
+                                    b[r], a[r]
+                                ));
+                            }
+                        }
+                        compared += t;
                     }
                     dot_u7(&w, &ws, &x7, k, ld, t, &mut a, g16);
                     portable::dot_u7(&w, &ws, &x7, k, ld, t, &mut b, g16);
@@ -1343,8 +1627,19 @@ mod tests {
         assert!(checked > 3000);
         let q = QTensor::quantize(&wt, GgmlDType::Q4K).unwrap();
         let bytes = q.data().unwrap().into_owned();
-        let m = QMatrix::load(&bytes, 0, rows, cols, GgmlType::Q4_K).unwrap();
-        assert!(m.top_k_filtered(&vec![0.5; cols], 5, None).is_none());
+        // Int8 values, so that the offsets alone decline.
+        let m = now(QMatrix::load_as(
+            &SyncReads(&bytes),
+            0,
+            rows,
+            cols,
+            GgmlType::Q4_K,
+            true,
+            true,
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(!m.is_packed() && m.top_k_filtered(&vec![0.5; cols], 5, None).is_none());
     }
 
     /// `round_to_i16` is `f32::round` then `as i16` for every value: a stride through all
@@ -1453,6 +1748,90 @@ mod tests {
                             "part {p}, m {m}, ({i}, {j})"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// The 4-bit types held packed give the int8 rows and products they give
+    /// unpacked (as an LM head loads them), bit for bit: on one activation row (rows from
+    /// four places at once), on a prompt, and through the pool.
+    #[test]
+    fn packed_matrices_equal_unpacked_ones_bit_for_bit() {
+        let mut rng = crate::sampler::Rng::new(9);
+        // 38 rows: decode tiles of 4 and of 2 rows.
+        for (rows, cols) in [(38, 512), (333, 1024)] {
+            let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+            let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+            for (dt, ty) in [
+                (GgmlDType::Q4_0, GgmlType::Q4_0),
+                (GgmlDType::Q4_1, GgmlType::Q4_1),
+                (GgmlDType::Q4K, GgmlType::Q4_K),
+            ] {
+                let bytes = QTensor::quantize(&wt, dt)
+                    .unwrap()
+                    .data()
+                    .unwrap()
+                    .into_owned();
+                let load = |int8| {
+                    now(QMatrix::load_as(
+                        &SyncReads(&bytes),
+                        0,
+                        rows,
+                        cols,
+                        ty,
+                        false,
+                        int8,
+                    ))
+                    .unwrap()
+                    .unwrap()
+                };
+                let (packed, int8) = (load(false), load(true));
+                assert!(packed.is_packed() && !int8.is_packed(), "{ty}");
+                let n = (rows * cols) as u64;
+                let held = |m: &QMatrix| {
+                    let values = match &m.values {
+                        Values::Packed(_, b) => b.len(),
+                        Values::Int8(q) => q.len(),
+                    };
+                    (values + 4 * m.scales.len() * (1 + usize::from(m.offsets.is_some()))) as u64
+                };
+                assert_eq!(
+                    Some(held(&packed)),
+                    QMatrix::resident_bytes(ty, n, false),
+                    "{ty}"
+                );
+                // A head keeps int8 values where its filter can run (no offsets).
+                let as_head = now(QMatrix::load_with(
+                    &SyncReads(&bytes),
+                    0,
+                    rows,
+                    cols,
+                    ty,
+                    true,
+                ))
+                .unwrap()
+                .unwrap();
+                assert_eq!(as_head.is_packed(), int8.offsets.is_some(), "{ty}");
+                assert_eq!(
+                    Some(held(&as_head)),
+                    QMatrix::resident_bytes(ty, n, true),
+                    "{ty}"
+                );
+                let ids: Vec<u32> = (0..rows as u32).collect();
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(packed.rows_f32(&ids, 1.0).unwrap()),
+                    bits(int8.rows_f32(&ids, 1.0).unwrap()),
+                    "{ty}: rows"
+                );
+                for m in [1, 3, 7] {
+                    let x: Vec<f32> = (0..m * cols).map(|_| rng.normal() * 3.0).collect();
+                    assert_eq!(
+                        bits(packed.matmul(&x, m)),
+                        bits(int8.matmul(&x, m)),
+                        "{ty}: {m} rows"
+                    );
                 }
             }
         }

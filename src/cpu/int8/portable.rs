@@ -82,13 +82,43 @@ pub fn check_w4(
     t: usize,
     g16: bool,
 ) {
+    check_w4_values(w.len(), ws, xq, xd, k, ld, t, g16)
+}
+
+/// [`check_w4`] of packed rows ([`dot_w4_nib`]): two values a byte.
+#[allow(clippy::too_many_arguments)]
+pub fn check_w4_nib(
+    w: &[u8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    g16: bool,
+) {
+    check_w4_values(w.len().saturating_mul(2), ws, xq, xd, k, ld, t, g16)
+}
+
+/// [`check_w4`] with `values` weights.
+#[allow(clippy::too_many_arguments)]
+fn check_w4_values(
+    values: usize,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    g16: bool,
+) {
     let group = if g16 { 16 } else { QK };
     assert!(
         (1..=4).contains(&t)
             && k.is_multiple_of(QK)
             && ld.is_multiple_of(QK)
             && (t == 1 || ld >= k)
-            && w.len() >= (t - 1) * ld + k
+            && values >= (t - 1) * ld + k
             && ws.len() >= ((t - 1) * ld + k) / group
             && xq.len() >= k
             && xd.len() >= k / QK
@@ -167,4 +197,46 @@ pub fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
 pub fn norm_up(s2: f64, k: usize) -> f32 {
     let terms = (k / 16 + 16) as f64;
     ((s2 * (1.0 + terms * 2f64.powi(-23))).sqrt() * (1.0 + 2f64.powi(-21))) as f32
+}
+
+/// Packed codes ([`super::Packing`]) back to int8 values: `out.len() / 32` blocks of 16
+/// bytes (byte l: value l's code in the low nibble, value l + 16's in the high one), each
+/// code less `bias`.
+pub fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
+    assert!(bytes.len() >= out.len() / 2);
+    for (b, o) in bytes.chunks_exact(QK / 2).zip(out.chunks_exact_mut(QK)) {
+        for l in 0..QK / 2 {
+            o[l] = (b[l] & 0xF) as i8 - bias;
+            o[l + QK / 2] = (b[l] >> 4) as i8 - bias;
+        }
+    }
+}
+
+/// [`dot_w4`] on packed rows (`w`: their codes, rows `ld` values apart, so `ld / 2` bytes;
+/// each code less `bias`): the SIMD versions widen the nibbles in the kernel, with each
+/// row's sum exactly as [`dot_w4`] makes it on the unpacked values.
+#[allow(clippy::too_many_arguments)]
+pub fn dot_w4_nib(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    check_w4_nib(w, ws, xq, xd, k, ld, t, g16);
+    let mut rows = vec![0i8; t * k];
+    for (r, row) in rows.chunks_exact_mut(k).enumerate() {
+        unpack(&w[r * ld / 2..(r * ld + k) / 2], row, bias);
+    }
+    let group = if g16 { 16 } else { QK };
+    let mut scales = Vec::with_capacity(t * k / group);
+    for r in 0..t {
+        scales.extend_from_slice(&ws[r * ld / group..(r * ld + k) / group]);
+    }
+    dot_w4(&rows, &scales, xq, xd, k, k, t, out, g16)
 }

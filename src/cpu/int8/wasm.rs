@@ -245,3 +245,147 @@ pub fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
         hsum(a1),
     )
 }
+
+/// See [`super::portable::unpack`]: a block's 32 values in two 16-byte stores.
+#[inline(always)]
+pub fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
+    let n = out.len() / QK;
+    assert!(bytes.len() >= n * QK / 2);
+    let (bp, op) = (bytes.as_ptr(), out.as_mut_ptr());
+    let (low4, b) = (u8x16_splat(0x0F), i8x16_splat(bias));
+    for i in 0..n {
+        // SAFETY: block i is inside what was asserted; loads and stores are unaligned.
+        unsafe {
+            let nib = v128_load(bp.add(i * QK / 2).cast());
+            let o = op.add(i * QK);
+            v128_store(o.cast(), i8x16_sub(v128_and(nib, low4), b));
+            v128_store(o.add(16).cast(), i8x16_sub(u8x16_shr(nib, 4), b));
+        }
+    }
+}
+
+/// See [`super::portable::dot_w4_nib`]: a block's 16 bytes widened straight to four 16-bit
+/// vectors (zero-extended bytes, their low nibbles masked and their high ones shifted
+/// down): the lanes [`dot_w4`] makes from the unpacked values, so the same sums.
+#[allow(clippy::too_many_arguments)]
+pub fn dot_w4_nib(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    g16: bool,
+) {
+    super::portable::check_w4_nib(w, ws, xq, xd, k, ld, t, g16);
+    // SAFETY: the lengths were checked.
+    unsafe {
+        if bias == 0 {
+            by_rows!(rows_w4_nib0, t, g16, (w, bias, ws, xq, xd, k, ld, out))
+        } else {
+            by_rows!(
+                rows_w4_nib_biased,
+                t,
+                g16,
+                (w, bias, ws, xq, xd, k, ld, out)
+            )
+        }
+    }
+}
+
+/// [`rows_w4_nib`] of codes without a bias (Q4_1, Q4_K): no subtraction.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_w4_nib0<const R: usize, const G16: bool>(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    // SAFETY: the caller's promise.
+    unsafe { rows_w4_nib::<R, G16, false>(w, bias, ws, xq, xd, k, ld, out) }
+}
+
+/// [`rows_w4_nib`] of codes less a bias (Q4_0).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_w4_nib_biased<const R: usize, const G16: bool>(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    // SAFETY: the caller's promise.
+    unsafe { rows_w4_nib::<R, G16, true>(w, bias, ws, xq, xd, k, ld, out) }
+}
+
+/// [`dot_w4_nib`] for `R` rows, the accumulators in registers; the bias subtracted when
+/// `BIASED`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn rows_w4_nib<const R: usize, const G16: bool, const BIASED: bool>(
+    w: &[u8],
+    bias: i8,
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    k: usize,
+    ld: usize,
+    out: &mut [f32; 4],
+) {
+    let nb = k / QK;
+    let wld = if G16 { ld / 16 } else { ld / QK };
+    let (low4, b) = (i16x8_splat(0x0F), i16x8_splat(bias.into()));
+    let mut a = [f32x4_splat(0.0); R];
+    let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
+    for blk in 0..nb {
+        // SAFETY: blk < nb and r < R ≤ t, within what `check_w4_nib` checked; loads are
+        // unaligned.
+        unsafe {
+            let xb = xp.add(blk * QK);
+            let (x0, x1) = (v128_load(xb.cast()), v128_load(xb.add(8).cast()));
+            let (x2, x3) = (v128_load(xb.add(16).cast()), v128_load(xb.add(24).cast()));
+            let x = *xd.get_unchecked(blk);
+            for (r, ar) in a.iter_mut().enumerate() {
+                let nib = v128_load(wp.add((r * ld + blk * QK) / 2).cast());
+                let (lo, hi) = (u16x8_extend_low_u8x16(nib), u16x8_extend_high_u8x16(nib));
+                // Values 0..8, 8..16, 16..24, 24..32.
+                let (mut wa, mut wb) = (v128_and(lo, low4), v128_and(hi, low4));
+                let (mut wc, mut wd) = (u16x8_shr(lo, 4), u16x8_shr(hi, 4));
+                if BIASED {
+                    (wa, wb) = (i16x8_sub(wa, b), i16x8_sub(wb, b));
+                    (wc, wd) = (i16x8_sub(wc, b), i16x8_sub(wd, b));
+                }
+                let s0 = i32x4_add(i32x4_dot_i16x8(wa, x0), i32x4_dot_i16x8(wb, x1));
+                let s1 = i32x4_add(i32x4_dot_i16x8(wc, x2), i32x4_dot_i16x8(wd, x3));
+                let wsr = wsp.add(r * wld);
+                if G16 {
+                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*wsr.add(2 * blk) * x));
+                    let p1 = f32x4_mul(
+                        f32x4_convert_i32x4(s1),
+                        f32x4_splat(*wsr.add(2 * blk + 1) * x),
+                    );
+                    *ar = f32x4_add(*ar, f32x4_add(p0, p1));
+                } else {
+                    let s = f32x4_convert_i32x4(i32x4_add(s0, s1));
+                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(*wsr.add(blk) * x)));
+                }
+            }
+        }
+    }
+    for (o, ar) in out.iter_mut().zip(&a) {
+        *o = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
+            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+    }
+}
