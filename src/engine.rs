@@ -69,8 +69,8 @@ pub struct EngineInfo {
 /// Usable wasm memory: 4 GiB less room for the code, tokenizer and activations.
 const WASM_MEMORY_BUDGET: u64 = (4 << 30) - (384 << 20);
 
-/// The bytes the CPU backend holds for this model: its weights as it keeps them (int8, the
-/// 4- and 5-bit types packed but for an LM head) plus the KV cache at `cfg.n_ctx`. The device check compares
+/// The bytes the CPU backend holds for this model: its weights as it keeps them (int8 with
+/// f32 scales, 4-bit codes packed) plus the KV cache at `cfg.n_ctx`. The device check compares
 /// it with the memory there is.
 pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
     g.tensors
@@ -80,7 +80,7 @@ pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
             // The LM head: `output.weight`, or the embeddings where they are tied to it.
             let head = t.name == "output.weight"
                 || (t.name == "token_embd.weight"
-                    && !cfg.untied_output
+                    && (!cfg.untied_output || cfg.family == crate::config::Family::Gemma3)
                     && cfg.family != crate::config::Family::Bert);
             crate::cpu::resident_bytes(t.ty, n, head)
         })

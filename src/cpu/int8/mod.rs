@@ -114,11 +114,12 @@ impl QMatrix {
     }
 
     /// The bytes `n` values of a type this kernel takes occupy loaded (values, scales and
-    /// offsets), as an LM head when `head`.
+    /// offsets), as an LM head when `head` in a build with the head's filter (without it, a
+    /// Q4_0 head is packed: fewer).
     pub fn resident_bytes(ty: GgmlType, n: u64, head: bool) -> Option<u64> {
         let u = unpacker(ty)?;
         let values = match u.pack {
-            Some((p, _)) if !keeps_int8(&u, head) => n / QK as u64 * p.bytes() as u64,
+            Some((p, _)) if !keeps_int8(&u, head, true) => n / QK as u64 * p.bytes() as u64,
             _ => n,
         };
         Some(values + n / u.group as u64 * 4 * (1 + u64::from(u.offsets)))
@@ -182,7 +183,7 @@ impl QMatrix {
         ty: GgmlType,
         head: bool,
     ) -> Result<Self> {
-        let int8 = unpacker(ty).is_some_and(|u| keeps_int8(&u, head));
+        let int8 = unpacker(ty).is_some_and(|u| keeps_int8(&u, head, has_fast_u7()));
         Self::load_as(src, offset, rows, cols, ty, head, int8).await
     }
 
@@ -225,7 +226,7 @@ impl QMatrix {
         let per_row = cols / block;
         let chunk_rows = (LOAD_CHUNK_BLOCKS / per_row.max(1)).max(1);
         let mut buf = vec![0u8; (chunk_rows * per_row).min(n_blocks) * block_bytes];
-        let take_stats = head && has_fast_u7() && !u.offsets;
+        let take_stats = head && has_fast_u7() && !u.offsets && packing.is_none();
         let mut stats = Vec::new();
         if take_stats {
             stats.reserve_exact(rows);
@@ -790,9 +791,10 @@ fn packs<const BLOCK: usize, const BYTES: usize, const GROUP: usize, const OUT: 
 }
 
 /// Whether a matrix of this type keeps int8 values: the types without a packed layout, and
-/// an LM head the filter can run on (it reads int8 rows; it takes no offsets).
-fn keeps_int8(u: &Unpacker, head: bool) -> bool {
-    u.pack.is_none() || (head && !u.offsets)
+/// an LM head the filter may run on (it reads int8 rows and takes no offsets) where `filter`
+/// (this build has the filter: [`has_fast_u7`]).
+fn keeps_int8(u: &Unpacker, head: bool, filter: bool) -> bool {
+    u.pack.is_none() || (head && !u.offsets && filter)
 }
 
 /// How a type's file blocks become int8 values, scales and offsets (`unpack` takes whole
@@ -1441,18 +1443,29 @@ pub fn check_kernels() -> Result<usize, String> {
                         let wn: Vec<u8> = w.iter().step_by(2).map(|&v| v as u8).collect();
                         let mut wi = vec![0i8; wn.len() * 2];
                         portable::unpack(&wn, &mut wi, bias);
-                        dot_w4(&wi, &ws, &x16, &xd, k, ld, t, &mut a, g16);
-                        dot_w4_nib(&wn, bias, &ws, &x16, &xd, k, ld, t, &mut b, g16);
-                        for r in 0..t {
-                            if a[r].to_bits() != b[r].to_bits() {
-                                return Err(format!(
-                                    "int8 packed rows, {t} rows × {k} at {ld}, g16 {g16}, \
-                                     bias {bias}: {} vs {}",
-                                    b[r], a[r]
-                                ));
+                        // This build's kernel, then the portable one (each against its own
+                        // int8 kernel).
+                        for simd in [true, false] {
+                            if simd {
+                                dot_w4(&wi, &ws, &x16, &xd, k, ld, t, &mut a, g16);
+                                dot_w4_nib(&wn, bias, &ws, &x16, &xd, k, ld, t, &mut b, g16);
+                            } else {
+                                portable::dot_w4(&wi, &ws, &x16, &xd, k, ld, t, &mut a, g16);
+                                portable::dot_w4_nib(
+                                    &wn, bias, &ws, &x16, &xd, k, ld, t, &mut b, g16,
+                                );
                             }
+                            for r in 0..t {
+                                if a[r].to_bits() != b[r].to_bits() {
+                                    return Err(format!(
+                                        "int8 packed rows, simd {simd}, {t} rows × {k} at \
+                                         {ld}, g16 {g16}, bias {bias}: {} vs {}",
+                                        b[r], a[r]
+                                    ));
+                                }
+                            }
+                            compared += t;
                         }
-                        compared += t;
                     }
                     dot_u7(&w, &ws, &x7, k, ld, t, &mut a, g16);
                     portable::dot_u7(&w, &ws, &x7, k, ld, t, &mut b, g16);
@@ -1812,10 +1825,14 @@ mod tests {
                 ))
                 .unwrap()
                 .unwrap();
-                assert_eq!(as_head.is_packed(), int8.offsets.is_some(), "{ty}");
+                assert_eq!(
+                    as_head.is_packed(),
+                    int8.offsets.is_some() || !has_fast_u7(),
+                    "{ty}"
+                );
                 assert_eq!(
                     Some(held(&as_head)),
-                    QMatrix::resident_bytes(ty, n, true),
+                    QMatrix::resident_bytes(ty, n, !as_head.is_packed()),
                     "{ty}"
                 );
                 let ids: Vec<u32> = (0..rows as u32).collect();

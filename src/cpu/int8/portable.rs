@@ -213,8 +213,8 @@ pub fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
 }
 
 /// [`dot_w4`] on packed rows (`w`: their codes, rows `ld` values apart, so `ld / 2` bytes;
-/// each code less `bias`): the SIMD versions widen the nibbles in the kernel, with each
-/// row's sum exactly as [`dot_w4`] makes it on the unpacked values.
+/// each code less `bias`): each row's sum exactly as [`dot`] makes it on the unpacked
+/// values (the SIMD versions widen the nibbles in the kernel, as their `dot_w4` does).
 #[allow(clippy::too_many_arguments)]
 pub fn dot_w4_nib(
     w: &[u8],
@@ -229,14 +229,25 @@ pub fn dot_w4_nib(
     g16: bool,
 ) {
     check_w4_nib(w, ws, xq, xd, k, ld, t, g16);
-    let mut rows = vec![0i8; t * k];
-    for (r, row) in rows.chunks_exact_mut(k).enumerate() {
-        unpack(&w[r * ld / 2..(r * ld + k) / 2], row, bias);
-    }
     let group = if g16 { 16 } else { QK };
-    let mut scales = Vec::with_capacity(t * k / group);
-    for r in 0..t {
-        scales.extend_from_slice(&ws[r * ld / group..(r * ld + k) / group]);
+    let wld = ld / group;
+    for (r, o) in out.iter_mut().enumerate().take(t) {
+        let row = &w[r * ld / 2..(r * ld + k) / 2];
+        let mut s = 0f32;
+        for g in 0..k / group {
+            let dot: i32 = (g * group..(g + 1) * group)
+                .map(|i| {
+                    let byte = row[i / QK * (QK / 2) + i % (QK / 2)];
+                    let code = if i % QK < QK / 2 {
+                        byte & 0xF
+                    } else {
+                        byte >> 4
+                    };
+                    i32::from(code as i8 - bias) * i32::from(xq[i])
+                })
+                .sum();
+            s += dot as f32 * (ws[r * wld + g] * xd[g * group / QK]);
+        }
+        *o = s;
     }
-    dot_w4(&rows, &scales, xq, xd, k, k, t, out, g16)
 }
