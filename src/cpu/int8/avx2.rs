@@ -52,18 +52,7 @@ unsafe fn rows_x<const R: usize, const G16: bool>(
                 let s0 = _mm256_madd_epi16(w0, _mm256_loadu_si256(xb.cast()));
                 let s1 = _mm256_madd_epi16(w1, _mm256_loadu_si256(xb.add(16).cast()));
                 let x = *xd.get_unchecked(r * nb + b);
-                if G16 {
-                    let p0 =
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(*wsp.add(2 * b) * x));
-                    let p1 = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(s1),
-                        _mm256_set1_ps(*wsp.add(2 * b + 1) * x),
-                    );
-                    *ar = _mm256_add_ps(*ar, _mm256_add_ps(p0, p1));
-                } else {
-                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
-                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(*wsp.add(b) * x)));
-                }
+                add_block::<G16>(ar, s0, s1, wsp, b, x);
             }
         }
     }
@@ -124,18 +113,7 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
                 let s1 =
                     _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())), x1);
                 let wsr = wsp.add(r * wld);
-                if G16 {
-                    let p0 =
-                        _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(*wsr.add(2 * b) * x));
-                    let p1 = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(s1),
-                        _mm256_set1_ps(*wsr.add(2 * b + 1) * x),
-                    );
-                    *ar = _mm256_add_ps(*ar, _mm256_add_ps(p0, p1));
-                } else {
-                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
-                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(*wsr.add(b) * x)));
-                }
+                add_block::<G16>(ar, s0, s1, wsr, b, x);
             }
         }
     }
@@ -251,6 +229,38 @@ pub unsafe fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
     (super::portable::norm_up(f64::from(s2), q.len()), s1)
 }
 
+/// One block's integer sums `s0` (its values 0..16) and `s1` (16..32) into `acc`, times the
+/// weight scale(s) at `ws[b]` (`ws[2b]`, `ws[2b + 1]` with `G16`) and the activation scale
+/// `x`: the exact kernels' one way of adding a block, so their sums agree bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2; `ws` must hold the block's scales.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn add_block<const G16: bool>(
+    acc: &mut __m256,
+    s0: __m256i,
+    s1: __m256i,
+    ws: *const f32,
+    b: usize,
+    x: f32,
+) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        if G16 {
+            let p0 = _mm256_mul_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(*ws.add(2 * b) * x));
+            let p1 = _mm256_mul_ps(
+                _mm256_cvtepi32_ps(s1),
+                _mm256_set1_ps(*ws.add(2 * b + 1) * x),
+            );
+            *acc = _mm256_add_ps(*acc, _mm256_add_ps(p0, p1));
+        } else {
+            let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
+            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(s, _mm256_set1_ps(*ws.add(b) * x)));
+        }
+    }
+}
+
 /// The 8 lanes' sum, in a fixed order.
 #[inline(always)]
 unsafe fn hsum(v: __m256) -> f32 {
@@ -306,52 +316,23 @@ pub unsafe fn dot_w4_nib(
     // SAFETY: the lengths were checked; AVX2 is the caller's promise.
     unsafe {
         if bias == 0 {
-            by_rows!(rows_w4_nib0, t, g16, (w, bias, ws, xq, xd, k, ld, out))
-        } else {
             by_rows!(
-                rows_w4_nib_biased,
+                rows_w4_nib,
                 t,
                 g16,
+                [false],
+                (w, bias, ws, xq, xd, k, ld, out)
+            )
+        } else {
+            by_rows!(
+                rows_w4_nib,
+                t,
+                g16,
+                [true],
                 (w, bias, ws, xq, xd, k, ld, out)
             )
         }
     }
-}
-
-/// [`rows_w4_nib`] of codes without a bias (Q4_1, Q4_K): no subtraction.
-#[target_feature(enable = "avx2")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_w4_nib0<const R: usize, const G16: bool>(
-    w: &[u8],
-    bias: i8,
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    k: usize,
-    ld: usize,
-    out: &mut [f32; 4],
-) {
-    // SAFETY: the caller's promise.
-    unsafe { rows_w4_nib::<R, G16, false>(w, bias, ws, xq, xd, k, ld, out) }
-}
-
-/// [`rows_w4_nib`] of codes less a bias (Q4_0).
-#[target_feature(enable = "avx2")]
-#[inline]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_w4_nib_biased<const R: usize, const G16: bool>(
-    w: &[u8],
-    bias: i8,
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    k: usize,
-    ld: usize,
-    out: &mut [f32; 4],
-) {
-    // SAFETY: the caller's promise.
-    unsafe { rows_w4_nib::<R, G16, true>(w, bias, ws, xq, xd, k, ld, out) }
 }
 
 /// [`dot_w4_nib`] for `R` rows, the accumulators in registers; the bias subtracted when
@@ -391,20 +372,7 @@ unsafe fn rows_w4_nib<const R: usize, const G16: bool, const BIASED: bool>(
                 let s0 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(lo), x0);
                 let s1 = _mm256_madd_epi16(_mm256_cvtepi8_epi16(hi), x1);
                 let wsr = wsp.add(r * wld);
-                if G16 {
-                    let p0 = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(s0),
-                        _mm256_set1_ps(*wsr.add(2 * blk) * x),
-                    );
-                    let p1 = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(s1),
-                        _mm256_set1_ps(*wsr.add(2 * blk + 1) * x),
-                    );
-                    *ar = _mm256_add_ps(*ar, _mm256_add_ps(p0, p1));
-                } else {
-                    let s = _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1));
-                    *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, _mm256_set1_ps(*wsr.add(blk) * x)));
-                }
+                add_block::<G16>(ar, s0, s1, wsr, blk, x);
             }
         }
     }

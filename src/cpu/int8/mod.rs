@@ -24,15 +24,19 @@
 /// SIMD kernels keep their accumulators in registers only for a constant row count.
 macro_rules! by_rows {
     ($f:ident, $t:expr, $g16:expr, ($($arg:expr),* $(,)?)) => {
+        by_rows!($f, $t, $g16, [], ($($arg),*))
+    };
+    // `[C, …]`: further const generics after R and G16.
+    ($f:ident, $t:expr, $g16:expr, [$($c:expr),*], ($($arg:expr),* $(,)?)) => {
         match ($t, $g16) {
-            (4, false) => $f::<4, false>($($arg),*),
-            (4, true) => $f::<4, true>($($arg),*),
-            (3, false) => $f::<3, false>($($arg),*),
-            (3, true) => $f::<3, true>($($arg),*),
-            (2, false) => $f::<2, false>($($arg),*),
-            (2, true) => $f::<2, true>($($arg),*),
-            (_, false) => $f::<1, false>($($arg),*),
-            (_, true) => $f::<1, true>($($arg),*),
+            (4, false) => $f::<4, false $(, $c)*>($($arg),*),
+            (4, true) => $f::<4, true $(, $c)*>($($arg),*),
+            (3, false) => $f::<3, false $(, $c)*>($($arg),*),
+            (3, true) => $f::<3, true $(, $c)*>($($arg),*),
+            (2, false) => $f::<2, false $(, $c)*>($($arg),*),
+            (2, true) => $f::<2, true $(, $c)*>($($arg),*),
+            (_, false) => $f::<1, false $(, $c)*>($($arg),*),
+            (_, true) => $f::<1, true $(, $c)*>($($arg),*),
         }
     };
 }
@@ -737,42 +741,18 @@ type UnpackFn = fn(&[u8], &mut [i8], &mut [f32], &mut [f32]);
 /// [`UnpackFn`] with the values packed ([`Packing`]) instead of unpacked.
 type PackFn = fn(&[u8], &mut [u8], &mut [f32], &mut [f32]);
 
-/// `f` (one file block of `BYTES` → `BLOCK` values, a scale per `GROUP`, offsets if the type
-/// has them: `o` not empty) over every block of `chunk`, inlined in the loop: the load's hot
-/// loop is then one small function per type, which the browser's optimizing tier takes at
-/// once, with no call per block.
+/// `f` (one file block of `BYTES` → `OUT` outputs: `BLOCK` int8 values, or the packed
+/// codes of a 4-bit type; a scale per `GROUP` values, offsets if the type has them: `o` not
+/// empty) over every block of `chunk`, inlined in the loop: the load's hot loop is then one
+/// small function per type, which the browser's optimizing tier takes at once, with no call
+/// per block.
 #[inline(always)]
-fn blocks<const BLOCK: usize, const BYTES: usize, const GROUP: usize>(
+fn blocks<T, const BLOCK: usize, const BYTES: usize, const GROUP: usize, const OUT: usize>(
     chunk: &[u8],
-    q: &mut [i8],
+    q: &mut [T],
     s: &mut [f32],
     o: &mut [f32],
-    f: impl Fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
-) {
-    let per = BLOCK / GROUP;
-    let each = chunk
-        .chunks_exact(BYTES)
-        .zip(q.chunks_exact_mut(BLOCK))
-        .zip(s.chunks_exact_mut(per));
-    if o.is_empty() {
-        for ((blk, q), s) in each {
-            f(blk, q, s, &mut []);
-        }
-    } else {
-        for (((blk, q), s), o) in each.zip(o.chunks_exact_mut(per)) {
-            f(blk, q, s, o);
-        }
-    }
-}
-
-/// [`blocks`] for a type kept packed: `f` makes a file block's `OUT` bytes of packed codes.
-#[inline(always)]
-fn packs<const BLOCK: usize, const BYTES: usize, const GROUP: usize, const OUT: usize>(
-    chunk: &[u8],
-    q: &mut [u8],
-    s: &mut [f32],
-    o: &mut [f32],
-    f: impl Fn(&[u8], &mut [u8], &mut [f32], &mut [f32]),
+    f: impl Fn(&[u8], &mut [T], &mut [f32], &mut [f32]),
 ) {
     let per = BLOCK / GROUP;
     let each = chunk
@@ -809,7 +789,7 @@ struct Unpacker {
     offsets: bool,
     unpack: UnpackFn,
     /// The 4-bit types: their packed layout and how whole chunks of file blocks become it
-    /// ([`packs`]).
+    /// ([`blocks`]).
     pack: Option<(Packing, PackFn)>,
 }
 
@@ -823,7 +803,8 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
          $p:ident, $bias:literal) => {{
             const OUT: usize = $block / 2;
             let packing = Packing { bias: $bias };
-            let pack: PackFn = |c, q, s, o| packs::<$block, $bytes, $group, OUT>(c, q, s, o, $p);
+            let pack: PackFn =
+                |c, q, s, o| blocks::<u8, $block, $bytes, $group, OUT>(c, q, s, o, $p);
             u!($block, $bytes, $group, $offsets, $f, Some((packing, pack)))
         }};
         ($block:literal, $bytes:literal, $group:literal, $offsets:literal, $f:ident, $pack:expr) => {
@@ -832,7 +813,7 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
                 bytes: $bytes,
                 group: $group,
                 offsets: $offsets,
-                unpack: |c, q, s, o| blocks::<$block, $bytes, $group>(c, q, s, o, $f),
+                unpack: |c, q, s, o| blocks::<i8, $block, $bytes, $group, $block>(c, q, s, o, $f),
                 pack: $pack,
             })
         };

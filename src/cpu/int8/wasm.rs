@@ -23,6 +23,41 @@ pub fn dot(
     unsafe { by_rows!(rows_x, t, g16, (w, ws, xq, xd, k, acc)) }
 }
 
+/// One block's integer sums `s0` (its values 0..16) and `s1` (16..32) into `acc`, times the
+/// weight scale(s) at `ws[b]` (`ws[2b]`, `ws[2b + 1]` with `G16`) and the activation scale
+/// `x`: the exact kernels' one way of adding a block, so their sums agree bit for bit.
+///
+/// # Safety
+/// `ws` must hold the block's scales.
+#[inline(always)]
+unsafe fn add_block<const G16: bool>(
+    acc: &mut v128,
+    s0: v128,
+    s1: v128,
+    ws: *const f32,
+    b: usize,
+    x: f32,
+) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        if G16 {
+            let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*ws.add(2 * b) * x));
+            let p1 = f32x4_mul(f32x4_convert_i32x4(s1), f32x4_splat(*ws.add(2 * b + 1) * x));
+            *acc = f32x4_add(*acc, f32x4_add(p0, p1));
+        } else {
+            let s = f32x4_convert_i32x4(i32x4_add(s0, s1));
+            *acc = f32x4_add(*acc, f32x4_mul(s, f32x4_splat(*ws.add(b) * x)));
+        }
+    }
+}
+
+/// The 4 lanes' sum, in a fixed order.
+#[inline(always)]
+fn hsum(v: v128) -> f32 {
+    (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
+        + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
+}
+
 /// [`dot`] for `R` activation rows, the accumulators in registers (with a runtime count
 /// they may live in linear memory: prefill in Chromium went from 124 to 146 tok/s with this
 /// and one scale per 32 values for Q4_K).
@@ -56,23 +91,12 @@ unsafe fn rows_x<const R: usize, const G16: bool>(
                     i32x4_dot_i16x8(wd, v128_load(xb.add(24).cast())),
                 );
                 let x = *xd.get_unchecked(r * nb + b);
-                if G16 {
-                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*wsp.add(2 * b) * x));
-                    let p1 = f32x4_mul(
-                        f32x4_convert_i32x4(s1),
-                        f32x4_splat(*wsp.add(2 * b + 1) * x),
-                    );
-                    *ar = f32x4_add(*ar, f32x4_add(p0, p1));
-                } else {
-                    let s = f32x4_convert_i32x4(i32x4_add(s0, s1));
-                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(*wsp.add(b) * x)));
-                }
+                add_block::<G16>(ar, s0, s1, wsp, b, x);
             }
         }
     }
     for (o, ar) in acc.iter_mut().zip(&a) {
-        *o = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
-            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+        *o = hsum(*ar);
     }
 }
 
@@ -129,23 +153,12 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
                     i32x4_dot_i16x8(i16x8_extend_high_i8x16(w1), x3),
                 );
                 let wsr = wsp.add(r * wld);
-                if G16 {
-                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*wsr.add(2 * b) * x));
-                    let p1 = f32x4_mul(
-                        f32x4_convert_i32x4(s1),
-                        f32x4_splat(*wsr.add(2 * b + 1) * x),
-                    );
-                    *ar = f32x4_add(*ar, f32x4_add(p0, p1));
-                } else {
-                    let s = f32x4_convert_i32x4(i32x4_add(s0, s1));
-                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(*wsr.add(b) * x)));
-                }
+                add_block::<G16>(ar, s0, s1, wsr, b, x);
             }
         }
     }
     for (o, ar) in out.iter_mut().zip(&a) {
-        *o = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
-            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+        *o = hsum(*ar);
     }
 }
 
@@ -211,8 +224,7 @@ unsafe fn rows_u7<const R: usize, const G16: bool>(
         }
     }
     for (o, ar) in out.iter_mut().zip(&a) {
-        *o = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
-            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+        *o = hsum(*ar);
     }
 }
 
@@ -236,10 +248,6 @@ pub fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
         a2 = f32x4_add(a2, f32x4_mul(f32x4_convert_i32x4(sq), f32x4_mul(sc, sc)));
         a1 = f32x4_add(a1, f32x4_mul(f32x4_convert_i32x4(sum), sc));
     }
-    let hsum = |v: v128| {
-        (f32x4_extract_lane::<0>(v) + f32x4_extract_lane::<1>(v))
-            + (f32x4_extract_lane::<2>(v) + f32x4_extract_lane::<3>(v))
-    };
     (
         super::portable::norm_up(f64::from(hsum(a2)), q.len()),
         hsum(a1),
@@ -284,50 +292,23 @@ pub fn dot_w4_nib(
     // SAFETY: the lengths were checked.
     unsafe {
         if bias == 0 {
-            by_rows!(rows_w4_nib0, t, g16, (w, bias, ws, xq, xd, k, ld, out))
-        } else {
             by_rows!(
-                rows_w4_nib_biased,
+                rows_w4_nib,
                 t,
                 g16,
+                [false],
+                (w, bias, ws, xq, xd, k, ld, out)
+            )
+        } else {
+            by_rows!(
+                rows_w4_nib,
+                t,
+                g16,
+                [true],
                 (w, bias, ws, xq, xd, k, ld, out)
             )
         }
     }
-}
-
-/// [`rows_w4_nib`] of codes without a bias (Q4_1, Q4_K): no subtraction.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_w4_nib0<const R: usize, const G16: bool>(
-    w: &[u8],
-    bias: i8,
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    k: usize,
-    ld: usize,
-    out: &mut [f32; 4],
-) {
-    // SAFETY: the caller's promise.
-    unsafe { rows_w4_nib::<R, G16, false>(w, bias, ws, xq, xd, k, ld, out) }
-}
-
-/// [`rows_w4_nib`] of codes less a bias (Q4_0).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn rows_w4_nib_biased<const R: usize, const G16: bool>(
-    w: &[u8],
-    bias: i8,
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    k: usize,
-    ld: usize,
-    out: &mut [f32; 4],
-) {
-    // SAFETY: the caller's promise.
-    unsafe { rows_w4_nib::<R, G16, true>(w, bias, ws, xq, xd, k, ld, out) }
 }
 
 /// [`dot_w4_nib`] for `R` rows, the accumulators in registers; the bias subtracted when
@@ -370,22 +351,11 @@ unsafe fn rows_w4_nib<const R: usize, const G16: bool, const BIASED: bool>(
                 let s0 = i32x4_add(i32x4_dot_i16x8(wa, x0), i32x4_dot_i16x8(wb, x1));
                 let s1 = i32x4_add(i32x4_dot_i16x8(wc, x2), i32x4_dot_i16x8(wd, x3));
                 let wsr = wsp.add(r * wld);
-                if G16 {
-                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*wsr.add(2 * blk) * x));
-                    let p1 = f32x4_mul(
-                        f32x4_convert_i32x4(s1),
-                        f32x4_splat(*wsr.add(2 * blk + 1) * x),
-                    );
-                    *ar = f32x4_add(*ar, f32x4_add(p0, p1));
-                } else {
-                    let s = f32x4_convert_i32x4(i32x4_add(s0, s1));
-                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(*wsr.add(blk) * x)));
-                }
+                add_block::<G16>(ar, s0, s1, wsr, blk, x);
             }
         }
     }
     for (o, ar) in out.iter_mut().zip(&a) {
-        *o = (f32x4_extract_lane::<0>(*ar) + f32x4_extract_lane::<1>(*ar))
-            + (f32x4_extract_lane::<2>(*ar) + f32x4_extract_lane::<3>(*ar));
+        *o = hsum(*ar);
     }
 }
