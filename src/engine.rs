@@ -382,7 +382,7 @@ impl Engine {
         src: &dyn ByteSource,
         opts: &LoadOptions,
     ) -> Result<(Gguf, ModelConfig, Tokenizer, EngineInfo)> {
-        let g = Gguf::read(src)?;
+        let mut g = Gguf::read(src)?;
         let cfg = ModelConfig::from_gguf(&g, opts.n_ctx)?;
         let weight_bytes: u64 = g.tensors.iter().map(|t| t.n_bytes).sum();
         cfg.check_kv_cache(weight_bytes)?;
@@ -394,6 +394,7 @@ impl Engine {
         let t0 = crate::clock::now_ms();
         let tok = Tokenizer::from_gguf(&g)?;
         let tokenizer_ms = crate::clock::now_ms() - t0;
+        Tokenizer::drop_vocabulary(&mut g);
         let mut quants = std::collections::BTreeMap::new();
         for t in &g.tensors {
             *quants.entry(t.ty.name().to_string()).or_insert(0) += 1;

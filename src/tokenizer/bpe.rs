@@ -54,6 +54,8 @@ impl Vocab {
             pieces.data.push_str(t);
             pieces.ends.push(pieces.data.len() as u32);
         }
+        // Grown by doubling: up to half of it would stay unused for good (2 MB for Gemma 3).
+        pieces.data.shrink_to_fit();
         let hasher = hashbrown::DefaultHashBuilder::default();
         let mut table = HashTable::with_capacity(pieces.len());
         let mut duplicates = false;
