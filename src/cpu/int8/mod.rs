@@ -591,39 +591,60 @@ impl QMatrix {
             * (1.0 + 2f64.powi(-20));
         let stats = self.head_stats()?;
         let ok = |i: usize| allowed.is_none_or(|a| is_allowed(a, i));
-        // Row i's estimate and bound, in f64, from its 7-bit product.
-        let est = |i: usize, code: f32| {
-            let (norm, sum) = stats[i];
-            let v = x7.scale * (f64::from(code) - x7.zero * f64::from(sum));
-            (v, f64::from(norm) * per_norm)
-        };
-        // Over the pool, with each work item's rows: their products, then their k largest
-        // lower bounds among the allowed rows (the k-th largest of all is the k-th largest of
-        // the items' k largest) and how many rows are allowed.
+        // Over the pool, with each work item's rows while their sums are in cache: each row's
+        // estimate and bound in f64 from its 7-bit product, then its upper bound stored over
+        // its sum (rounded to the nearest f32, which keeps the order: `upper ≥ t` implies
+        // `f32(upper) ≥ f32(t)`, so the second pass takes every row the exact test takes and
+        // at most a few ties more), and the item's k largest lower bounds among the allowed
+        // rows (the k-th largest of all is the k-th largest of the items' k largest) and how
+        // many rows are allowed.
         let bounds = Mutex::new((Vec::new(), 0usize));
         let finite = AtomicBool::new(true);
-        let codes = self.products_u7(qs, &x7.q, |rows, codes| {
-            let (mut lower, mut n_ok, mut best) = (Vec::new(), 0, f64::NEG_INFINITY);
-            for (i, &c) in rows.zip(codes) {
-                let (v, b) = est(i, c);
-                if !v.is_finite() || !b.is_finite() {
-                    finite.store(false, Relaxed);
-                    return;
-                }
-                if ok(i) {
-                    n_ok += 1;
-                    if k == 1 {
-                        best = best.max(v - b);
-                    } else {
-                        lower.push(v - b);
+        let (scale, zero) = (x7.scale, x7.zero);
+        let uppers = self.products_u7(qs, &x7.q, |rows, sums| {
+            let st = &stats[rows.clone()];
+            // NaN as soon as an estimate or bound is not finite (checked once per item).
+            let mut check = 0f64;
+            let mut bound = |(&(norm, sum), c): (&(f32, f32), &mut f32)| {
+                let v = scale * (f64::from(*c) - zero * f64::from(sum));
+                let b = f64::from(norm) * per_norm;
+                check += (v + b) * 0.0;
+                *c = (v + b) as f32;
+                v - b
+            };
+            let (mut lower, mut n_ok) = (Vec::new(), 0);
+            if let (None, 1) = (allowed, k) {
+                // Greedy decoding's case, without a test per row.
+                let best = st
+                    .iter()
+                    .zip(sums.iter_mut())
+                    .map(&mut bound)
+                    .fold(f64::NEG_INFINITY, f64::max);
+                lower.push(best);
+                n_ok = rows.len();
+            } else {
+                let mut best = f64::NEG_INFINITY;
+                for (i, pair) in rows.clone().zip(st.iter().zip(sums.iter_mut())) {
+                    let lo = bound(pair);
+                    if ok(i) {
+                        n_ok += 1;
+                        if k == 1 {
+                            best = best.max(lo);
+                        } else {
+                            lower.push(lo);
+                        }
                     }
                 }
+                if k == 1 {
+                    lower.push(best);
+                } else if lower.len() > k {
+                    lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                    lower.truncate(k);
+                }
             }
-            if k == 1 {
-                lower.push(best);
-            } else if lower.len() > k {
-                lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-                lower.truncate(k);
+            if !check.is_finite() {
+                finite.store(false, Relaxed);
+                return;
             }
             let mut all = bounds.lock().unwrap_or_else(|e| e.into_inner());
             all.0.extend(lower);
@@ -633,13 +654,12 @@ impl QMatrix {
             return None;
         }
         let (mut lower, n_ok) = bounds.into_inner().unwrap_or_else(|e| e.into_inner());
-        let threshold = if k == 1 {
-            lower.into_iter().fold(f64::NEG_INFINITY, f64::max)
-        } else if n_ok <= k {
+        let threshold = if n_ok <= k {
             f64::NEG_INFINITY
         } else {
             *lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1
         };
+        let threshold = threshold as f32;
         // The exact products of the rows that may be among the k largest, over the pool.
         let ng = n / self.group;
         let cands = Mutex::new(Vec::new());
@@ -647,9 +667,8 @@ impl QMatrix {
         pool::for_chunks(n_chunks, self.rows.saturating_mul(8), |chunks| {
             let mut mine = Vec::new();
             let rows = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
-            for (i, &c) in rows.clone().zip(&codes[rows]) {
-                let (v, b) = est(i, c);
-                if ok(i) && v + b >= threshold {
+            for (i, &u) in rows.clone().zip(&uppers[rows]) {
+                if u >= threshold && ok(i) {
                     let mut acc = [0f32; 4];
                     let (w, ws) = (&qs[i * n..(i + 1) * n], &self.scales[i * ng..(i + 1) * ng]);
                     dot(w, ws, &act.q, &act.d, n, 1, &mut acc, self.group != QK);
@@ -664,12 +683,12 @@ impl QMatrix {
 
     /// `Σ_g scale_g · Σ q·code` of every row against one row of 7-bit codes, over the pool
     /// (four memory streams per work item: [`for_row_tiles`]); `then` sees each work item's
-    /// rows and their sums while they are in cache.
+    /// rows and their sums while they are in cache, and may overwrite the sums.
     fn products_u7(
         &self,
         qs: &[i8],
         xq: &[u8],
-        then: impl Fn(Range<usize>, &[f32]) + Sync,
+        then: impl Fn(Range<usize>, &mut [f32]) + Sync,
     ) -> Vec<f32> {
         let (n, group) = (self.cols, self.group);
         let mut y = vec![0f32; self.rows];
