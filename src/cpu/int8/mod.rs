@@ -624,14 +624,23 @@ impl QMatrix {
                 n_ok = rows.len();
             } else {
                 let mut best = f64::NEG_INFINITY;
+                // The k-th largest lower bound kept so far: one at or below it cannot change
+                // the k largest, so it is not kept (sampling's top-k would otherwise keep and
+                // select among every row).
+                let mut floor = f64::NEG_INFINITY;
                 for (i, pair) in rows.clone().zip(st.iter().zip(sums.iter_mut())) {
                     let lo = bound(pair);
                     if ok(i) {
                         n_ok += 1;
                         if k == 1 {
                             best = best.max(lo);
-                        } else {
+                        } else if lo > floor {
                             lower.push(lo);
+                            if lower.len() == 2 * k {
+                                lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+                                lower.truncate(k);
+                                floor = lower[k - 1];
+                            }
                         }
                     }
                 }
