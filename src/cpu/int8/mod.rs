@@ -637,9 +637,7 @@ impl QMatrix {
                         } else if lo > floor {
                             lower.push(lo);
                             if lower.len() == 2 * k {
-                                lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-                                lower.truncate(k);
-                                floor = lower[k - 1];
+                                floor = keep_largest(&mut lower, k);
                             }
                         }
                     }
@@ -647,8 +645,7 @@ impl QMatrix {
                 if k == 1 {
                     lower.push(best);
                 } else if lower.len() > k {
-                    lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-                    lower.truncate(k);
+                    keep_largest(&mut lower, k);
                 }
             }
             if !check.is_finite() {
@@ -663,12 +660,11 @@ impl QMatrix {
             return None;
         }
         let (mut lower, n_ok) = bounds.into_inner().unwrap_or_else(|e| e.into_inner());
-        let threshold = if n_ok <= k {
+        let threshold = if n_ok <= k || lower.len() < k {
             f64::NEG_INFINITY
         } else {
-            *lower.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1
-        };
-        let threshold = threshold as f32;
+            keep_largest(&mut lower, k)
+        } as f32;
         // The exact products of the rows that may be among the k largest, over the pool.
         let ng = n / self.group;
         let cands = Mutex::new(Vec::new());
@@ -716,6 +712,13 @@ impl QMatrix {
         });
         y
     }
+}
+
+/// Keep the `k` (≥ 1, ≤ `v.len()`) largest of `v`, in no order; returns the smallest kept.
+fn keep_largest(v: &mut Vec<f64>, k: usize) -> f64 {
+    let kth = *v.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a)).1;
+    v.truncate(k);
+    kth
 }
 
 /// One activation row as 7-bit codes for the LM head's filter: `x ≈ scale · (q − zero)`
