@@ -226,6 +226,13 @@ struct BenchArgs {
     prompt_tokens: usize,
     #[arg(long, default_value_t = 64)]
     gen_tokens: usize,
+    /// Sample at this temperature instead of decoding greedily (end of sequence still
+    /// ignored): the sampler's path, top-k on the LM head, rather than greedy's top-1.
+    #[arg(long)]
+    temperature: Option<f32>,
+    /// With --temperature: the top-k (0: every logit, the whole LM head each step).
+    #[arg(long, default_value_t = 40, requires = "temperature")]
+    top_k: usize,
     #[arg(long)]
     json: bool,
     /// Print the prompt's ids (a JSON array) and stop: a peer runs the same ones.
@@ -819,7 +826,14 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let opts = GenerateOptions::greedy_tokens(n_gen);
+    let mut opts = GenerateOptions::greedy_tokens(n_gen);
+    if let Some(temperature) = a.temperature {
+        opts.sampler = SamplerConfig {
+            temperature,
+            top_k: a.top_k,
+            ..Default::default()
+        };
+    }
     // The decode steps' share of the GPU counters: after the prompt, to the end.
     let mut g = pollster::block_on(engine.start(ids, &opts, &never))?;
     let c0 = gpu_counters(&engine);
@@ -843,6 +857,11 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
         "threads": std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()),
         "prompt_tokens": g.usage.prompt_tokens,
         "gen_tokens": g.usage.completion_tokens,
+        // Greedy decoding asks the LM head for its top 1.
+        "sampler": {
+            "temperature": opts.sampler.temperature,
+            "top_k": if a.temperature.is_some() { opts.sampler.top_k } else { 1 },
+        },
         "prefill_tokens_per_s": g.usage.prefill_tokens_per_s,
         "decode_tokens_per_s": g.usage.decode_tokens_per_s,
         "load_s": load_s,

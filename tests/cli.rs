@@ -297,6 +297,41 @@ fn every_command_has_help() {
     }
 }
 
+/// `kerze bench` decodes greedily by default and samples with --temperature (top-k 40 unless
+/// --top-k says otherwise), always the asked number of tokens (end of sequence ignored).
+#[test]
+fn bench_decodes_greedily_or_samples() {
+    let model = common::model_path();
+    let run = |extra: &[&str]| -> serde_json::Value {
+        json_of(
+            kerze()
+                .args(["bench", "--json", "--device", "cpu", "--prompt-tokens", "5"])
+                .args(["--gen-tokens", "6"])
+                .args(extra)
+                .arg("--model")
+                .arg(&model),
+        )
+    };
+    let greedy = run(&[]);
+    assert_eq!(greedy["gen_tokens"], 6);
+    assert_eq!(greedy["sampler"]["temperature"], 0.0);
+    assert_eq!(greedy["sampler"]["top_k"], 1);
+    let sampled = run(&["--temperature", "0.8"]);
+    assert_eq!(sampled["gen_tokens"], 6);
+    assert_eq!(sampled["sampler"]["top_k"], 40);
+    assert!((sampled["sampler"]["temperature"].as_f64().unwrap() - 0.8).abs() < 1e-6);
+    let all = run(&["--temperature", "1", "--top-k", "0"]);
+    assert_eq!(all["gen_tokens"], 6);
+    assert_eq!(all["sampler"]["top_k"], 0);
+    // --top-k alone would silently do nothing: refused.
+    let out = kerze()
+        .args(["bench", "--top-k", "5", "--model"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
 /// `kerze chat` renders the model's own template: its prompt ids equal llama.cpp tokenizing
 /// jinja2's rendering of the same conversation (the SmolLM2 fixture), and the greedy answer's
 /// first token is llama.cpp's (a clear position); --messages takes an OpenAI messages file.
