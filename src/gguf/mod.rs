@@ -366,7 +366,12 @@ impl<'a> Cursor<'a> {
                 for _ in 0..n {
                     let len = self.count("string length", 1)?;
                     let bytes = self.take(len)?;
-                    s.push(&String::from_utf8_lossy(bytes));
+                    // Valid UTF-8 (every token of a sane file) checks fast; the rest is
+                    // repaired, as one string read alone is.
+                    match std::str::from_utf8(bytes) {
+                        Ok(t) => s.push(t),
+                        Err(_) => s.push(&String::from_utf8_lossy(bytes)),
+                    }
                 }
                 Array::Str(s)
             }

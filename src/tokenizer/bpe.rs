@@ -48,10 +48,10 @@ pub struct Vocab {
 }
 
 impl Vocab {
-    pub fn new<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Self {
+    pub fn new<T: AsRef<str>>(tokens: impl IntoIterator<Item = T>) -> Self {
         let mut pieces = Pieces::default();
         for t in tokens {
-            pieces.data.push_str(t);
+            pieces.data.push_str(t.as_ref());
             pieces.ends.push(pieces.data.len() as u32);
         }
         // Grown by doubling: up to half of it would stay unused for good (2 MB for Gemma 3).
@@ -64,13 +64,15 @@ impl Vocab {
             let h = hasher.hash_one(s);
             // The first id wins for duplicate pieces, as a HashMap built in order would not:
             // SentencePiece vocabularies have none, and the lowest id is the canonical one.
-            if table
-                .find(h, |&other| pieces.get(other) == Some(s))
-                .is_none()
-            {
-                table.insert_unique(h, id, |&x| hasher.hash_one(pieces.get(x).unwrap_or("")));
-            } else {
-                duplicates = true;
+            match table.entry(
+                h,
+                |&other| pieces.get(other) == Some(s),
+                |&x| hasher.hash_one(pieces.get(x).unwrap_or("")),
+            ) {
+                hashbrown::hash_table::Entry::Vacant(v) => {
+                    v.insert(id);
+                }
+                hashbrown::hash_table::Entry::Occupied(_) => duplicates = true,
             }
         }
         Self {

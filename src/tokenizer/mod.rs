@@ -182,21 +182,13 @@ impl Tokenizer {
         }
         // llama.cpp's converter writes the spaces of user-defined tokens ("▁▁" → "  ");
         // Hugging Face keeps the SentencePiece marker. Put it back so both agree.
-        let vocab = Vocab::new(
-            tokens
-                .iter()
-                .zip(&types)
-                .map(|(t, &ty)| {
-                    if !byte_level && ty == TYPE_USER_DEFINED && t.contains(' ') {
-                        std::borrow::Cow::Owned(t.replace(' ', SPACE))
-                    } else {
-                        std::borrow::Cow::Borrowed(t)
-                    }
-                })
-                .collect::<Vec<_>>()
-                .iter()
-                .map(|c| c.as_ref()),
-        );
+        let vocab = Vocab::new(tokens.iter().zip(&types).map(|(t, &ty)| {
+            if !byte_level && ty == TYPE_USER_DEFINED && t.contains(' ') {
+                std::borrow::Cow::Owned(t.replace(' ', SPACE))
+            } else {
+                std::borrow::Cow::Borrowed(t)
+            }
+        }));
         let special = |key: &str| gguf_special(g, key, n);
         let bos = special("bos_token_id")?;
         let eos = special("eos_token_id")?;
