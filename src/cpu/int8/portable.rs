@@ -199,6 +199,47 @@ pub fn norm_up(s2: f64, k: usize) -> f32 {
     ((s2 * (1.0 + terms * 2f64.powi(-23))).sqrt() * (1.0 + 2f64.powi(-21))) as f32
 }
 
+/// Eight bits as eight bytes: bit i of the index → 0x10 in byte i (little-endian).
+const HIGH_BYTE_BITS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if (b >> i) & 1 == 1 {
+                t[b] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
+/// The 5-bit values of Q5_0/Q5_1: 32 high bits `qh`, then 16 bytes of low nibbles; value j
+/// is `low | high << 4`, less 16 when `centred` (Q5_0). Eight values a step, as bytes of a
+/// u64: `v − 16` of a 5-bit `v` is its low nibble under 0xF0 when bit 4 is clear and under
+/// 0x00 when it is set, so no byte borrows from the next.
+pub fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
+    const NIBBLES: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    let flip = if centred { 0x1010_1010_1010_1010 } else { 0 };
+    let scale = if centred { 15 } else { 1 };
+    let high = |shift: u32| (HIGH_BYTE_BITS[((qh >> shift) & 0xFF) as usize] ^ flip) * scale;
+    for j in 0..2 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&ql[8 * j..8 * j + 8]);
+        let l = u64::from_le_bytes(b);
+        let lo = (l & NIBBLES) | high(8 * j as u32);
+        let hi = ((l >> 4) & NIBBLES) | high(8 * j as u32 + 16);
+        for (o, b) in q[8 * j..8 * j + 8].iter_mut().zip(lo.to_le_bytes()) {
+            *o = b as i8;
+        }
+        for (o, b) in q[8 * j + 16..8 * j + 24].iter_mut().zip(hi.to_le_bytes()) {
+            *o = b as i8;
+        }
+    }
+}
+
 /// Packed codes ([`super::Packing`]) back to int8 values: `out.len() / 32` blocks of 16
 /// bytes (byte l: value l's code in the low nibble, value l + 16's in the high one), each
 /// code less `bias`.

@@ -254,6 +254,72 @@ pub fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
     )
 }
 
+/// See [`super::portable::five_bits`]: 16 values a vector, each lane's high bit picked out
+/// of `qh` by a byte shuffle (the byte holding it) and a bit mask.
+#[inline(always)]
+pub fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
+    let bits = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
+    let h = u32x4_splat(qh);
+    // 0xFF where the value's high bit is set: qh's bytes 0 and 1 for values 0..16, 2 and 3
+    // for 16..32.
+    let set = |h: v128| i8x16_eq(v128_and(h, bits), bits);
+    let set_lo = set(i8x16_shuffle::<
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+        1,
+    >(h, h));
+    let set_hi = set(i8x16_shuffle::<
+        2,
+        2,
+        2,
+        2,
+        2,
+        2,
+        2,
+        2,
+        3,
+        3,
+        3,
+        3,
+        3,
+        3,
+        3,
+        3,
+    >(h, h));
+    // Centred (v − 16): the low nibble under 0xF0 where the bit is clear; else under 0x10
+    // where it is set.
+    let high = |set: v128| {
+        if centred {
+            v128_andnot(u8x16_splat(0xF0), set)
+        } else {
+            v128_and(set, u8x16_splat(0x10))
+        }
+    };
+    // SAFETY: 16 bytes read and 32 written, the arrays' sizes; loads and stores are unaligned.
+    unsafe {
+        let l = v128_load(ql.as_ptr().cast());
+        let o = q.as_mut_ptr();
+        v128_store(
+            o.cast(),
+            v128_or(v128_and(l, u8x16_splat(0x0F)), high(set_lo)),
+        );
+        v128_store(o.add(16).cast(), v128_or(u8x16_shr(l, 4), high(set_hi)));
+    }
+}
+
 /// See [`super::portable::unpack`]: a block's 32 values in two 16-byte stores.
 #[inline(always)]
 pub fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
