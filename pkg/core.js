@@ -688,9 +688,14 @@ export class Core {
     const spec = args.model;
     // The cache is opened and the model looked up while the module compiles.
     const lookup = !spec.data && args.cache !== false ? lookUpCached(spec) : null;
-    const [gpu, noGpu] = await probeGpu(args.device ?? 'auto');
-    // The WebGPU backend is in the single-thread build; the threads build is CPU only.
-    const loaded = await loadWasm(gpu ? 0 : args.threads ?? 0, this.warn, this.wasm, args.simd, this.customWasm);
+    // The WebGPU backend is in the single-thread build; the threads build is CPU only. On one
+    // thread the build is the same either way: it compiles while the GPU is asked.
+    const one = (args.threads ?? 0) <= 1;
+    const [[gpu, noGpu], early] = await Promise.all([
+      probeGpu(args.device ?? 'auto'),
+      one ? loadWasm(0, this.warn, this.wasm, args.simd, this.customWasm) : null,
+    ]);
+    const loaded = early ?? await loadWasm(gpu ? 0 : args.threads, this.warn, this.wasm, args.simd, this.customWasm);
     this.glue = loaded.glue;
     onProgress({ phase: 'compile', loaded: 1, total: 1 });
     throwIfAborted(signal);

@@ -664,15 +664,26 @@ export async function createEngine(options = {}) {
   // An engine that answers through the fallback only (the local model cannot), and why.
   const cloudOnly = (reason) => new Engine(null, null, warn, { cloud, onRoute, notLocal: reason, responses });
   const spec = resolveModel(model);
-  // The device check before any download (bytes given: nothing to download).
+  const assets = assetsUrl == null ? null : folderUrl(assetsUrl);
+  // The device check before any download (bytes given: nothing to download), while the
+  // engine's worker starts (a cached model's check and the worker's start take about as long
+  // each). A worker the check turns down is ended unused.
   let check = null;
+  let starting = null;
+  const start = () => (worker ? WorkerTransport.start(warn, assets) : Promise.resolve(new InThreadTransport(warn, assets)))
+    .then((transport) => ({ transport }), (error) => ({ error }));
   try {
     checkSupport();
+    starting = start();
     check = spec.data ? null : await probeSpec(spec, { device, signal, overrides: probeOverrides, skipGpu: true });
   } catch (e) {
-    if (e?.name !== 'UnsupportedDeviceError') throw e;
+    if (e?.name !== 'UnsupportedDeviceError') {
+      starting?.then((s) => s.transport?.terminate());
+      throw e;
+    }
     check = { canRun: 'no', problems: [e.message] };
   }
+  if (check?.unreachable || check?.canRun === 'no') starting?.then((s) => s.transport?.terminate());
   if (check?.unreachable) {
     // The file cannot be had: a download error, whatever the device.
     if (cloud?.when.has('error')) return cloudOnly(`error: the model cannot be downloaded (DownloadError: ${check.unreachable})`);
@@ -685,13 +696,10 @@ export async function createEngine(options = {}) {
     throw e;
   }
   if (check?.canRun === 'risky') warn(`the model may not run well here: ${check.problems.join('; ')}`);
-  const assets = assetsUrl == null ? null : folderUrl(assetsUrl);
-  let transport;
-  try {
-    transport = worker ? await WorkerTransport.start(warn, assets) : new InThreadTransport(warn, assets);
-  } catch (e) {
-    if (cloud?.when.has('error')) return cloudOnly(`error: the engine did not start (${e?.name}: ${e?.message})`);
-    throw e;
+  const { transport, error } = await (starting ?? start());
+  if (error) {
+    if (cloud?.when.has('error')) return cloudOnly(`error: the engine did not start (${error?.name}: ${error?.message})`);
+    throw error;
   }
   // Rayon blocks with Atomics.wait, which the page's main thread may not: threads need the worker.
   const nThreads = worker ? chooseThreads(threads, transport) : 0;

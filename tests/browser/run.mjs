@@ -1067,13 +1067,20 @@ try {
     // A device that reports little memory: createEngine refuses before the download.
     const refused = await withPage(null, async (page, rec) => {
       await page.addInitScript(() => Object.defineProperty(Navigator.prototype, 'deviceMemory', { get: () => 0.25 }));
+      let started = 0;
+      page.on('worker', () => { started += 1; });
       await page.goto(`${A}/www/`);
       const e = await inPage(page, `
         try { await k.createEngine({ model }); return null; } catch (x) { return { name: x.name, message: x.message, canRun: x.probe?.canRun }; }`, null);
-      return { e, gguf: rec.requests.filter((u) => u.includes('.gguf')) };
+      // The engine's worker starts while the check runs; refused, it is ended (a second for
+      // it to have started, then up to five for it to end).
+      await page.waitForTimeout(1000);
+      for (let i = 0; i < 100 && page.workers().length; i += 1) await page.waitForTimeout(50);
+      return { e, gguf: rec.requests.filter((u) => u.includes('.gguf')), started, workers: page.workers().map((w) => w.url()) };
     });
     assertEq([refused.e?.name, refused.e?.canRun], ['UnsupportedDeviceError', 'no'], `createEngine on 0.25 GB: ${JSON.stringify(refused.e)}`);
     assertEq(refused.gguf, [], 'nothing downloaded');
+    assertEq([refused.started > 0, refused.workers], [true, []], 'the worker started meanwhile is ended');
     // With WebGPU (SwiftShader, a software adapter): auto keeps the CPU, webgpu takes it.
     const gpuBrowser = await launch({ webgpu: true });
     try {
