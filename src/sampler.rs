@@ -122,6 +122,13 @@ impl Rng {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
+    /// Uniform on [−2.5, 2.5): a cheap spread of values for the kernel checks the package runs
+    /// at every load (a normal costs a logarithm and a cosine, in software in wasm), wide
+    /// enough that scaled and clamped values reach their extremes.
+    pub fn spread(&mut self) -> f32 {
+        (self.next_f64() * 5.0 - 2.5) as f32
+    }
+
     /// Standard normal (Box–Muller), for synthetic weights.
     pub fn normal(&mut self) -> f32 {
         let u1 = self.next_f64().max(1e-300);

@@ -924,8 +924,8 @@ pub fn check_kernels() -> Result<usize, String> {
     let mut rng = crate::sampler::Rng::new(5);
     let mut compared = 0;
     for (m, n, k) in [(1, 1, 16), (3, 7, 40), (9, 13, 384), (5, 9, 2064)] {
-        let x: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
-        let w: Vec<f32> = (0..n * k).map(|_| rng.normal()).collect();
+        let x: Vec<f32> = (0..m * k).map(|_| rng.spread()).collect();
+        let w: Vec<f32> = (0..n * k).map(|_| rng.spread()).collect();
         let d = DenseMatrix::pack(&w, n, k);
         let (a, b) = (
             d.matmul_with(Kernel::best(), &x, m, None),
@@ -943,9 +943,9 @@ pub fn check_kernels() -> Result<usize, String> {
         }
         compared += a.len();
         let v: Vec<i8> = (0..n * k)
-            .map(|_| (rng.normal() * 60.0).clamp(-128.0, 127.0) as i8)
+            .map(|_| (rng.spread() * 60.0).clamp(-128.0, 127.0) as i8)
             .collect();
-        let scale: Vec<f32> = (0..n).map(|_| rng.normal().abs() * 0.01 + 1e-3).collect();
+        let scale: Vec<f32> = (0..n).map(|_| rng.spread().abs() * 0.01 + 1e-3).collect();
         let zero: Vec<f32> = (0..n).map(|j| (j % 5) as f32 - 2.0).collect();
         for kind in [I8Kind::Wide, I8Kind::Narrow] {
             let q = I8Matrix::pack_as(kind, &v, scale.clone(), zero.clone(), n, k);
@@ -966,7 +966,7 @@ pub fn check_kernels() -> Result<usize, String> {
     // extremes against random weights, every row count, up to the widest chunk.
     for k in [16, 48, 400, I8_KC] {
         let panel8: Vec<i8> = (0..I8_PANEL * k)
-            .map(|_| (rng.normal() * 90.0).clamp(-128.0, 127.0) as i8)
+            .map(|_| (rng.spread() * 90.0).clamp(-128.0, 127.0) as i8)
             .collect();
         let panel16: Vec<i16> = panel8.iter().map(|&v| v.into()).collect();
         let x7: Vec<u8> = (0..4 * k)
@@ -974,7 +974,7 @@ pub fn check_kernels() -> Result<usize, String> {
                 if i % 7 == 0 {
                     127
                 } else {
-                    (rng.normal().abs() * 40.0).min(127.0) as u8
+                    (rng.spread().abs() * 40.0).min(127.0) as u8
                 }
             })
             .collect();
@@ -983,7 +983,7 @@ pub fn check_kernels() -> Result<usize, String> {
                 if i % 5 == 0 {
                     -32767
                 } else {
-                    (rng.normal() * 12000.0) as i16
+                    (rng.spread() * 12000.0) as i16
                 }
             })
             .collect();

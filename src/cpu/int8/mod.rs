@@ -1408,11 +1408,11 @@ pub fn check_kernels() -> Result<usize, String> {
             .map(|i| match i % 11 {
                 0 => -128,
                 1 => 127,
-                _ => (rng.normal() * 50.0).clamp(-128.0, 127.0) as i8,
+                _ => (rng.spread() * 50.0).clamp(-128.0, 127.0) as i8,
             })
             .collect();
         let ws: Vec<f32> = (0..w.len() / 16)
-            .map(|_| rng.normal().abs() * 0.01)
+            .map(|_| rng.spread().abs() * 0.01)
             .collect();
         let x7: Vec<u8> = (0..k)
             .map(|i| {
@@ -1428,11 +1428,11 @@ pub fn check_kernels() -> Result<usize, String> {
                 if i % 5 == 0 {
                     -32767
                 } else {
-                    (rng.normal() * 9000.0) as i16
+                    (rng.spread() * 9000.0) as i16
                 }
             })
             .collect();
-        let xd: Vec<f32> = (0..4 * k / QK).map(|_| rng.normal().abs() * 1e-4).collect();
+        let xd: Vec<f32> = (0..4 * k / QK).map(|_| rng.spread().abs() * 1e-4).collect();
         for g16 in [false, true] {
             let group = if g16 { 16 } else { QK };
             for t in 1..=4 {
@@ -1547,10 +1547,10 @@ pub fn check_kernels() -> Result<usize, String> {
     // mask, equal to the top-k of the whole product.
     let (rows, cols) = (700, 64);
     let mut qs: Vec<i8> = (0..rows * cols)
-        .map(|_| (rng.normal() * 40.0).clamp(-127.0, 127.0) as i8)
+        .map(|_| (rng.spread() * 40.0).clamp(-127.0, 127.0) as i8)
         .collect();
     let mut scales: Vec<f32> = (0..rows * cols / QK)
-        .map(|_| 0.01 + rng.normal().abs() * 0.002)
+        .map(|_| 0.01 + rng.spread().abs() * 0.002)
         .collect();
     for r in (0..rows).step_by(7) {
         // Row r + 1 equals row r (an exact tie), row r + 2 differs in one value (a near one).
@@ -1569,7 +1569,7 @@ pub fn check_kernels() -> Result<usize, String> {
     for trial in 0..4 {
         // One large value among small ones: the row's 7-bit grid is coarse.
         let x: Vec<f32> = (0..cols)
-            .map(|i| if i == trial * 9 { 40.0 } else { rng.normal() })
+            .map(|i| if i == trial * 9 { 40.0 } else { rng.spread() })
             .collect();
         for k in [1, 3, 40, rows + 1] {
             for allowed in [None, Some(&mask[..])] {
