@@ -136,6 +136,34 @@ impl Strings {
         self.data.push_str(s);
         self.ends.push(self.data.len());
     }
+
+    /// The strings of `data` ending at `ends` (offsets into `data`, ascending), checked as UTF-8
+    /// in one pass over the whole: when it is valid and every string starts on a character
+    /// boundary, so is every string. Otherwise each is checked alone, and one that is not
+    /// valid is repaired (U+FFFD), as a single string read is.
+    pub(super) fn from_utf8(data: Vec<u8>, ends: Vec<usize>) -> Self {
+        // A byte that is not a continuation byte (0x80..=0xBF) starts a character.
+        let starts_ok = |d: &[u8]| {
+            ends.iter()
+                .all(|&e| d.get(e).is_none_or(|&b| (b as i8) >= -0x40))
+        };
+        let data = match String::from_utf8(data) {
+            Ok(text) if starts_ok(text.as_bytes()) => return Self { data: text, ends },
+            Ok(text) => text.into_bytes(),
+            Err(e) => e.into_bytes(),
+        };
+        let mut s = Self::with_capacity(ends.len());
+        let mut start = 0;
+        for &end in &ends {
+            let piece = data.get(start..end).unwrap_or_default();
+            match std::str::from_utf8(piece) {
+                Ok(t) => s.push(t),
+                Err(_) => s.push(&String::from_utf8_lossy(piece)),
+            }
+            start = end;
+        }
+        s
+    }
 }
 
 impl<'a> FromIterator<&'a str> for Strings {
