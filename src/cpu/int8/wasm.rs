@@ -263,42 +263,10 @@ pub fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
     // 0xFF where the value's high bit is set: qh's bytes 0 and 1 for values 0..16, 2 and 3
     // for 16..32.
     let set = |h: v128| i8x16_eq(v128_and(h, bits), bits);
-    let set_lo = set(i8x16_shuffle::<
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        1,
-        1,
-        1,
-        1,
-        1,
-        1,
-        1,
-        1,
-    >(h, h));
-    let set_hi = set(i8x16_shuffle::<
-        2,
-        2,
-        2,
-        2,
-        2,
-        2,
-        2,
-        2,
-        3,
-        3,
-        3,
-        3,
-        3,
-        3,
-        3,
-        3,
-    >(h, h));
+    #[rustfmt::skip]
+    let set_lo = set(i8x16_shuffle::<0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1>(h, h));
+    #[rustfmt::skip]
+    let set_hi = set(i8x16_shuffle::<2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3>(h, h));
     // Centred (v − 16): the low nibble under 0xF0 where the bit is clear; else under 0x10
     // where it is set.
     let high = |set: v128| {
