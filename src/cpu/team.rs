@@ -196,16 +196,30 @@ mod tests {
         let caller = thread::current().id();
         let on_helpers = AtomicUsize::new(0);
         let mut expected = vec![0usize; counts.len()];
-        for round in 0..4000usize {
-            let n = 1 + (round * 7919) % counts.len();
+        let rounds = 4000usize;
+        for round in 0..rounds {
+            // The last round is whole, and its caller holds its first range until a helper
+            // has taken one: on a loaded machine the caller can finish every other round
+            // before any helper wakes, and the helpers' share must still be shown.
+            let last = round + 1 == rounds;
+            let n = if last {
+                counts.len()
+            } else {
+                1 + (round * 7919) % counts.len()
+            };
             // Some rounds slow, so that helpers park and are woken between them.
             let pause = round % 500 == 0;
             if pause {
                 thread::sleep(std::time::Duration::from_millis(2));
             }
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
             team.run(n, &|r: Range<usize>| {
                 if thread::current().id() != caller {
                     on_helpers.fetch_add(1, Relaxed);
+                } else if last {
+                    while on_helpers.load(Relaxed) == 0 && std::time::Instant::now() < deadline {
+                        thread::yield_now();
+                    }
                 }
                 for i in r {
                     counts[i].fetch_add(1, Relaxed);
