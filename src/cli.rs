@@ -238,6 +238,10 @@ struct BenchArgs {
     /// Print the prompt's ids (a JSON array) and stop: a peer runs the same ones.
     #[arg(long)]
     prompt_ids: bool,
+    /// Also measure the rate at which this machine's threads read memory (a 512 MiB pass,
+    /// after the run) and report the decode's share of it: `read_rate` in the output.
+    #[arg(long)]
+    read_rate: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -851,6 +855,21 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
         _ => serde_json::Value::Null,
     };
     let rss = peak_rss_mb();
+    let decode = g.usage.decode_tokens_per_s;
+    let read_rate = if a.read_rate && info.backend == "cpu-native" {
+        let src = catalog::open(&a.model.model, &mut |s| log(s))?;
+        let gguf = Gguf::read(&*src)?;
+        let step_mb = crate::engine::cpu_step_bytes(&gguf, engine.config()) as f64 / 1e6;
+        let gb_per_s = crate::cpu::read_rate_gb_per_s(512);
+        serde_json::json!({
+            "gb_per_s": gb_per_s,
+            "weights_mb_per_decode_step": step_mb,
+            // Of the rate the threads can read at, what the decode's weight reads take.
+            "decode_share": decode * step_mb / 1e3 / gb_per_s,
+        })
+    } else {
+        serde_json::Value::Null
+    };
     let v = serde_json::json!({
         "gpu_per_decode_step": per_step,
         "backend": info.backend,
@@ -867,6 +886,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
         "load_s": load_s,
         "tokenizer_ms": info.tokenizer_ms,
         "peak_rss_mb": rss,
+        "read_rate": read_rate,
     });
     if a.json {
         println!("{v}");

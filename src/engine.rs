@@ -75,17 +75,33 @@ const WASM_MEMORY_BUDGET: u64 = (4 << 30) - (384 << 20);
 pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
     g.tensors
         .iter()
-        .map(|t| {
-            let n = t.dims.iter().product::<u64>();
-            // The LM head: `output.weight`, or the embeddings where they are tied to it.
-            let head = t.name == "output.weight"
-                || (t.name == "token_embd.weight"
-                    && (!cfg.untied_output || cfg.family == crate::config::Family::Gemma3)
-                    && cfg.family != crate::config::Family::Bert);
-            crate::cpu::resident_bytes(t.ty, n, head)
-        })
+        .map(|t| cpu_tensor_bytes(t, cfg))
         .sum::<u64>()
         .saturating_add(cfg.kv_cache_bytes())
+}
+
+/// The weight bytes a decoder's step reads on the CPU backend: every tensor as it is held
+/// there ([`cpu_resident_bytes`]), but for token embeddings apart from the LM head, of which
+/// a step reads one row.
+pub fn cpu_step_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
+    g.tensors
+        .iter()
+        .filter(|t| t.name != "token_embd.weight" || is_head(&t.name, cfg))
+        .map(|t| cpu_tensor_bytes(t, cfg))
+        .sum()
+}
+
+/// The LM head: `output.weight`, or the embeddings where they are tied to it.
+fn is_head(name: &str, cfg: &ModelConfig) -> bool {
+    name == "output.weight"
+        || (name == "token_embd.weight"
+            && (!cfg.untied_output || cfg.family == crate::config::Family::Gemma3)
+            && cfg.family != crate::config::Family::Bert)
+}
+
+fn cpu_tensor_bytes(t: &crate::gguf::TensorInfo, cfg: &ModelConfig) -> u64 {
+    let n = t.dims.iter().product::<u64>();
+    crate::cpu::resident_bytes(t.ty, n, is_head(&t.name, cfg))
 }
 
 /// A typed error before any weight is read when the CPU backend would need more than

@@ -19,12 +19,18 @@ const GEN = 64;
 const ids = execFileSync(KERZE, ['bench', '--model', MODEL, '--prompt-tokens', '128', '--prompt-ids'], { encoding: 'utf8' });
 const loadavg = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
 
+// Each kerze run also measures the machine's read rate on its threads (`--read-rate`): a
+// decode step reads every weight, so what share of that rate the decode takes says how far
+// the threads can still take it.
 function kerze(threads) {
-  const out = execFileSync(KERZE, ['bench', '--model', MODEL, '--device', 'cpu', '--prompt-tokens', '128', '--gen-tokens', String(GEN), '--json'], {
+  const out = execFileSync(KERZE, ['bench', '--model', MODEL, '--device', 'cpu', '--prompt-tokens', '128', '--gen-tokens', String(GEN), '--json', '--read-rate'], {
     encoding: 'utf8', env: { ...process.env, CANDLE_NUM_THREADS: String(threads) },
   });
   const r = JSON.parse(out);
-  return { engine: 'kerze', threads, prefill_tokens_per_s: r.prefill_tokens_per_s, decode_tokens_per_s: r.decode_tokens_per_s };
+  return {
+    engine: 'kerze', threads, prefill_tokens_per_s: r.prefill_tokens_per_s, decode_tokens_per_s: r.decode_tokens_per_s,
+    read_gb_per_s: r.read_rate.gb_per_s, weights_mb_per_decode_step: r.read_rate.weights_mb_per_decode_step, decode_share: r.read_rate.decode_share,
+  };
 }
 
 function llama(threads) {
@@ -52,11 +58,17 @@ for (const threads of THREADS) {
     const b = med(runs['llama.cpp'], k);
     row[k] = { kerze: Math.round(a * 10) / 10, llama_cpp: Math.round(b * 10) / 10, ratio: Math.round((a / b) * 100) / 100 };
   }
+  for (const k of ['read_gb_per_s', 'decode_share']) row[k] = Math.round(med(runs.kerze, k) * 100) / 100;
+  row.weights_mb_per_decode_step = Math.round(runs.kerze[0].weights_mb_per_decode_step);
   summary[`${threads}_thread${threads > 1 ? 's' : ''}`] = row;
 }
 console.log('\nthreads\tprefill kerze / llama.cpp (ratio)\tdecode kerze / llama.cpp (ratio)');
 for (const [t, r] of Object.entries(summary)) {
   const f = (x) => `${x.kerze} / ${x.llama_cpp} (${x.ratio})`;
   console.log(`${t}\t${f(r.prefill_tokens_per_s)}\t${f(r.decode_tokens_per_s)}`);
+}
+console.log('\nthreads\tmemory read rate\tkerze decode reads (share of it)');
+for (const [t, r] of Object.entries(summary)) {
+  console.log(`${t}\t${r.read_gb_per_s} GB/s\t${r.weights_mb_per_decode_step} MB a step (${Math.round(r.decode_share * 100)}%)`);
 }
 console.log(JSON.stringify({ date: new Date().toISOString().slice(0, 10), runs: RUNS, load_before: before, load_after: loadavg(), results: summary }));

@@ -323,6 +323,24 @@ fn bench_decodes_greedily_or_samples() {
     let all = run(&["--temperature", "1", "--top-k", "0"]);
     assert_eq!(all["gen_tokens"], 6);
     assert_eq!(all["sampler"]["top_k"], 0);
+    assert!(greedy["read_rate"].is_null());
+    // --read-rate: the machine's read rate and the decode's weight reads against it.
+    let rated = run(&["--read-rate"]);
+    let r = &rated["read_rate"];
+    let (gb, mb, share) = (
+        r["gb_per_s"].as_f64().unwrap(),
+        r["weights_mb_per_decode_step"].as_f64().unwrap(),
+        r["decode_share"].as_f64().unwrap(),
+    );
+    assert!(gb > 0.1 && gb < 10_000.0, "{r}");
+    // Gemma 3 270M: its tied head alone is 262 144 × 640 int8 values; all its 268 M
+    // parameters in f32 would be ~1 GB.
+    assert!(mb > 262_144.0 * 640.0 / 1e6 && mb < 1100.0, "{r}");
+    let decode = rated["decode_tokens_per_s"].as_f64().unwrap();
+    assert!(
+        (share - decode * mb / 1e3 / gb).abs() < 1e-9 * share.max(1.0),
+        "{r}"
+    );
     // --top-k alone would silently do nothing: refused.
     let out = kerze()
         .args(["bench", "--top-k", "5", "--model"])
