@@ -218,7 +218,11 @@ unsafe fn rows_u7<const R: usize, const G16: bool>(
                 } else {
                     let s = i32x4_relaxed_dot_i8x16_i7x16_add(w0, x0, zero);
                     let s = f32x4_convert_i32x4(i32x4_relaxed_dot_i8x16_i7x16_add(w1, x1, s));
-                    *ar = f32x4_add(*ar, f32x4_mul(s, f32x4_splat(*wsr.add(b))));
+                    // Fused or not, as the browser lowers it: one rounding or two, either
+                    // within the filter's bound (`top_k_filtered` allows two per block). One
+                    // instruction fewer a block and row: Node, 6 alternating pairs, decode
+                    // 49.4 → 50.5 tok/s at medians, 5 pairs of 6 quicker.
+                    *ar = f32x4_relaxed_madd(s, f32x4_splat(*wsr.add(b)), *ar);
                 }
             }
         }
