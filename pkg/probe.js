@@ -23,16 +23,50 @@ const WASM_BUDGET = 4 * 2 ** 30 - 384 * 2 ** 20;
 const WASM_PAGE = 65536;
 const BEACON = 'kerze-loading:';
 
-/** The crash beacon for `key`: set before a load, cleared after it (also when it fails). */
+/** Loads under way in this page or worker, by key (each one's lock release): their beacon is no crash. */
+const loadingHere = new Map();
+
+/**
+ * The crash beacon for `key`: set before a load, cleared after it (also when it fails). A load
+ * still under way (a second `createEngine` of the same model in this page, as React's strict
+ * mode does in development, or in another tab of the site) also leaves it set: it holds a
+ * shared Web Lock of the same name while it loads, which the browser lets go of when the tab
+ * dies, so `check` tells a load in progress from one that was killed.
+ */
 export const beacon = Object.freeze({
   set(key) {
+    const here = loadingHere.get(key) ?? [];
+    let release = () => {};
+    const locks = globalThis.navigator?.locks;
+    if (locks?.request) {
+      const held = new Promise((resolve) => { release = resolve; });
+      try {
+        locks.request(BEACON + key, { mode: 'shared' }, () => held).catch(() => {});
+      } catch { /* no locks here */ }
+    }
+    loadingHere.set(key, [...here, release]);
     try { globalThis.localStorage?.setItem(BEACON + key, new Date().toISOString()); } catch { /* no storage */ }
   },
   clear(key) {
+    const here = loadingHere.get(key) ?? [];
+    here.shift()?.();
+    if (here.length > 0) return;
+    loadingHere.delete(key);
     try { globalThis.localStorage?.removeItem(BEACON + key); } catch { /* no storage */ }
   },
-  get(key) {
-    try { return globalThis.localStorage?.getItem(BEACON + key) ?? null; } catch { return null; }
+  /** When the beacon was set, if the load it marks did not finish and is not under way. */
+  async check(key) {
+    let at = null;
+    try { at = globalThis.localStorage?.getItem(BEACON + key) ?? null; } catch { return null; }
+    if (!at || loadingHere.has(key)) return null;
+    const locks = globalThis.navigator?.locks;
+    if (locks?.query) {
+      try {
+        const { held = [] } = await locks.query();
+        if (held.some((l) => l.name === BEACON + key)) return null;
+      } catch { /* no locks here: the beacon alone */ }
+    }
+    return at;
   },
 });
 
@@ -174,7 +208,7 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {},
   if (!cached && storage?.quota != null && downloadBytes != null && storage.quota - (storage.usage ?? 0) < downloadBytes) {
     worse('risky', `${mb(downloadBytes)} MB do not fit the ${mb(storage.quota - (storage.usage ?? 0))} MB of storage left: the model downloads on every visit`);
   }
-  const crashed = spec.key ? beacon.get(spec.key) : null;
+  const crashed = spec.key ? await beacon.check(spec.key) : null;
   if (crashed) worse('risky', `the last load of this model in this browser (${crashed}) did not finish: the tab may have been killed`);
   return {
     canRun: verdict,

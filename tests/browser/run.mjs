@@ -1046,12 +1046,25 @@ try {
         localStorage.setItem('kerze-loading:' + arg, '2026-12-01T00:00:00Z');
         const crashed = await k.probe({ model });
         localStorage.removeItem('kerze-loading:' + arg);
+        // A load under way in this page (React's strict mode starts two in development): no crash.
+        const { beacon } = await import('/pkg/probe.js');
+        beacon.set(arg);
+        const loadingHere = await k.probe({ model });
+        beacon.clear(arg);
         const missing = await k.probe({ model: { url: '/models/no-such-file.gguf' } });
         let bad = null;
         try { await k.probe({ model, colour: 1 }); } catch (x) { bad = x.name; }
-        return { base, low, mid, full, crashed, missing, bad };`, SHA);
+        return { base, low, mid, full, crashed, loadingHere, missing, bad };`, SHA);
+      // A load under way in another tab of the site holds the beacon's lock: no crash; that
+      // tab closed mid-load (killed) lets the lock go and leaves the beacon: risky.
+      const other = await rec.context.newPage();
+      await other.goto(`${A}/www/`);
+      await other.evaluate(async (key) => { (await import('/pkg/probe.js')).beacon.set(key); }, SHA);
+      const loadingThere = await inPage(page, 'return k.probe({ model });', null);
+      await other.close();
+      const killed = await inPage(page, `const r = await k.probe({ model }); localStorage.removeItem('kerze-loading:' + arg); return r;`, SHA);
       const gguf = rec.requests.filter((u) => u.includes('.gguf') && !u.includes('no-such-file'));
-      return { ...out, gguf };
+      return { ...out, loadingThere, killed, gguf };
     }, { expectErrors: /status of 404/ });
     assertEq([r.base.canRun, r.base.backend, r.base.cached, r.base.downloadBytes, r.base.peakBytes > r.base.downloadBytes],
       ['yes', 'cpu-simd-threads', false, ENTRY.bytes, true], `probe (a cross-origin-isolated page): ${JSON.stringify(r.base)}`);
@@ -1062,6 +1075,9 @@ try {
     assert(r.mid.canRun === 'risky', `deviceMemory 1: ${JSON.stringify(r.mid.problems)}`);
     assert(r.full.canRun === 'risky' && /storage/.test(r.full.problems.join()), `storage: ${JSON.stringify(r.full.problems)}`);
     assert(r.crashed.canRun === 'risky' && /did not finish/.test(r.crashed.problems.join()), `beacon: ${JSON.stringify(r.crashed.problems)}`);
+    assertEq([r.loadingHere.canRun, r.loadingHere.problems], ['yes', []], 'a load under way in this page is not a crash');
+    assertEq([r.loadingThere.canRun, r.loadingThere.problems], ['yes', []], 'a load under way in another tab is not a crash');
+    assert(r.killed.canRun === 'risky' && /did not finish/.test(r.killed.problems.join()), `the other tab closed mid-load: ${JSON.stringify(r.killed.problems)}`);
     assert(r.missing.canRun === 'no' && /HTTP 404/.test(r.missing.problems.join()), `missing: ${JSON.stringify(r.missing.problems)}`);
     assertEq(r.bad, 'InvalidArgumentError', 'unknown option');
     // A device that reports little memory: createEngine refuses before the download.
