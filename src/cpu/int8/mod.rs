@@ -65,7 +65,7 @@ pub struct QMatrix {
     /// (rows × cols) values, row-major.
     values: Values,
     /// One scale per group.
-    scales: Vec<f32>,
+    scales: Scales,
     /// One offset per group (the minimums of Q4_1, Q5_1, Q2_K, Q4_K, Q5_K), if any.
     offsets: Option<Vec<f32>>,
     /// 32 (the 32-value block types) or 16 (the K-quants).
@@ -75,6 +75,28 @@ pub struct QMatrix {
     /// Each row's `(‖w‖, Σw)` for the LM head's filter, the norm rounded up: taken once, for
     /// the matrix that serves as a head ([`QMatrix::load_with`], or at its first filter).
     stats: OnceLock<Vec<(f32, f32)>>,
+}
+
+/// How a matrix holds its scales.
+enum Scales {
+    F32(Vec<f32>),
+    /// An LM head's scales where they are the file's own f16 (Q8_0: one per 32 values),
+    /// non-negative and finite, in a build with the head's filter: half the bytes its pass
+    /// reads (Gemma 3 270M: 10.5 MB of a decode step's 294). The filter's kernel takes them
+    /// as they are ([`dot_u7_h`]); every other product converts a row's into f32 first
+    /// ([`QMatrix::row_scales`]). Either way every sum is the one f32 scales give, bit for
+    /// bit.
+    F16(Vec<u16>),
+}
+
+impl Scales {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        match self {
+            Scales::F32(s) => s.len(),
+            Scales::F16(h) => h.len(),
+        }
+    }
 }
 
 /// How a matrix holds its values.
@@ -116,21 +138,36 @@ impl QMatrix {
         unpacker(ty).map(|u| (u.group, u.offsets))
     }
 
-    /// The bytes `n` values of a type this kernel takes occupy loaded (values, scales and
-    /// offsets), as an LM head when `head` in a build with the head's filter (without it, a
-    /// Q4_0 head is packed: fewer).
+    /// The bytes `n` values of a type this kernel takes occupy loaded in this build (values,
+    /// scales and offsets), as an LM head when `head` (where the build has the head's
+    /// filter: int8 values, f16 scales where the file's are; else as any matrix).
     pub fn resident_bytes(ty: GgmlType, n: u64, head: bool) -> Option<u64> {
         let u = unpacker(ty)?;
+        let filter = has_fast_u7();
         let values = match u.pack {
-            Some((p, _)) if !keeps_int8(&u, head, true) => n / QK as u64 * p.bytes() as u64,
+            Some((p, _)) if !keeps_int8(&u, head, filter) => n / QK as u64 * p.bytes() as u64,
             _ => n,
         };
-        Some(values + n / u.group as u64 * 4 * (1 + u64::from(u.offsets)))
+        let scale = if half_scales(&u, head, filter) { 2 } else { 4 };
+        Some(values + n / u.group as u64 * (scale + 4 * u64::from(u.offsets)))
     }
 
     /// Whether the values are held packed (4-bit codes: [`Values::Packed`]).
     pub fn is_packed(&self) -> bool {
         matches!(self.values, Values::Packed(..))
+    }
+
+    /// Row `j`'s scales: the matrix's own, or its f16 ones converted into `buf`.
+    fn row_scales<'a>(&'a self, j: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        let ng = self.cols / self.group;
+        match &self.scales {
+            Scales::F32(s) => &s[j * ng..(j + 1) * ng],
+            Scales::F16(h) => {
+                buf.clear();
+                buf.extend(h[j * ng..(j + 1) * ng].iter().map(|&h| unsigned_half(h)));
+                buf
+            }
+        }
     }
 
     /// Row `j`'s int8 values: the matrix's own, or unpacked into `scratch` (from
@@ -186,12 +223,16 @@ impl QMatrix {
         ty: GgmlType,
         head: bool,
     ) -> Result<Self> {
-        let int8 = unpacker(ty).is_some_and(|u| keeps_int8(&u, head, has_fast_u7()));
-        Self::load_as(src, offset, rows, cols, ty, head, int8).await
+        let filter = has_fast_u7();
+        let int8 = unpacker(ty).is_some_and(|u| keeps_int8(&u, head, filter));
+        let half = unpacker(ty).is_some_and(|u| half_scales(&u, head, filter));
+        Self::load_as(src, offset, rows, cols, ty, head, int8, half).await
     }
 
     /// [`QMatrix::load_with`], the values as int8 when `int8` (else packed where the type
-    /// has a packed layout).
+    /// has a packed layout), the scales as the file's f16 when `half` and each of them is
+    /// non-negative and finite (else f32: [`Scales`]).
+    #[allow(clippy::too_many_arguments)]
     async fn load_as(
         src: &dyn ByteSource,
         offset: u64,
@@ -200,6 +241,7 @@ impl QMatrix {
         ty: GgmlType,
         head: bool,
         int8: bool,
+        half: bool,
     ) -> Result<Self> {
         let Some(u) = unpacker(ty) else {
             return Err(Error::Backend(format!(
@@ -225,7 +267,16 @@ impl QMatrix {
             Some((p, _)) => Values::Packed(p, Vec::with_capacity(n / QK * p.bytes())),
             None => Values::Int8(Vec::with_capacity(n)),
         };
-        let mut scales = Vec::with_capacity(n / group);
+        // f16 scales are taken from the blocks' first two bytes: the types whose scale is
+        // the file's f16, with one block per group and no offsets.
+        let half = half && u.f16_scale && block == group && !u.offsets;
+        let mut scales = if half {
+            Scales::F16(Vec::with_capacity(n / group))
+        } else {
+            Scales::F32(Vec::with_capacity(n / group))
+        };
+        // A chunk's scales as f32, where the matrix keeps f16 ones.
+        let mut chunk_scales = Vec::new();
         let mut offsets = u.offsets.then(|| Vec::with_capacity(n / group));
         // Whole rows per chunk.
         let per_row = cols / block;
@@ -246,7 +297,17 @@ impl QMatrix {
             let g = b0 * block / group..(b0 + nb) * block / group;
             let v = b0 * block..(b0 + nb) * block;
             // The chunk's room, zeroed while it is in cache (within the capacity reserved).
-            scales.resize(g.end, 0.0);
+            let s = match &mut scales {
+                Scales::F32(s) => {
+                    s.resize(g.end, 0.0);
+                    &mut s[g.clone()]
+                }
+                Scales::F16(_) => {
+                    chunk_scales.clear();
+                    chunk_scales.resize(g.len(), 0.0);
+                    &mut chunk_scales[..]
+                }
+            };
             match &mut values {
                 Values::Packed(p, bytes) => bytes.resize(v.end / QK * p.bytes(), 0),
                 Values::Int8(qs) => qs.resize(v.end, 0),
@@ -264,20 +325,44 @@ impl QMatrix {
                     pack(
                         chunk,
                         &mut bytes[v.start / QK * per..v.end / QK * per],
-                        &mut scales[g],
+                        s,
                         o,
                     )
                 }
-                (Values::Int8(qs), _) => (u.unpack)(chunk, &mut qs[v], &mut scales[g], o),
+                (Values::Int8(qs), _) => (u.unpack)(chunk, &mut qs[v], s, o),
                 (Values::Packed(..), None) => {
                     return Err(Error::Backend(format!("{ty} has no packed layout")))
                 }
             }
+            let s = match &scales {
+                Scales::F32(s) => &s[g.clone()],
+                Scales::F16(_) => &chunk_scales[..],
+            };
             if let (true, Values::Int8(qs)) = (take_stats, &values) {
                 let gpr = cols / group;
                 for r in r0..r0 + nr {
                     let q = &qs[r * cols..(r + 1) * cols];
-                    stats.push(row_stats(q, &scales[r * gpr..(r + 1) * gpr], group));
+                    stats.push(row_stats(q, &s[(r - r0) * gpr..(r - r0 + 1) * gpr], group));
+                }
+            }
+            if let Scales::F16(h) = &mut scales {
+                // Each block's f16 scale as the file has it, kept where it converts back to
+                // the unpacked f32 exactly (non-negative and finite); else the whole matrix
+                // keeps f32 scales.
+                let bits = chunk
+                    .chunks_exact(block_bytes)
+                    .map(|b| u16::from_le_bytes([b[0], b[1]]));
+                let at = h.len();
+                h.extend(bits);
+                if h[at..]
+                    .iter()
+                    .zip(&chunk_scales)
+                    .any(|(&b, &f)| b >= 0x7C00 || unsigned_half(b).to_bits() != f.to_bits())
+                {
+                    let mut f = Vec::with_capacity(n / group);
+                    f.extend(h[..at].iter().map(|&b| unsigned_half(b)));
+                    f.extend_from_slice(&chunk_scales);
+                    scales = Scales::F32(f);
                 }
             }
             r0 += nr;
@@ -307,14 +392,14 @@ impl QMatrix {
             return None;
         }
         let stats = self.stats.get_or_init(|| {
-            let gpr = self.cols / self.group;
             let mut stats = vec![(0f32, 0f32); self.rows];
             let out = SharedOut::new(&mut stats);
             pool::for_chunks(self.rows, qs.len(), |rows| {
                 for r in rows {
+                    let mut buf = Vec::new();
                     let st = row_stats(
                         &qs[r * self.cols..(r + 1) * self.cols],
-                        &self.scales[r * gpr..(r + 1) * gpr],
+                        self.row_scales(r, &mut buf),
                         self.group,
                     );
                     // SAFETY: each row is one item's alone, inside `stats`, which outlives
@@ -333,7 +418,7 @@ impl QMatrix {
         assert!(qs.len() == rows * cols && scales.len() * group == qs.len());
         Self {
             values: Values::Int8(qs),
-            scales,
+            scales: Scales::F32(scales),
             offsets: None,
             group,
             rows,
@@ -345,7 +430,7 @@ impl QMatrix {
     /// Rows `ids`, dequantized and times `scale`.
     pub fn rows_f32(&self, ids: &[u32], scale: f32) -> Result<Vec<f32>> {
         let mut out = Vec::with_capacity(ids.len() * self.cols);
-        let mut scratch = self.scratch();
+        let (mut scratch, mut buf) = (self.scratch(), Vec::new());
         for &id in ids {
             let r = id as usize;
             if r >= self.rows {
@@ -356,8 +441,10 @@ impl QMatrix {
             }
             let gpr = self.cols / self.group;
             let row = self.row(r, &mut scratch);
+            let scales = self.row_scales(r, &mut buf);
             for g in r * gpr..(r + 1) * gpr {
-                let (s, o) = (self.scales[g], self.offsets.as_ref().map_or(0.0, |o| o[g]));
+                let s = scales[g - r * gpr];
+                let o = self.offsets.as_ref().map_or(0.0, |o| o[g]);
                 let at = (g - r * gpr) * self.group;
                 let q = &row[at..at + self.group];
                 out.extend(q.iter().map(|&q| (f32::from(q) * s - o) * scale));
@@ -469,26 +556,43 @@ impl QMatrix {
     ) {
         let (n, group) = (self.cols, self.group);
         let ng = n / group;
-        match &self.values {
-            Values::Int8(qs) => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                let (w, ws) = (&qs[j * n..], &self.scales[j * ng..]);
-                dot_w4(w, ws, &act.q, &act.d, n, apart * n, t, acc, group != QK);
-            }),
-            Values::Packed(p, bytes) => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                let (w, ws) = (&bytes[j * n / 2..], &self.scales[j * ng..]);
-                dot_w4_nib(
-                    w,
-                    p.bias,
-                    ws,
-                    &act.q,
-                    &act.d,
-                    n,
-                    apart * n,
-                    t,
-                    acc,
-                    group != QK,
-                );
-            }),
+        match (&self.values, &self.scales) {
+            (Values::Int8(qs), Scales::F32(scales)) => {
+                for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                    let (w, ws) = (&qs[j * n..], &scales[j * ng..]);
+                    dot_w4(w, ws, &act.q, &act.d, n, apart * n, t, acc, group != QK);
+                })
+            }
+            // f16 scales (an LM head, whose decode runs the filter; the whole product only
+            // where a sampler takes every row): a row at a time on its converted scales,
+            // the sum `dot_w4` gives it, bit for bit.
+            (_, Scales::F16(_)) => {
+                let (mut scratch, mut buf) = (self.scratch(), Vec::new());
+                for (j, v) in r.clone().zip(part.iter_mut()) {
+                    let mut acc = [0f32; 4];
+                    let w = self.row(j, &mut scratch);
+                    let ws = self.row_scales(j, &mut buf);
+                    dot(w, ws, &act.q, &act.d, n, 1, &mut acc, group != QK);
+                    *v = acc[0];
+                }
+            }
+            (Values::Packed(p, bytes), Scales::F32(scales)) => {
+                for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                    let (w, ws) = (&bytes[j * n / 2..], &scales[j * ng..]);
+                    dot_w4_nib(
+                        w,
+                        p.bias,
+                        ws,
+                        &act.q,
+                        &act.d,
+                        n,
+                        apart * n,
+                        t,
+                        acc,
+                        group != QK,
+                    );
+                })
+            }
         }
         for (j, v) in r.zip(part.iter_mut()) {
             if let Some(off) = &self.offsets {
@@ -516,10 +620,10 @@ impl QMatrix {
     ) {
         let (k, m, n) = (self.cols, act.m, self.rows);
         let (nb, ng) = (k / QK, k / self.group);
-        let mut scratch = self.scratch();
+        let (mut scratch, mut buf) = (self.scratch(), Vec::new());
         for j in rows {
             let w = self.row(j, &mut scratch);
-            let ws = &self.scales[j * ng..(j + 1) * ng];
+            let ws = self.row_scales(j, &mut buf);
             let mut i = 0;
             while i < m {
                 let t = (m - i).min(4);
@@ -676,16 +780,15 @@ impl QMatrix {
             keep_largest(&mut lower, k)
         } as f32;
         // The exact products of the rows that may be among the k largest, over the pool.
-        let ng = n / self.group;
         let cands = Mutex::new(Vec::new());
         let n_chunks = self.rows.div_ceil(ROW_CHUNK);
         pool::for_chunks(n_chunks, self.rows.saturating_mul(8), |chunks| {
-            let mut mine = Vec::new();
+            let (mut mine, mut buf) = (Vec::new(), Vec::new());
             let rows = chunks.start * ROW_CHUNK..(chunks.end * ROW_CHUNK).min(self.rows);
             for (i, &u) in rows.clone().zip(&uppers[rows]) {
                 if u >= threshold && ok(i) {
                     let mut acc = [0f32; 4];
-                    let (w, ws) = (&qs[i * n..(i + 1) * n], &self.scales[i * ng..(i + 1) * ng]);
+                    let (w, ws) = (&qs[i * n..(i + 1) * n], self.row_scales(i, &mut buf));
                     dot(w, ws, &act.q, &act.d, n, 1, &mut acc, self.group != QK);
                     mine.push((i as u32, acc[0]));
                 }
@@ -714,9 +817,32 @@ impl QMatrix {
             // SAFETY: the chunk ranges are disjoint, so these ranges of `y` are disjoint and
             // in bounds, and `y` outlives `for_chunks`, which returns only when all are done.
             let part = unsafe { out.part(r.start, r.len()) };
-            for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                let (w, ws) = (&qs[j * n..], &self.scales[j * n / group..]);
-                dot_u7(w, ws, xq, n, apart * n, t, acc, group != QK);
+            let ng = n / group;
+            for_row_tiles(r.clone(), part, |j, apart, t, acc| match &self.scales {
+                Scales::F32(s) => {
+                    let ws = &s[j * ng..];
+                    dot_u7(
+                        &qs[j * n..],
+                        ws,
+                        apart * ng,
+                        xq,
+                        n,
+                        apart * n,
+                        t,
+                        acc,
+                        group != QK,
+                    )
+                }
+                Scales::F16(h) => dot_u7_h(
+                    &qs[j * n..],
+                    &h[j * ng..],
+                    apart * ng,
+                    xq,
+                    n,
+                    apart * n,
+                    t,
+                    acc,
+                ),
             });
             then(r, part);
         });
@@ -818,6 +944,20 @@ fn keeps_int8(u: &Unpacker, head: bool, filter: bool) -> bool {
     u.pack.is_none() || (head && !u.offsets && filter)
 }
 
+/// Whether a matrix of this type keeps f16 scales ([`Scales::F16`]): an LM head the filter
+/// runs on, of a type whose scales are the file's f16 (if each is non-negative and finite).
+fn half_scales(u: &Unpacker, head: bool, filter: bool) -> bool {
+    head && filter && u.f16_scale && keeps_int8(u, head, filter)
+}
+
+/// An f16 that is non-negative and finite (bits below 0x7C00) as f32: its exponent and
+/// mantissa shifted into an f32 and scaled by 2¹¹², exact for normal and subnormal values
+/// alike ([`f16_bits_to_f32`] without the sign and the infinities).
+#[inline(always)]
+fn unsigned_half(h: u16) -> f32 {
+    f32::from_bits(u32::from(h) << 13) * f32::from_bits(0x7780_0000)
+}
+
 /// How a type's file blocks become int8 values, scales and offsets (`unpack` takes whole
 /// chunks of blocks: [`blocks`]).
 struct Unpacker {
@@ -832,6 +972,10 @@ struct Unpacker {
     /// The 4-bit types: their packed layout and how whole chunks of file blocks become it
     /// ([`blocks`]).
     pack: Option<(Packing, PackFn)>,
+    /// Each block's scale is the file's f16 in its first two bytes, non-negative as
+    /// llama.cpp writes it (Q8_0: the block's largest |value| / 127; Q4_0 and Q5_0 keep the
+    /// sign of the block's extreme value, so half their scales are negative).
+    f16_scale: bool,
 }
 
 fn unpacker(ty: GgmlType) -> Option<Unpacker> {
@@ -856,10 +1000,11 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
                 offsets: $offsets,
                 unpack: |c, q, s, o| blocks::<i8, $block, $bytes, $group, $block>(c, q, s, o, $f),
                 pack: $pack,
+                f16_scale: false,
             })
         };
     }
-    match ty {
+    let u = match ty {
         GgmlType::Q4_0 => u!(32, 18, 32, false, unpack_q4_0, pack_q4_0, 8),
         GgmlType::Q4_1 => u!(32, 20, 32, true, unpack_q4_1, pack_q4_1, 0),
         GgmlType::Q5_0 => u!(32, 22, 32, false, unpack_q5_0),
@@ -871,7 +1016,11 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
         GgmlType::Q5_K => u!(256, 176, 32, true, unpack_q5_k),
         GgmlType::Q6_K => u!(256, 210, 16, false, unpack_q6_k),
         _ => None,
-    }
+    };
+    u.map(|u| Unpacker {
+        f16_scale: ty == GgmlType::Q8_0,
+        ..u
+    })
 }
 
 fn f16_at(blk: &[u8], at: usize) -> f32 {
@@ -1338,6 +1487,7 @@ fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
 fn dot_u7(
     w: &[i8],
     ws: &[f32],
+    wsld: usize,
     xq: &[u8],
     k: usize,
     ld: usize,
@@ -1346,15 +1496,40 @@ fn dot_u7(
     g16: bool,
 ) {
     #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return wasm::dot_u7(w, ws, xq, k, ld, t, out, g16);
+    return wasm::dot_u7(w, ws, wsld, xq, k, ld, t, out, g16);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_u7(w, ws, xq, k, ld, t, out, g16) };
+        unsafe { avx2::dot_u7(w, ws, wsld, xq, k, ld, t, out, g16) };
         return;
     }
     #[allow(unreachable_code)]
-    portable::dot_u7(w, ws, xq, k, ld, t, out, g16)
+    portable::dot_u7(w, ws, wsld, xq, k, ld, t, out, g16)
+}
+
+/// [`portable::dot_u7_h`] on this build's kernel.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn dot_u7_h(
+    w: &[i8],
+    wh: &[u16],
+    whld: usize,
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+) {
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    return wasm::dot_u7_h(w, wh, whld, xq, k, ld, t, out);
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU has AVX2 (checked).
+        unsafe { avx2::dot_u7_h(w, wh, whld, xq, k, ld, t, out) };
+        return;
+    }
+    #[allow(unreachable_code)]
+    portable::dot_u7_h(w, wh, whld, xq, k, ld, t, out)
 }
 
 /// This build's int8 kernels against the portable ones, and the LM head's filter against
@@ -1414,6 +1589,16 @@ pub fn check_kernels() -> Result<usize, String> {
         let ws: Vec<f32> = (0..w.len() / 16)
             .map(|_| rng.spread().abs() * 0.01)
             .collect();
+        let wh: Vec<u16> = (0..w.len() / QK)
+            .map(|i| match i % 9 {
+                0 => 0x03FF,
+                1 => 0,
+                2 => 0x7BFF,
+                3 => 1,
+                _ => 0x1800 + (rng.next_u64() % 0x1800) as u16,
+            })
+            .collect();
+        let wh32: Vec<f32> = wh.iter().map(|&h| unsigned_half(h)).collect();
         let x7: Vec<u8> = (0..k)
             .map(|i| {
                 if i % 3 == 0 {
@@ -1510,8 +1695,8 @@ pub fn check_kernels() -> Result<usize, String> {
                             compared += t;
                         }
                     }
-                    dot_u7(&w, &ws, &x7, k, ld, t, &mut a, g16);
-                    portable::dot_u7(&w, &ws, &x7, k, ld, t, &mut b, g16);
+                    dot_u7(&w, &ws, ld / group, &x7, k, ld, t, &mut a, g16);
+                    portable::dot_u7(&w, &ws, ld / group, &x7, k, ld, t, &mut b, g16);
                     for r in 0..t {
                         let size: f32 = (0..k)
                             .map(|i| {
@@ -1527,6 +1712,40 @@ pub fn check_kernels() -> Result<usize, String> {
                             b[r],
                             size,
                         )?;
+                    }
+                    // The rows' scales gathered into a buffer (as the filter does with a
+                    // head's f16 ones): the same sums, bit for bit.
+                    let gathered: Vec<f32> = (0..t)
+                        .flat_map(|r| {
+                            ws[r * ld / group..r * ld / group + k / group]
+                                .iter()
+                                .copied()
+                        })
+                        .collect();
+                    dot_u7(&w, &gathered, k / group, &x7, k, ld, t, &mut b, g16);
+                    for r in 0..t {
+                        if a[r].to_bits() != b[r].to_bits() {
+                            return Err(format!(
+                                "int8 7-bit, scales gathered, {t} rows × {k} at {ld}, g16 \
+                                 {g16}: {} vs {}",
+                                b[r], a[r]
+                            ));
+                        }
+                    }
+                    if !g16 {
+                        // f16 scales (normal, subnormal, zero, the largest): the sums of the
+                        // kernel on them as f32, bit for bit.
+                        dot_u7_h(&w, &wh, ld / QK, &x7, k, ld, t, &mut b);
+                        dot_u7(&w, &wh32, ld / QK, &x7, k, ld, t, &mut a, false);
+                        for r in 0..t {
+                            if a[r].to_bits() != b[r].to_bits() {
+                                return Err(format!(
+                                    "int8 7-bit on f16 scales, {t} rows × {k} at {ld}: {} vs {}",
+                                    b[r], a[r]
+                                ));
+                            }
+                        }
+                        compared += t;
                     }
                 }
                 compared += 3 * t;
@@ -1648,6 +1867,28 @@ mod tests {
             let plain = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
             assert!(plain.stats.get().is_none());
             assert_eq!(m.head_stats(), plain.head_stats());
+            // A Q8_0 head keeps the file's f16 scales where the filter runs; every product
+            // is the f32-scaled matrix's, bit for bit.
+            assert_eq!(
+                matches!(m.scales, Scales::F16(_)),
+                ty == GgmlType::Q8_0 && has_fast_u7(),
+                "{ty}"
+            );
+            assert!(matches!(plain.scales, Scales::F32(_)));
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            let x: Vec<f32> = (0..3 * cols).map(|_| rng.normal()).collect();
+            for m_rows in [1, 3] {
+                assert_eq!(
+                    bits(m.matmul(&x[..m_rows * cols], m_rows)),
+                    bits(plain.matmul(&x[..m_rows * cols], m_rows)),
+                    "{ty}, {m_rows} rows"
+                );
+            }
+            let ids = [0, 7, rows as u32 - 1];
+            assert_eq!(
+                bits(m.rows_f32(&ids, 0.5).unwrap()),
+                bits(plain.rows_f32(&ids, 0.5).unwrap())
+            );
             for seed in 0..12 {
                 let mut x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
                 // Outliers, as in Gemma 3's final hidden state (|x| up to ~10× its rms).
@@ -1693,10 +1934,68 @@ mod tests {
             GgmlType::Q4_K,
             true,
             true,
+            true,
         ))
         .unwrap()
         .unwrap();
         assert!(!m.is_packed() && m.top_k_filtered(&vec![0.5; cols], 5, None).is_none());
+    }
+
+    /// A head whose file scales are not all non-negative and finite f16 keeps f32 ones (a
+    /// negative scale in a later chunk, after f16 ones were kept), with the same products.
+    #[test]
+    fn a_head_with_a_negative_scale_keeps_f32_scales() {
+        let mut rng = crate::sampler::Rng::new(5);
+        let (rows, cols) = (LOAD_CHUNK_BLOCKS / 4 + 3, 128);
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
+        let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        let mut bytes = QTensor::quantize(&wt, GgmlDType::Q8_0)
+            .unwrap()
+            .data()
+            .unwrap()
+            .into_owned();
+        let load = |bytes: &[u8]| {
+            now(QMatrix::load_with(
+                &bytes,
+                0,
+                rows,
+                cols,
+                GgmlType::Q8_0,
+                true,
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+        let f16_head = load(&bytes);
+        assert_eq!(matches!(f16_head.scales, Scales::F16(_)), has_fast_u7());
+        // The last row's first block: its scale's sign bit set, its values negated.
+        let at = (rows - 1) * cols / QK * 34;
+        bytes[at + 1] |= 0x80;
+        for v in &mut bytes[at + 2..at + 34] {
+            *v = (*v as i8).wrapping_neg() as u8;
+        }
+        let m = load(&bytes);
+        assert!(matches!(m.scales, Scales::F32(_)));
+        let plain = QMatrix::load(&bytes, 0, rows, cols, GgmlType::Q8_0).unwrap();
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_eq!(bits(m.matmul(&x, 1)), bits(plain.matmul(&x, 1)));
+        // The negation is exact: the same matrix, the same top-k as with f16 scales.
+        for k in [1, 5] {
+            assert_eq!(m.top_k(&x, k, None), f16_head.top_k(&x, k, None));
+        }
+    }
+
+    /// [`unsigned_half`] is [`f16_bits_to_f32`] on every non-negative finite f16.
+    #[test]
+    fn unsigned_halves_convert_exactly() {
+        for h in 0..0x7C00u16 {
+            assert_eq!(
+                unsigned_half(h).to_bits(),
+                f16_bits_to_f32(h).to_bits(),
+                "{h:#x}"
+            );
+        }
     }
 
     /// `round_to_i16` is `f32::round` then `as i16` for every value: a stride through all
@@ -1839,6 +2138,7 @@ mod tests {
                         ty,
                         false,
                         int8,
+                        false,
                     ))
                     .unwrap()
                     .unwrap()
@@ -1851,7 +2151,12 @@ mod tests {
                         Values::Packed(_, b) => b.len(),
                         Values::Int8(q) => q.len(),
                     };
-                    (values + 4 * m.scales.len() * (1 + usize::from(m.offsets.is_some()))) as u64
+                    let scale = match m.scales {
+                        Scales::F32(_) => 4,
+                        Scales::F16(_) => 2,
+                    };
+                    let offsets = 4 * usize::from(m.offsets.is_some());
+                    (values + m.scales.len() * (scale + offsets)) as u64
                 };
                 assert_eq!(
                     Some(held(&packed)),

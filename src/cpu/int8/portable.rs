@@ -125,15 +125,18 @@ fn check_w4_values(
     );
 }
 
-/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group` apart),
-/// against one row of 7-bit codes `xq` (0..=127): `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`.
-/// The integer sums are exact; the LM head's filter turns the codes back into values and
-/// bounds what the 7 bits cost. Rows far apart are separate memory streams: a core's
-/// prefetchers then fetch them in parallel (a decode step's head is memory-bound).
+/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32), their scales `wsld` apart
+/// (`ld / group` where they are the matrix's own; a row's count where a head's f16 scales
+/// were converted into a buffer), against one row of 7-bit codes `xq` (0..=127):
+/// `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`. The integer sums are exact; the LM head's
+/// filter turns the codes back into values and bounds what the 7 bits cost. Rows far apart
+/// are separate memory streams: a core's prefetchers then fetch them in parallel (a decode
+/// step's head is memory-bound).
 #[allow(clippy::too_many_arguments, dead_code)]
 pub fn dot_u7(
     w: &[i8],
     ws: &[f32],
+    wsld: usize,
     xq: &[u8],
     k: usize,
     ld: usize,
@@ -141,9 +144,9 @@ pub fn dot_u7(
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    check_u7(w, ws, xq, k, ld, t, g16);
+    check_u7(w, ws, wsld, xq, k, ld, t, g16);
     let group = if g16 { 16 } else { QK };
-    let (ng, wld) = (k / group, ld / group);
+    let ng = k / group;
     for r in 0..t {
         let mut s = 0f32;
         for g in 0..ng {
@@ -152,23 +155,66 @@ pub fn dot_u7(
                 .zip(&xq[g * group..(g + 1) * group])
                 .map(|(&a, &q)| i32::from(a) * i32::from(q))
                 .sum();
-            s += dot as f32 * ws[r * wld + g];
+            s += dot as f32 * ws[r * wsld + g];
         }
         out[r] = s;
     }
 }
 
+/// [`dot_u7`] with a scale per 32 values as f16 bits (`wh`: an LM head's, non-negative and
+/// finite), each converted exactly ([`super::unsigned_half`]): the sums of [`dot_u7`] on
+/// those scales as f32.
+#[allow(clippy::too_many_arguments, dead_code)]
+pub fn dot_u7_h(
+    w: &[i8],
+    wh: &[u16],
+    whld: usize,
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    t: usize,
+    out: &mut [f32; 4],
+) {
+    let ws: Vec<f32> = wh.iter().map(|&h| super::unsigned_half(h)).collect();
+    dot_u7(w, &ws, whld, xq, k, ld, t, out, false);
+}
+
 /// The bounds every [`dot_u7`] reads within (the SIMD versions' SAFETY rests on it).
 #[allow(clippy::too_many_arguments)]
-pub fn check_u7(w: &[i8], ws: &[f32], xq: &[u8], k: usize, ld: usize, t: usize, g16: bool) {
+pub fn check_u7(
+    w: &[i8],
+    ws: &[f32],
+    wsld: usize,
+    xq: &[u8],
+    k: usize,
+    ld: usize,
+    t: usize,
+    g16: bool,
+) {
     let group = if g16 { 16 } else { QK };
     assert!(
         (1..=4).contains(&t)
             && k.is_multiple_of(QK)
             && ld.is_multiple_of(QK)
             && (t == 1 || ld >= k)
+            && (t == 1 || wsld >= k / group)
             && w.len() >= (t - 1) * ld + k
-            && ws.len() >= ((t - 1) * ld + k) / group
+            && ws.len() >= (t - 1) * wsld + k / group
+            && xq.len() >= k
+    );
+}
+
+/// The bounds every [`dot_u7_h`] reads within (the SIMD versions' SAFETY rests on it).
+#[allow(clippy::too_many_arguments)]
+pub fn check_u7_h(w: &[i8], wh: &[u16], whld: usize, xq: &[u8], k: usize, ld: usize, t: usize) {
+    assert!(
+        (1..=4).contains(&t)
+            && k.is_multiple_of(QK)
+            && ld.is_multiple_of(QK)
+            && (t == 1 || ld >= k)
+            && (t == 1 || whld >= k / QK)
+            && w.len() >= (t - 1) * ld + k
+            && wh.len() >= (t - 1) * whld + k / QK
             && xq.len() >= k
     );
 }
