@@ -205,7 +205,7 @@ pub fn check_u7(
 }
 
 /// The bounds every [`dot_u7_h`] reads within (the SIMD versions' SAFETY rests on it).
-#[allow(clippy::too_many_arguments)]
+#[allow(clippy::too_many_arguments, dead_code)]
 pub fn check_u7_h(w: &[i8], wh: &[u16], whld: usize, xq: &[u8], k: usize, ld: usize, t: usize) {
     assert!(
         (1..=4).contains(&t)
