@@ -130,9 +130,9 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
 /// The CPU must have AVX2.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
-pub unsafe fn dot_u7(
+pub unsafe fn dot_u7<S: super::Scale>(
     w: &[i8],
-    ws: &[f32],
+    ws: &[S],
     wsld: usize,
     xq: &[u8],
     k: usize,
@@ -143,15 +143,15 @@ pub unsafe fn dot_u7(
 ) {
     super::portable::check_u7(w, ws, wsld, xq, k, ld, t, g16);
     // SAFETY: the lengths were checked; AVX2 is the caller's promise.
-    unsafe { by_rows!(rows_u7, t, g16, (w, ws, wsld, xq, k, ld, out)) }
+    unsafe { by_rows!(rows_u7, t, g16, [_], (w, ws, wsld, xq, k, ld, out)) }
 }
 
 /// [`dot_u7`] for `R` rows, the accumulators in registers.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn rows_u7<const R: usize, const G16: bool>(
+unsafe fn rows_u7<const R: usize, const G16: bool, S: super::Scale>(
     w: &[i8],
-    ws: &[f32],
+    ws: &[S],
     wld: usize,
     xq: &[u8],
     k: usize,
@@ -172,11 +172,11 @@ unsafe fn rows_u7<const R: usize, const G16: bool>(
                 let wsr = wsp.add(r * wld);
                 let scale = if G16 {
                     _mm256_set_m128(
-                        _mm_set1_ps(*wsr.add(2 * b + 1)),
-                        _mm_set1_ps(*wsr.add(2 * b)),
+                        _mm_castsi128_ps(_mm_set1_epi32((*wsr.add(2 * b + 1)).bits() as i32)),
+                        _mm_castsi128_ps(_mm_set1_epi32((*wsr.add(2 * b)).bits() as i32)),
                     )
                 } else {
-                    _mm256_set1_ps(*wsr.add(b))
+                    _mm256_castsi256_ps(_mm256_set1_epi32((*wsr.add(b)).bits() as i32))
                 };
                 *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, scale));
             }
@@ -184,73 +184,7 @@ unsafe fn rows_u7<const R: usize, const G16: bool>(
     }
     for (o, ar) in out.iter_mut().zip(&a) {
         // SAFETY: AVX2 (this function's feature).
-        *o = unsafe { hsum(*ar) };
-    }
-}
-
-/// See [`super::portable::dot_u7_h`]: [`rows_u7`] on f16 scales, each block's broadcast
-/// as its bits shifted into an f32's place (the scale times 2⁻¹¹², exactly) and the row's
-/// sum times 2¹¹² at the end: the sums of [`dot_u7`] on the scales as f32, bit for bit (see
-/// the wasm kernel).
-///
-/// # Safety
-/// The CPU must have AVX2.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2")]
-pub unsafe fn dot_u7_h(
-    w: &[i8],
-    wh: &[u16],
-    whld: usize,
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    t: usize,
-    out: &mut [f32; 4],
-) {
-    super::portable::check_u7_h(w, wh, whld, xq, k, ld, t);
-    // SAFETY: the lengths were checked; AVX2 is the caller's promise.
-    unsafe {
-        match t {
-            4 => rows_u7_h::<4>(w, wh, whld, xq, k, ld, out),
-            3 => rows_u7_h::<3>(w, wh, whld, xq, k, ld, out),
-            2 => rows_u7_h::<2>(w, wh, whld, xq, k, ld, out),
-            _ => rows_u7_h::<1>(w, wh, whld, xq, k, ld, out),
-        }
-    }
-}
-
-/// [`dot_u7_h`] for `R` rows, the accumulators in registers.
-#[target_feature(enable = "avx2")]
-#[inline]
-unsafe fn rows_u7_h<const R: usize>(
-    w: &[i8],
-    wh: &[u16],
-    whld: usize,
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    out: &mut [f32; 4],
-) {
-    let nb = k / QK;
-    let ones = _mm256_set1_epi16(1);
-    let mut a = [_mm256_setzero_ps(); R];
-    let (wp, hp, xp) = (w.as_ptr(), wh.as_ptr(), xq.as_ptr());
-    for b in 0..nb {
-        // SAFETY: b < nb and r < R ≤ t, within what `check_u7_h` checked; loads are unaligned.
-        unsafe {
-            let xv = _mm256_loadu_si256(xp.add(b * QK).cast());
-            for (r, ar) in a.iter_mut().enumerate() {
-                let wv = _mm256_loadu_si256(wp.add(r * ld + b * QK).cast());
-                let s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(xv, wv), ones));
-                let h = i32::from(*hp.add(r * whld + b)) << 13;
-                let scale = _mm256_castsi256_ps(_mm256_set1_epi32(h));
-                *ar = _mm256_add_ps(*ar, _mm256_mul_ps(s, scale));
-            }
-        }
-    }
-    for (o, ar) in out.iter_mut().zip(&a) {
-        // SAFETY: AVX2 (this function's feature).
-        *o = unsafe { hsum(*ar) } * f32::from_bits(0x7780_0000);
+        *o = unsafe { hsum(*ar) } * S::BACK;
     }
 }
 

@@ -26,8 +26,8 @@ macro_rules! by_rows {
     ($f:ident, $t:expr, $g16:expr, ($($arg:expr),* $(,)?)) => {
         by_rows!($f, $t, $g16, [], ($($arg),*))
     };
-    // `[C, …]`: further const generics after R and G16.
-    ($f:ident, $t:expr, $g16:expr, [$($c:expr),*], ($($arg:expr),* $(,)?)) => {
+    // `[C, …]`: further generics after R and G16 (a const, or `_` for a type inferred).
+    ($f:ident, $t:expr, $g16:expr, [$($c:tt),*], ($($arg:expr),* $(,)?)) => {
         match ($t, $g16) {
             (4, false) => $f::<4, false $(, $c)*>($($arg),*),
             (4, true) => $f::<4, true $(, $c)*>($($arg),*),
@@ -83,7 +83,7 @@ enum Scales {
     /// An LM head's scales where they are the file's own f16 (Q8_0: one per 32 values),
     /// non-negative and finite, in a build with the head's filter: half the bytes its pass
     /// reads (Gemma 3 270M: 10.5 MB of a decode step's 294). The filter's kernel takes them
-    /// as they are ([`dot_u7_h`]); every other product converts a row's into f32 first
+    /// as they are ([`Scale`]); every other product converts a row's into f32 first
     /// ([`QMatrix::row_scales`]). Either way every sum is the one f32 scales give, bit for
     /// bit.
     F16(Vec<u16>),
@@ -833,7 +833,7 @@ impl QMatrix {
                         group != QK,
                     )
                 }
-                Scales::F16(h) => dot_u7_h(
+                Scales::F16(h) => dot_u7(
                     &qs[j * n..],
                     &h[j * ng..],
                     apart * ng,
@@ -842,6 +842,7 @@ impl QMatrix {
                     apart * n,
                     t,
                     acc,
+                    false,
                 ),
             });
             then(r, part);
@@ -950,12 +951,49 @@ fn half_scales(u: &Unpacker, head: bool, filter: bool) -> bool {
     head && filter && u.f16_scale && keeps_int8(u, head, filter)
 }
 
-/// An f16 that is non-negative and finite (bits below 0x7C00) as f32: its exponent and
-/// mantissa shifted into an f32 and scaled by 2¹¹², exact for normal and subnormal values
-/// alike ([`f16_bits_to_f32`] without the sign and the infinities).
+/// An f16 that is non-negative and finite (bits below 0x7C00) as f32 ([`Scale::value`]):
+/// its exponent and mantissa shifted into an f32 and scaled by 2¹¹², exact for normal and
+/// subnormal values alike ([`f16_bits_to_f32`] without the sign and the infinities).
 #[inline(always)]
 fn unsigned_half(h: u16) -> f32 {
-    f32::from_bits(u32::from(h) << 13) * f32::from_bits(0x7780_0000)
+    h.value()
+}
+
+/// A weight scale as the 7-bit kernel ([`dot_u7`]) reads it: an f32, or an LM head's f16
+/// bits, non-negative and finite ([`Scales::F16`]). The kernel splats [`Scale::bits`] as an
+/// f32 per block and multiplies each row's sum by [`Scale::BACK`] at the end. For an f16 the
+/// bits are the exponent and mantissa shifted into an f32's place, the scale times 2⁻¹¹²
+/// exactly (normal or subnormal), and `BACK` is 2¹¹²: every product and sum is then the one
+/// the f32 scales give times 2⁻¹¹², bit for bit (a result in the normal range rounds as its
+/// 2¹¹²-fold does; one below it is a multiple of 2⁻¹⁴⁹, which an f32 subnormal holds
+/// exactly). `check_kernels` compares the two. Two scalar instructions a block and row more
+/// than an f32 (a 16-bit load and a shift), beside the SIMD ones, for half the bytes.
+pub trait Scale: Copy + Send + Sync {
+    /// What a row's sum is multiplied by (a power of two: exact).
+    const BACK: f32;
+    /// The bits splatted per block.
+    fn bits(self) -> u32;
+    /// The scale's value.
+    #[inline(always)]
+    fn value(self) -> f32 {
+        f32::from_bits(self.bits()) * Self::BACK
+    }
+}
+
+impl Scale for f32 {
+    const BACK: f32 = 1.0;
+    #[inline(always)]
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
+}
+
+impl Scale for u16 {
+    const BACK: f32 = f32::from_bits(0x7780_0000);
+    #[inline(always)]
+    fn bits(self) -> u32 {
+        u32::from(self) << 13
+    }
 }
 
 /// How a type's file blocks become int8 values, scales and offsets (`unpack` takes whole
@@ -1484,9 +1522,9 @@ fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
 /// [`portable::dot_u7`] on this build's kernel.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn dot_u7(
+fn dot_u7<S: Scale>(
     w: &[i8],
-    ws: &[f32],
+    ws: &[S],
     wsld: usize,
     xq: &[u8],
     k: usize,
@@ -1505,31 +1543,6 @@ fn dot_u7(
     }
     #[allow(unreachable_code)]
     portable::dot_u7(w, ws, wsld, xq, k, ld, t, out, g16)
-}
-
-/// [`portable::dot_u7_h`] on this build's kernel.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn dot_u7_h(
-    w: &[i8],
-    wh: &[u16],
-    whld: usize,
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    t: usize,
-    out: &mut [f32; 4],
-) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return wasm::dot_u7_h(w, wh, whld, xq, k, ld, t, out);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_u7_h(w, wh, whld, xq, k, ld, t, out) };
-        return;
-    }
-    #[allow(unreachable_code)]
-    portable::dot_u7_h(w, wh, whld, xq, k, ld, t, out)
 }
 
 /// This build's int8 kernels against the portable ones, and the LM head's filter against
@@ -1735,7 +1748,7 @@ pub fn check_kernels() -> Result<usize, String> {
                     if !g16 {
                         // f16 scales (normal, subnormal, zero, the largest): the sums of the
                         // kernel on them as f32, bit for bit.
-                        dot_u7_h(&w, &wh, ld / QK, &x7, k, ld, t, &mut b);
+                        dot_u7(&w, &wh, ld / QK, &x7, k, ld, t, &mut b, false);
                         dot_u7(&w, &wh32, ld / QK, &x7, k, ld, t, &mut a, false);
                         for r in 0..t {
                             if a[r].to_bits() != b[r].to_bits() {

@@ -133,9 +133,9 @@ fn check_w4_values(
 /// are separate memory streams: a core's prefetchers then fetch them in parallel (a decode
 /// step's head is memory-bound).
 #[allow(clippy::too_many_arguments, dead_code)]
-pub fn dot_u7(
+pub fn dot_u7<S: super::Scale>(
     w: &[i8],
-    ws: &[f32],
+    ws: &[S],
     wsld: usize,
     xq: &[u8],
     k: usize,
@@ -155,35 +155,17 @@ pub fn dot_u7(
                 .zip(&xq[g * group..(g + 1) * group])
                 .map(|(&a, &q)| i32::from(a) * i32::from(q))
                 .sum();
-            s += dot as f32 * ws[r * wsld + g];
+            s += dot as f32 * ws[r * wsld + g].value();
         }
         out[r] = s;
     }
 }
 
-/// [`dot_u7`] with a scale per 32 values as f16 bits (`wh`: an LM head's, non-negative and
-/// finite), each converted exactly ([`super::unsigned_half`]): the sums of [`dot_u7`] on
-/// those scales as f32.
-#[allow(clippy::too_many_arguments, dead_code)]
-pub fn dot_u7_h(
-    w: &[i8],
-    wh: &[u16],
-    whld: usize,
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    t: usize,
-    out: &mut [f32; 4],
-) {
-    let ws: Vec<f32> = wh.iter().map(|&h| super::unsigned_half(h)).collect();
-    dot_u7(w, &ws, whld, xq, k, ld, t, out, false);
-}
-
 /// The bounds every [`dot_u7`] reads within (the SIMD versions' SAFETY rests on it).
 #[allow(clippy::too_many_arguments)]
-pub fn check_u7(
+pub fn check_u7<S>(
     w: &[i8],
-    ws: &[f32],
+    ws: &[S],
     wsld: usize,
     xq: &[u8],
     k: usize,
@@ -200,21 +182,6 @@ pub fn check_u7(
             && (t == 1 || wsld >= k / group)
             && w.len() >= (t - 1) * ld + k
             && ws.len() >= (t - 1) * wsld + k / group
-            && xq.len() >= k
-    );
-}
-
-/// The bounds every [`dot_u7_h`] reads within (the SIMD versions' SAFETY rests on it).
-#[allow(clippy::too_many_arguments, dead_code)]
-pub fn check_u7_h(w: &[i8], wh: &[u16], whld: usize, xq: &[u8], k: usize, ld: usize, t: usize) {
-    assert!(
-        (1..=4).contains(&t)
-            && k.is_multiple_of(QK)
-            && ld.is_multiple_of(QK)
-            && (t == 1 || ld >= k)
-            && (t == 1 || whld >= k / QK)
-            && w.len() >= (t - 1) * ld + k
-            && wh.len() >= (t - 1) * whld + k / QK
             && xq.len() >= k
     );
 }

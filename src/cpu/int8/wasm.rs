@@ -167,9 +167,9 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
 /// and exact.
 #[cfg(target_feature = "relaxed-simd")]
 #[allow(clippy::too_many_arguments)]
-pub fn dot_u7(
+pub fn dot_u7<S: super::Scale>(
     w: &[i8],
-    ws: &[f32],
+    ws: &[S],
     wsld: usize,
     xq: &[u8],
     k: usize,
@@ -180,15 +180,15 @@ pub fn dot_u7(
 ) {
     super::portable::check_u7(w, ws, wsld, xq, k, ld, t, g16);
     // SAFETY: the lengths were checked.
-    unsafe { by_rows!(rows_u7, t, g16, (w, ws, wsld, xq, k, ld, out)) }
+    unsafe { by_rows!(rows_u7, t, g16, [_], (w, ws, wsld, xq, k, ld, out)) }
 }
 
 /// [`dot_u7`] for `R` rows, the accumulators in registers.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn rows_u7<const R: usize, const G16: bool>(
+unsafe fn rows_u7<const R: usize, const G16: bool, S: super::Scale>(
     w: &[i8],
-    ws: &[f32],
+    ws: &[S],
     wld: usize,
     xq: &[u8],
     k: usize,
@@ -213,8 +213,14 @@ unsafe fn rows_u7<const R: usize, const G16: bool>(
                 if G16 {
                     let s0 = i32x4_relaxed_dot_i8x16_i7x16_add(w0, x0, zero);
                     let s1 = i32x4_relaxed_dot_i8x16_i7x16_add(w1, x1, zero);
-                    let p0 = f32x4_mul(f32x4_convert_i32x4(s0), f32x4_splat(*wsr.add(2 * b)));
-                    let p1 = f32x4_mul(f32x4_convert_i32x4(s1), f32x4_splat(*wsr.add(2 * b + 1)));
+                    let p0 = f32x4_mul(
+                        f32x4_convert_i32x4(s0),
+                        i32x4_splat((*wsr.add(2 * b)).bits() as i32),
+                    );
+                    let p1 = f32x4_mul(
+                        f32x4_convert_i32x4(s1),
+                        i32x4_splat((*wsr.add(2 * b + 1)).bits() as i32),
+                    );
                     *ar = f32x4_add(*ar, f32x4_add(p0, p1));
                 } else {
                     let s = i32x4_relaxed_dot_i8x16_i7x16_add(w0, x0, zero);
@@ -223,83 +229,13 @@ unsafe fn rows_u7<const R: usize, const G16: bool>(
                     // within the filter's bound (`top_k_filtered` allows two per block). One
                     // instruction fewer a block and row: Node, 6 alternating pairs, decode
                     // 49.4 → 50.5 tok/s at medians, 5 pairs of 6 quicker.
-                    *ar = f32x4_relaxed_madd(s, f32x4_splat(*wsr.add(b)), *ar);
+                    *ar = f32x4_relaxed_madd(s, i32x4_splat((*wsr.add(b)).bits() as i32), *ar);
                 }
             }
         }
     }
     for (o, ar) in out.iter_mut().zip(&a) {
-        *o = hsum(*ar);
-    }
-}
-
-/// See [`super::portable::dot_u7_h`]: [`rows_u7`] on f16 scales, each block's splatted as
-/// its bits shifted into an f32's place, which is the scale times 2⁻¹¹² exactly (normal or
-/// subnormal), and the row's sum times 2¹¹² at the end. Every product and sum is then the
-/// one [`dot_u7`] makes on the scales as f32 times 2⁻¹¹², bit for bit: a result in the
-/// normal range rounds as its 2¹¹²-fold does, and one below it is a multiple of 2⁻¹⁴⁹,
-/// which a subnormal holds exactly (`check_kernels` compares the two). Two scalar
-/// instructions a block and row more than f32 scales (a 16-bit load and a shift), which
-/// run beside the SIMD ones, for half the scale bytes.
-#[cfg(target_feature = "relaxed-simd")]
-#[allow(clippy::too_many_arguments)]
-pub fn dot_u7_h(
-    w: &[i8],
-    wh: &[u16],
-    whld: usize,
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    t: usize,
-    out: &mut [f32; 4],
-) {
-    super::portable::check_u7_h(w, wh, whld, xq, k, ld, t);
-    // SAFETY: the lengths were checked.
-    unsafe {
-        match t {
-            4 => rows_u7_h::<4>(w, wh, whld, xq, k, ld, out),
-            3 => rows_u7_h::<3>(w, wh, whld, xq, k, ld, out),
-            2 => rows_u7_h::<2>(w, wh, whld, xq, k, ld, out),
-            _ => rows_u7_h::<1>(w, wh, whld, xq, k, ld, out),
-        }
-    }
-}
-
-/// [`dot_u7_h`] for `R` rows, the accumulators in registers.
-#[cfg(target_feature = "relaxed-simd")]
-#[inline(always)]
-unsafe fn rows_u7_h<const R: usize>(
-    w: &[i8],
-    wh: &[u16],
-    whld: usize,
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    out: &mut [f32; 4],
-) {
-    let nb = k / QK;
-    let zero = i32x4_splat(0);
-    let mut a = [f32x4_splat(0.0); R];
-    let (wp, hp, xp) = (w.as_ptr(), wh.as_ptr(), xq.as_ptr());
-    for b in 0..nb {
-        // SAFETY: b < nb and r < R ≤ t, within what `check_u7_h` checked; loads are unaligned.
-        unsafe {
-            let (x0, x1) = (
-                v128_load(xp.add(b * QK).cast()),
-                v128_load(xp.add(b * QK + 16).cast()),
-            );
-            for (r, ar) in a.iter_mut().enumerate() {
-                let p = wp.add(r * ld + b * QK);
-                let (w0, w1) = (v128_load(p.cast()), v128_load(p.add(16).cast()));
-                let s = i32x4_relaxed_dot_i8x16_i7x16_add(w0, x0, zero);
-                let s = f32x4_convert_i32x4(i32x4_relaxed_dot_i8x16_i7x16_add(w1, x1, s));
-                let scale = i32x4_splat(i32::from(*hp.add(r * whld + b)) << 13);
-                *ar = f32x4_relaxed_madd(s, scale, *ar);
-            }
-        }
-    }
-    for (o, ar) in out.iter_mut().zip(&a) {
-        *o = hsum(*ar) * f32::from_bits(0x7780_0000);
+        *o = hsum(*ar) * S::BACK;
     }
 }
 
