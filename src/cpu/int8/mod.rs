@@ -11,7 +11,9 @@
 //! prompt's unpacks each weight row to int8 once for all its activation rows; less memory
 //! and less to read per token, the same sums bit for bit. The 5-bit types stay int8: their
 //! fifth bit costs a decode step more work than the bytes it saves (Q5_0 packed, natively:
-//! 41% more instructions per Gemma 3 270M decode step).
+//! 41% more instructions per Gemma 3 270M decode step). One exception to f32 scales: a Q8_0
+//! LM head where the build has the head's filter keeps the file's f16 scales, which the
+//! filter's kernel reads without converting them ([`Scale`], [`Scales::F16`]).
 //!
 //! Activations are quantized to 16 bits per 32-value block (f32 scale), not to 8 bits as
 //! llama.cpp and candle do: the kernel multiplies in i16 lanes anyway (`i32x4.dot_i16x8_s`,
