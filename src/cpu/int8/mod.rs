@@ -166,7 +166,7 @@ impl QMatrix {
             Scales::F32(s) => &s[j * ng..(j + 1) * ng],
             Scales::F16(h) => {
                 buf.clear();
-                buf.extend(h[j * ng..(j + 1) * ng].iter().map(|&h| unsigned_half(h)));
+                buf.extend(h[j * ng..(j + 1) * ng].iter().map(|&h| h.value()));
                 buf
             }
         }
@@ -359,10 +359,10 @@ impl QMatrix {
                 if h[at..]
                     .iter()
                     .zip(&chunk_scales)
-                    .any(|(&b, &f)| b >= 0x7C00 || unsigned_half(b).to_bits() != f.to_bits())
+                    .any(|(&b, &f)| b >= 0x7C00 || b.value().to_bits() != f.to_bits())
                 {
                     let mut f = Vec::with_capacity(n / group);
-                    f.extend(h[..at].iter().map(|&b| unsigned_half(b)));
+                    f.extend(h[..at].iter().map(|&b| b.value()));
                     f.extend_from_slice(&chunk_scales);
                     scales = Scales::F32(f);
                 }
@@ -397,8 +397,8 @@ impl QMatrix {
             let mut stats = vec![(0f32, 0f32); self.rows];
             let out = SharedOut::new(&mut stats);
             pool::for_chunks(self.rows, qs.len(), |rows| {
+                let mut buf = Vec::new();
                 for r in rows {
-                    let mut buf = Vec::new();
                     let st = row_stats(
                         &qs[r * self.cols..(r + 1) * self.cols],
                         self.row_scales(r, &mut buf),
@@ -820,32 +820,12 @@ impl QMatrix {
             // in bounds, and `y` outlives `for_chunks`, which returns only when all are done.
             let part = unsafe { out.part(r.start, r.len()) };
             let ng = n / group;
-            for_row_tiles(r.clone(), part, |j, apart, t, acc| match &self.scales {
-                Scales::F32(s) => {
-                    let ws = &s[j * ng..];
-                    dot_u7(
-                        &qs[j * n..],
-                        ws,
-                        apart * ng,
-                        xq,
-                        n,
-                        apart * n,
-                        t,
-                        acc,
-                        group != QK,
-                    )
+            for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                let (w, g16) = (&qs[j * n..], group != QK);
+                match &self.scales {
+                    Scales::F32(s) => dot_u7(w, &s[j * ng..], xq, n, apart * n, t, acc, g16),
+                    Scales::F16(h) => dot_u7(w, &h[j * ng..], xq, n, apart * n, t, acc, g16),
                 }
-                Scales::F16(h) => dot_u7(
-                    &qs[j * n..],
-                    &h[j * ng..],
-                    apart * ng,
-                    xq,
-                    n,
-                    apart * n,
-                    t,
-                    acc,
-                    false,
-                ),
             });
             then(r, part);
         });
@@ -953,14 +933,6 @@ fn half_scales(u: &Unpacker, head: bool, filter: bool) -> bool {
     head && filter && u.f16_scale && keeps_int8(u, head, filter)
 }
 
-/// An f16 that is non-negative and finite (bits below 0x7C00) as f32 ([`Scale::value`]):
-/// its exponent and mantissa shifted into an f32 and scaled by 2¹¹², exact for normal and
-/// subnormal values alike ([`f16_bits_to_f32`] without the sign and the infinities).
-#[inline(always)]
-fn unsigned_half(h: u16) -> f32 {
-    h.value()
-}
-
 /// A weight scale as the 7-bit kernel ([`dot_u7`]) reads it: an f32, or an LM head's f16
 /// bits, non-negative and finite ([`Scales::F16`]). The kernel splats [`Scale::bits`] as an
 /// f32 per block and multiplies each row's sum by [`Scale::BACK`] at the end. For an f16 the
@@ -990,6 +962,9 @@ impl Scale for f32 {
     }
 }
 
+/// An f16 that is non-negative and finite (bits below 0x7C00): [`Scale::value`] is exact for
+/// normal and subnormal values alike ([`f16_bits_to_f32`] without the sign and the
+/// infinities).
 impl Scale for u16 {
     const BACK: f32 = f32::from_bits(0x7780_0000);
     #[inline(always)]
@@ -1527,7 +1502,6 @@ fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
 fn dot_u7<S: Scale>(
     w: &[i8],
     ws: &[S],
-    wsld: usize,
     xq: &[u8],
     k: usize,
     ld: usize,
@@ -1536,15 +1510,15 @@ fn dot_u7<S: Scale>(
     g16: bool,
 ) {
     #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return wasm::dot_u7(w, ws, wsld, xq, k, ld, t, out, g16);
+    return wasm::dot_u7(w, ws, xq, k, ld, t, out, g16);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_u7(w, ws, wsld, xq, k, ld, t, out, g16) };
+        unsafe { avx2::dot_u7(w, ws, xq, k, ld, t, out, g16) };
         return;
     }
     #[allow(unreachable_code)]
-    portable::dot_u7(w, ws, wsld, xq, k, ld, t, out, g16)
+    portable::dot_u7(w, ws, xq, k, ld, t, out, g16)
 }
 
 /// This build's int8 kernels against the portable ones, and the LM head's filter against
@@ -1613,7 +1587,7 @@ pub fn check_kernels() -> Result<usize, String> {
                 _ => 0x1800 + (rng.next_u64() % 0x1800) as u16,
             })
             .collect();
-        let wh32: Vec<f32> = wh.iter().map(|&h| unsigned_half(h)).collect();
+        let wh32: Vec<f32> = wh.iter().map(|&h| h.value()).collect();
         let x7: Vec<u8> = (0..k)
             .map(|i| {
                 if i % 3 == 0 {
@@ -1710,8 +1684,8 @@ pub fn check_kernels() -> Result<usize, String> {
                             compared += t;
                         }
                     }
-                    dot_u7(&w, &ws, ld / group, &x7, k, ld, t, &mut a, g16);
-                    portable::dot_u7(&w, &ws, ld / group, &x7, k, ld, t, &mut b, g16);
+                    dot_u7(&w, &ws, &x7, k, ld, t, &mut a, g16);
+                    portable::dot_u7(&w, &ws, &x7, k, ld, t, &mut b, g16);
                     for r in 0..t {
                         let size: f32 = (0..k)
                             .map(|i| {
@@ -1728,30 +1702,11 @@ pub fn check_kernels() -> Result<usize, String> {
                             size,
                         )?;
                     }
-                    // The rows' scales gathered into a buffer (as the filter does with a
-                    // head's f16 ones): the same sums, bit for bit.
-                    let gathered: Vec<f32> = (0..t)
-                        .flat_map(|r| {
-                            ws[r * ld / group..r * ld / group + k / group]
-                                .iter()
-                                .copied()
-                        })
-                        .collect();
-                    dot_u7(&w, &gathered, k / group, &x7, k, ld, t, &mut b, g16);
-                    for r in 0..t {
-                        if a[r].to_bits() != b[r].to_bits() {
-                            return Err(format!(
-                                "int8 7-bit, scales gathered, {t} rows × {k} at {ld}, g16 \
-                                 {g16}: {} vs {}",
-                                b[r], a[r]
-                            ));
-                        }
-                    }
                     if !g16 {
                         // f16 scales (normal, subnormal, zero, the largest): the sums of the
                         // kernel on them as f32, bit for bit.
-                        dot_u7(&w, &wh, ld / QK, &x7, k, ld, t, &mut b, false);
-                        dot_u7(&w, &wh32, ld / QK, &x7, k, ld, t, &mut a, false);
+                        dot_u7(&w, &wh, &x7, k, ld, t, &mut b, false);
+                        dot_u7(&w, &wh32, &x7, k, ld, t, &mut a, false);
                         for r in 0..t {
                             if a[r].to_bits() != b[r].to_bits() {
                                 return Err(format!(
@@ -2001,15 +1956,11 @@ mod tests {
         }
     }
 
-    /// [`unsigned_half`] is [`f16_bits_to_f32`] on every non-negative finite f16.
+    /// [`Scale::value`] of f16 bits is [`f16_bits_to_f32`] on every non-negative finite f16.
     #[test]
     fn unsigned_halves_convert_exactly() {
         for h in 0..0x7C00u16 {
-            assert_eq!(
-                unsigned_half(h).to_bits(),
-                f16_bits_to_f32(h).to_bits(),
-                "{h:#x}"
-            );
+            assert_eq!(h.value().to_bits(), f16_bits_to_f32(h).to_bits(), "{h:#x}");
         }
     }
 

@@ -125,18 +125,16 @@ fn check_w4_values(
     );
 }
 
-/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32), their scales `wsld` apart
-/// (`ld / group` where they are the matrix's own; a row's count where a head's f16 scales
-/// were converted into a buffer), against one row of 7-bit codes `xq` (0..=127):
-/// `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`. The integer sums are exact; the LM head's
-/// filter turns the codes back into values and bounds what the 7 bits cost. Rows far apart
-/// are separate memory streams: a core's prefetchers then fetch them in parallel (a decode
-/// step's head is memory-bound).
+/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group` apart,
+/// f32 or a head's f16 bits: [`super::Scale`]), against one row of 7-bit codes `xq`
+/// (0..=127): `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`. The integer sums are exact; the LM
+/// head's filter turns the codes back into values and bounds what the 7 bits cost. Rows far
+/// apart are separate memory streams: a core's prefetchers then fetch them in parallel (a
+/// decode step's head is memory-bound).
 #[allow(clippy::too_many_arguments, dead_code)]
 pub fn dot_u7<S: super::Scale>(
     w: &[i8],
     ws: &[S],
-    wsld: usize,
     xq: &[u8],
     k: usize,
     ld: usize,
@@ -144,9 +142,9 @@ pub fn dot_u7<S: super::Scale>(
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    check_u7(w, ws, wsld, xq, k, ld, t, g16);
+    check_u7(w, ws, xq, k, ld, t, g16);
     let group = if g16 { 16 } else { QK };
-    let ng = k / group;
+    let (ng, wld) = (k / group, ld / group);
     for r in 0..t {
         let mut s = 0f32;
         for g in 0..ng {
@@ -155,7 +153,7 @@ pub fn dot_u7<S: super::Scale>(
                 .zip(&xq[g * group..(g + 1) * group])
                 .map(|(&a, &q)| i32::from(a) * i32::from(q))
                 .sum();
-            s += dot as f32 * ws[r * wsld + g].value();
+            s += dot as f32 * ws[r * wld + g].value();
         }
         out[r] = s;
     }
@@ -163,25 +161,15 @@ pub fn dot_u7<S: super::Scale>(
 
 /// The bounds every [`dot_u7`] reads within (the SIMD versions' SAFETY rests on it).
 #[allow(clippy::too_many_arguments)]
-pub fn check_u7<S>(
-    w: &[i8],
-    ws: &[S],
-    wsld: usize,
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    t: usize,
-    g16: bool,
-) {
+pub fn check_u7<S>(w: &[i8], ws: &[S], xq: &[u8], k: usize, ld: usize, t: usize, g16: bool) {
     let group = if g16 { 16 } else { QK };
     assert!(
         (1..=4).contains(&t)
             && k.is_multiple_of(QK)
             && ld.is_multiple_of(QK)
             && (t == 1 || ld >= k)
-            && (t == 1 || wsld >= k / group)
             && w.len() >= (t - 1) * ld + k
-            && ws.len() >= (t - 1) * wsld + k / group
+            && ws.len() >= ((t - 1) * ld + k) / group
             && xq.len() >= k
     );
 }

@@ -170,7 +170,6 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
 pub fn dot_u7<S: super::Scale>(
     w: &[i8],
     ws: &[S],
-    wsld: usize,
     xq: &[u8],
     k: usize,
     ld: usize,
@@ -178,9 +177,9 @@ pub fn dot_u7<S: super::Scale>(
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    super::portable::check_u7(w, ws, wsld, xq, k, ld, t, g16);
+    super::portable::check_u7(w, ws, xq, k, ld, t, g16);
     // SAFETY: the lengths were checked.
-    unsafe { by_rows!(rows_u7, t, g16, [_], (w, ws, wsld, xq, k, ld, out)) }
+    unsafe { by_rows!(rows_u7, t, g16, [_], (w, ws, xq, k, ld, out)) }
 }
 
 /// [`dot_u7`] for `R` rows, the accumulators in registers.
@@ -189,13 +188,13 @@ pub fn dot_u7<S: super::Scale>(
 unsafe fn rows_u7<const R: usize, const G16: bool, S: super::Scale>(
     w: &[i8],
     ws: &[S],
-    wld: usize,
     xq: &[u8],
     k: usize,
     ld: usize,
     out: &mut [f32; 4],
 ) {
     let nb = k / QK;
+    let wld = if G16 { ld / 16 } else { ld / QK };
     let zero = i32x4_splat(0);
     let mut a = [f32x4_splat(0.0); R];
     let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
