@@ -114,10 +114,13 @@ define single_build
 endef
 
 # The threads + SIMD build (cross-origin-isolated pages, CPU only) and its relaxed-SIMD
-# twin, each in its own target dir; arguments as above.
+# twin, each in its own target dir; arguments as above. std is built here anyway, so with
+# its `optimize_for_size` feature (core's small sorts and formatting: 425 sort functions were
+# 215 KB of the code): 1.500 → 1.438 MB gzipped, the same decode, prefill and ready in Chromium.
 define threads_build
 	RUSTFLAGS="$(2)" cargo +nightly build --profile wasm-release --target wasm32-unknown-unknown \
-	  --lib --features threads -Z build-std=panic_abort,std --target-dir $(3)
+	  --lib --features threads -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \
+	  --target-dir $(3)
 	rm -rf $(1)
 	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/wasm-release/kerze.wasm
 	# Our thread start in place of the crate's helper snippet (why: pkg/rayon-start.js).
