@@ -1062,6 +1062,13 @@ try {
       await other.evaluate(async (key) => { (await import('/pkg/probe.js')).beacon.set(key); }, SHA);
       const loadingThere = await inPage(page, 'return k.probe({ model });', null);
       await other.close();
+      // The browser lets go of a closed tab's locks a moment after close() returns: wait for
+      // that (up to 5 s) so the probe sees what a later visit would.
+      await inPage(page, `for (let i = 0; i < 100; i += 1) {
+          const { held = [] } = await navigator.locks.query();
+          if (!held.some((l) => l.name === 'kerze-loading:' + arg)) return;
+          await new Promise((r) => setTimeout(r, 50));
+        }`, SHA);
       const killed = await inPage(page, `const r = await k.probe({ model }); localStorage.removeItem('kerze-loading:' + arg); return r;`, SHA);
       const gguf = rec.requests.filter((u) => u.includes('.gguf') && !u.includes('no-such-file'));
       return { ...out, loadingThere, killed, gguf };
