@@ -11,17 +11,22 @@ pub fn now_ms() -> f64 {
 
 #[cfg(target_arch = "wasm32")]
 pub fn now_ms() -> f64 {
+    thread_local! {
+        /// The global's `performance`, found once: a failed `instanceof Window` in a worker
+        /// throws and catches, tens of microseconds a call.
+        static PERFORMANCE: Option<web_sys::Performance> = performance();
+    }
+    PERFORMANCE
+        .with(|p| p.as_ref().map(web_sys::Performance::now))
+        .unwrap_or_else(js_sys::Date::now)
+}
+
+#[cfg(target_arch = "wasm32")]
+fn performance() -> Option<web_sys::Performance> {
     use wasm_bindgen::JsCast;
     let global = js_sys::global();
-    if let Some(w) = global.dyn_ref::<web_sys::Window>() {
-        if let Some(p) = w.performance() {
-            return p.now();
-        }
-    }
     if let Some(w) = global.dyn_ref::<web_sys::WorkerGlobalScope>() {
-        if let Some(p) = w.performance() {
-            return p.now();
-        }
+        return w.performance();
     }
-    js_sys::Date::now()
+    global.dyn_ref::<web_sys::Window>()?.performance()
 }

@@ -735,7 +735,7 @@ impl QMatrix {
                     .iter()
                     .zip(sums.iter_mut())
                     .map(&mut bound)
-                    .fold(f64::NEG_INFINITY, f64::max);
+                    .fold(f64::NEG_INFINITY, larger);
                 lower.push(best);
                 n_ok = rows.len();
             } else {
@@ -749,7 +749,7 @@ impl QMatrix {
                     if ok(i) {
                         n_ok += 1;
                         if k == 1 {
-                            best = best.max(lo);
+                            best = larger(best, lo);
                         } else if lo > floor {
                             lower.push(lo);
                             if lower.len() == 2 * k {
@@ -830,6 +830,17 @@ impl QMatrix {
             then(r, part);
         });
         y
+    }
+}
+
+/// `a.max(b)` for an `a` that is not NaN, without a call: wasm's `f64.max` returns NaN for
+/// a NaN operand where `f64::max` returns the other, so there `max` is a library call.
+#[inline(always)]
+fn larger(a: f64, b: f64) -> f64 {
+    if b > a {
+        b
+    } else {
+        a
     }
 }
 
@@ -1298,12 +1309,8 @@ impl Activations {
                 };
                 let xs = &x[blocks.start * QK..blocks.end * QK];
                 for ((xs, qs), d) in xs.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds) {
-                    let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
-                    let scale = amax / 32767.0;
-                    let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
-                    *d = scale;
-                    for (o, &v) in qs.iter_mut().zip(xs) {
-                        *o = round_to_i16(v * inv);
+                    if let (Ok(xs), Ok(qs)) = (xs.try_into(), qs.try_into()) {
+                        *d = quantize_block(xs, qs);
                     }
                 }
             },
@@ -1325,22 +1332,14 @@ impl Activations {
 /// Activation blocks per work item of [`Activations::quantize`].
 const QUANTIZE_BLOCKS: usize = 64;
 
-/// `v.round() as i16` (halves away from zero, saturating, NaN to 0) without `roundf`: the
-/// baseline x86-64 target has no rounding instruction and wasm only rounds halves to even,
-/// so `f32::round` is a library call per value there. `v as i32` truncates (saturating, NaN
-/// to 0), and `v − trunc(v)` is exact (below 2²³ both share v's grid; above it v is whole).
+/// [`portable::quantize_block`] on this build's kernel (a decode step quantizes ~80 000
+/// values on the calling thread, between the pool's jobs).
 #[inline(always)]
-fn round_to_i16(v: f32) -> i16 {
-    let t = v as i32;
-    let f = v - t as f32;
-    let r = if f >= 0.5 {
-        t.saturating_add(1)
-    } else if f <= -0.5 {
-        t.saturating_sub(1)
-    } else {
-        t
-    };
-    r.clamp(i16::MIN.into(), i16::MAX.into()) as i16
+fn quantize_block(xs: &[f32; QK], qs: &mut [i16; QK]) -> f32 {
+    #[cfg(target_arch = "wasm32")]
+    return wasm::quantize_block(xs, qs);
+    #[allow(unreachable_code)]
+    portable::quantize_block(xs, qs)
 }
 
 /// Whether the CPU has AVX2 (checked once).
@@ -1565,6 +1564,29 @@ pub fn check_kernels() -> Result<usize, String> {
             }
             compared += a.len();
         }
+    }
+    // Activation blocks: normal values at many sizes, halves exactly (a block whose largest
+    // value is 32 767 has scale 1), random bit patterns (NaN, ±∞, subnormals), zeros.
+    for i in 0i32..96 {
+        let xs: [f32; QK] = std::array::from_fn(|j| match i % 4 {
+            0 => rng.normal() * 10f32.powi(i / 4 % 13 - 6),
+            1 if j == 0 => 32767.0,
+            1 => (rng.next_u64() % 65_536) as f32 / 2.0 - 16_384.0,
+            2 => f32::from_bits(rng.next_u64() as u32),
+            _ if i == 3 => 0.0,
+            _ => [f32::NAN, f32::INFINITY, -f32::INFINITY, 1e-45, -0.0, 3.0][(j + i as usize) % 6],
+        });
+        let (mut a, mut b) = ([0i16; QK], [1i16; QK]);
+        let (da, db) = (
+            quantize_block(&xs, &mut a),
+            portable::quantize_block(&xs, &mut b),
+        );
+        if a != b || da.to_bits() != db.to_bits() {
+            return Err(format!(
+                "int8 quantize_block {xs:?}: {da} {a:?} vs {db} {b:?}"
+            ));
+        }
+        compared += a.len();
     }
     for k in [32, 96, 640] {
         // Weights at both extremes, 7-bit codes at 0 and 127, 16-bit values at ±32 767.
@@ -1795,6 +1817,7 @@ fn exact_top_k(m: &QMatrix, x: &[f32], k: usize, allowed: Option<&[u32]>) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use super::portable::round_to_i16;
     use super::*;
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};

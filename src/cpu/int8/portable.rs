@@ -33,6 +33,36 @@ pub fn dot(
     }
 }
 
+/// One block of activations on 16-bit values: scale = max|x| / 32 767 (NaN ignored), q =
+/// round(x / scale) (halves away from zero, saturating, NaN to 0); returns the scale.
+pub fn quantize_block(xs: &[f32; QK], qs: &mut [i16; QK]) -> f32 {
+    let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let scale = amax / 32767.0;
+    let inv = if scale != 0.0 { 1.0 / scale } else { 0.0 };
+    for (o, &v) in qs.iter_mut().zip(xs) {
+        *o = round_to_i16(v * inv);
+    }
+    scale
+}
+
+/// `v.round() as i16` (halves away from zero, saturating, NaN to 0) without `roundf`: the
+/// baseline x86-64 target has no rounding instruction and wasm only rounds halves to even,
+/// so `f32::round` is a library call per value there. `v as i32` truncates (saturating, NaN
+/// to 0), and `v − trunc(v)` is exact (below 2²³ both share v's grid; above it v is whole).
+#[inline(always)]
+pub fn round_to_i16(v: f32) -> i16 {
+    let t = v as i32;
+    let f = v - t as f32;
+    let r = if f >= 0.5 {
+        t.saturating_add(1)
+    } else if f <= -0.5 {
+        t.saturating_sub(1)
+    } else {
+        t
+    };
+    r.clamp(i16::MIN.into(), i16::MAX.into()) as i16
+}
+
 /// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group`
 /// apart), against one activation row on 16-bit values: each row's sum exactly as [`dot`]
 /// makes it. A decode step's products (one activation row) take rows from four distant

@@ -298,6 +298,52 @@ pub fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
     }
 }
 
+/// See [`super::portable::quantize_block`]: the same scale and values, bit for bit. The
+/// largest |x| is taken on the bits as integers, NaN lanes zeroed first (non-negative floats
+/// order as their bits do): a float max (`f32x4_pmax`) became relaxed SIMD's max in the
+/// relaxed build, whose NaN is the browser's choice, and gave NaN where `f32::max` skips it. The
+/// rounding is `round_to_i16`'s (truncate, then one up or down by the exact remainder), its
+/// step taken after the narrowing to 16 bits, with saturation: a step up happens only where
+/// the truncation is ≥ 0 and one down only where it is ≤ 0, so that is the same clamp.
+#[inline(always)]
+pub fn quantize_block(xs: &[f32; QK], qs: &mut [i16; QK]) -> f32 {
+    let x = xs.as_ptr().cast::<v128>();
+    // SAFETY: eight 16-byte loads cover the 32 values; loads are unaligned.
+    let v: [v128; 8] = std::array::from_fn(|i| unsafe { v128_load(x.add(i)) });
+    let m = v.iter().fold(u32x4_splat(0), |m, &v| {
+        u32x4_max(m, v128_and(f32x4_abs(v), f32x4_eq(v, v)))
+    });
+    let m = u32x4_max(m, i32x4_shuffle::<2, 3, 0, 1>(m, m));
+    let m = u32x4_max(m, i32x4_shuffle::<1, 0, 3, 2>(m, m));
+    let amax = f32::from_bits(u32x4_extract_lane::<0>(m));
+    let scale = amax / 32767.0;
+    let inv = f32x4_splat(if scale != 0.0 { 1.0 / scale } else { 0.0 });
+    // (truncated, −1 where it goes up, −1 where it goes down) of 4 values.
+    let round = |v: v128| {
+        let t = f32x4_mul(v, inv);
+        let ti = i32x4_trunc_sat_f32x4(t);
+        let f = f32x4_sub(t, f32x4_convert_i32x4(ti));
+        (
+            ti,
+            f32x4_ge(f, f32x4_splat(0.5)),
+            f32x4_le(f, f32x4_splat(-0.5)),
+        )
+    };
+    let q = qs.as_mut_ptr().cast::<v128>();
+    for j in 0..4 {
+        let (t0, u0, d0) = round(v[2 * j]);
+        let (t1, u1, d1) = round(v[2 * j + 1]);
+        let n = i16x8_narrow_i32x4(t0, t1);
+        let r = i16x8_add_sat(
+            i16x8_sub_sat(n, i16x8_narrow_i32x4(u0, u1)),
+            i16x8_narrow_i32x4(d0, d1),
+        );
+        // SAFETY: j < 4: four 16-byte stores cover the 32 outputs; stores are unaligned.
+        unsafe { v128_store(q.add(j), r) };
+    }
+    scale
+}
+
 /// See [`super::portable::unpack`]: a block's 32 values in two 16-byte stores.
 #[inline(always)]
 pub fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
