@@ -273,8 +273,9 @@ bench-wasm: setup fetch
 # llama.cpp's wasm build (@wllama/wllama) on a decoder (speeds, wall, ready, RSS after load
 # and at its peak, ratios), transformers.js on all-MiniLM-L6-v2's ONNX files (ms per sentence
 # at 16-256 tokens, 1 and 32 texts per call, ready, RSS). KERZE_PEERS_ONLY=decoder|encoder
-# runs one section (the encoder's alone: ~7 min on 2 cores).
-bench-peers: setup fetch build $(if $(filter decoder,$(KERZE_PEERS_ONLY)),,onnx-models)
+# runs one section (the encoder's alone: ~7 min on 2 cores); KERZE_PEERS_ONLY=scaling runs
+# kerze alone, one and two threads alternating in pairs (their decode ratio).
+bench-peers: setup fetch build $(if $(filter decoder scaling,$(KERZE_PEERS_ONLY)),,onnx-models)
 	node tests/browser/bench-peers.mjs
 
 # www/bench.html through the package (worker, cache), 1 thread; prints JSON.

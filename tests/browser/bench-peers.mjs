@@ -30,8 +30,16 @@
 // twice: 'auto' (the relaxed-SIMD build in Chromium: 7-bit activations) and `simd=simd128`
 // (16-bit activations), both beside the same transformers.js runs.
 //
+// Scaling (KERZE_PEERS_ONLY=scaling, not in the default): how two threads decode against one,
+// each engine of KERZE_PEERS_SCALING (default kerze; kerze,wllama adds llama.cpp's) alone, on
+// the decoder's file, prompt and timing, one and two threads alternating in KERZE_PEERS_RUNS
+// pairs (which goes first flips each pair), so that the two runs of a pair meet the same
+// machine: the medians, their ratio and each pair's (a shared host moves a two-thread figure
+// by 20% within an hour; ~2.5 min for 5 pairs of kerze on 2 cores).
+//
 // Prints JSON lines (each run), the encoder's table, and a JSON summary (last line: the
-// decoder's medians and ratios as `results`, the encoder's under `encoder`).
+// decoder's medians and ratios as `results`, the encoder's under `encoder`, the scaling
+// section's under `scaling`).
 import fs from 'node:fs';
 import path from 'node:path';
 import { serve, stopServers, launch, rendererRssMb, ROOT } from './lib.mjs';
@@ -40,7 +48,12 @@ const RUNS = Number(process.env.KERZE_PEERS_RUNS ?? 5);
 const THREADS = (process.env.KERZE_PEERS_THREADS ?? '1,2').split(',').map(Number);
 const MODEL = process.env.KERZE_BENCH_MODEL ?? 'gemma-3-270m';
 const ONLY = process.env.KERZE_PEERS_ONLY ?? '';
-if (!['', 'decoder', 'encoder'].includes(ONLY)) throw new Error(`KERZE_PEERS_ONLY=${ONLY}: decoder or encoder (or unset: both)`);
+if (!['', 'decoder', 'encoder', 'scaling'].includes(ONLY)) throw new Error(`KERZE_PEERS_ONLY=${ONLY}: decoder, encoder or scaling (or unset: decoder and encoder)`);
+const SCALING = (process.env.KERZE_PEERS_SCALING ?? 'kerze').split(',');
+if (!SCALING.every((e) => ['kerze', 'kerze-simd128', 'wllama'].includes(e)) || SCALING[0] === 'wllama') {
+  // wllama runs on the prompt text of kerze's first run.
+  throw new Error(`KERZE_PEERS_SCALING=${SCALING}: kerze, kerze-simd128, wllama, a kerze one first`);
+}
 const ENC_RUNS = Number(process.env.KERZE_PEERS_ENCODER_RUNS ?? 1);
 const ENC_REPS = Number(process.env.KERZE_PEERS_ENCODER_REPS ?? 3);
 const ENC_REPS1 = Number(process.env.KERZE_PEERS_ENCODER_REPS1 ?? 5);
@@ -168,6 +181,33 @@ async function decoder(results) {
       },
     };
   }
+}
+
+/** The scaling section: per engine, one and two threads alternating in pairs. */
+async function scaling() {
+  const out = {};
+  let promptText = null;
+  const round = (x) => Math.round(x * 100) / 100;
+  for (const engine of SCALING) {
+    const decode = { 1: [], 2: [] };
+    for (let i = 0; i < RUNS; i++) {
+      for (const threads of i % 2 === 0 ? [1, 2] : [2, 1]) {
+        const r = await runOnce(engine, threads, promptText);
+        promptText ??= r.prompt_text;
+        delete r.prompt_text;
+        console.log(`KERZE_PEERS_RUN ${JSON.stringify(r)}`);
+        decode[threads].push(r.decode_tok_s);
+      }
+    }
+    const [one, two] = [median(decode[1]), median(decode[2])];
+    out[engine] = {
+      decode_1_thread: one,
+      decode_2_threads: two,
+      ratio: one && two ? round(two / one) : null,
+      per_pair: decode[1].map((x, i) => round(decode[2][i] / x)),
+    };
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -362,10 +402,12 @@ async function encoder() {
 const origin = await serve('.', ['--only', 'www,pkg,dist,models,node_modules', '--coop-coep']);
 const date = new Date().toISOString().slice(0, 10);
 const summary = ONLY === 'encoder' ? { date, load_before: loadavg() }
-  : { model: MODEL, date, runs: RUNS, load_before: loadavg(), results: {} };
+  : ONLY === 'scaling' ? { model: MODEL, date, runs: RUNS, load_before: loadavg() }
+    : { model: MODEL, date, runs: RUNS, load_before: loadavg(), results: {} };
 try {
-  if (ONLY !== 'encoder') await decoder(summary.results);
-  if (ONLY !== 'decoder') summary.encoder = await encoder();
+  if (ONLY === 'scaling') summary.scaling = await scaling();
+  if (ONLY === '' || ONLY === 'decoder') await decoder(summary.results);
+  if (ONLY === '' || ONLY === 'encoder') summary.encoder = await encoder();
 } finally {
   stopServers();
 }
