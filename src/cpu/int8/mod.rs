@@ -1307,11 +1307,9 @@ impl Activations {
                         dout.part(blocks.start, blocks.len()),
                     )
                 };
-                let xs = &x[blocks.start * QK..blocks.end * QK];
-                for ((xs, qs), d) in xs.chunks_exact(QK).zip(qs.chunks_exact_mut(QK)).zip(ds) {
-                    if let (Ok(xs), Ok(qs)) = (xs.try_into(), qs.try_into()) {
-                        *d = quantize_block(xs, qs);
-                    }
+                let (xs, _) = x[blocks.start * QK..blocks.end * QK].as_chunks::<QK>();
+                for ((xs, qs), d) in xs.iter().zip(qs.as_chunks_mut::<QK>().0).zip(ds) {
+                    *d = quantize_block(xs, qs);
                 }
             },
         );
