@@ -71,6 +71,8 @@ const median = (xs) => {
   const m = Math.floor(v.length / 2);
   return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 };
+/** a / b to two decimals (null when either is missing). */
+const ratio = (a, b) => (a != null && b ? Math.round((a / b) * 100) / 100 : null);
 const loadavg = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
 
 /** Samples the largest renderer's RSS of the browser whose ancestor is this process. */
@@ -159,7 +161,6 @@ async function decoder(results) {
     const k = of(runs.kerze);
     const k128 = of(runs['kerze-simd128']);
     const w = of(runs.wllama);
-    const ratio = (a, b) => (a != null && b ? Math.round((a / b) * 100) / 100 : null);
     results[`${threads}_thread${threads > 1 ? 's' : ''}`] = {
       kerze: k,
       kerze_simd128: k128,
@@ -187,7 +188,6 @@ async function decoder(results) {
 async function scaling() {
   const out = {};
   let promptText = null;
-  const round = (x) => Math.round(x * 100) / 100;
   for (const engine of SCALING) {
     const decode = { 1: [], 2: [] };
     for (let i = 0; i < RUNS; i++) {
@@ -203,8 +203,8 @@ async function scaling() {
     out[engine] = {
       decode_1_thread: one,
       decode_2_threads: two,
-      ratio: one && two ? round(two / one) : null,
-      per_pair: decode[1].map((x, i) => round(decode[2][i] / x)),
+      ratio: ratio(two, one),
+      per_pair: decode[1].map((x, i) => ratio(decode[2][i], x)),
     };
   }
   return out;
@@ -364,7 +364,6 @@ async function encoder() {
       const k = of(runs.kerze);
       const t = of(runs.transformers);
       const k128 = runs['kerze-simd128'] ? of(runs['kerze-simd128']) : null;
-      const ratio = (a, b) => (a != null && b ? Math.round((a / b) * 100) / 100 : null);
       const key = `${threads}_thread${threads > 1 ? 's' : ''}`;
       out.results[pair] ??= {};
       out.results[pair][key] = {
