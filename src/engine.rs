@@ -101,7 +101,8 @@ fn is_head(name: &str, cfg: &ModelConfig) -> bool {
 
 fn cpu_tensor_bytes(t: &crate::gguf::TensorInfo, cfg: &ModelConfig) -> u64 {
     let n = t.dims.iter().product::<u64>();
-    crate::cpu::resident_bytes(t.ty, n, is_head(&t.name, cfg))
+    let cols = t.dims.first().copied().unwrap_or(0);
+    crate::cpu::resident_bytes(t.ty, cols, n, is_head(&t.name, cfg))
 }
 
 /// A typed error before any weight is read when the CPU backend would need more than

@@ -28,11 +28,12 @@ pub use attention::KvCache;
 pub const SUPPORTED_TYPES: &str =
     "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
 
-/// Bytes the CPU backend holds for a tensor of `ty` with `n` values: for the quantized types
-/// int8 values (4-bit codes packed, but for a Q4_0 LM head: `head`) plus f32 scales (and
-/// offsets) per group, f32 for the float types.
-pub fn resident_bytes(ty: GgmlType, n: u64, head: bool) -> u64 {
-    int8::QMatrix::resident_bytes(ty, n, head).unwrap_or_else(|| n.saturating_mul(4))
+/// Bytes the CPU backend holds for a tensor of `ty` with `n` values in rows of `cols`: for
+/// the quantized types int8 values (4-bit codes packed, and in wasm Q5_0's three to 16 bits,
+/// but for an LM head the filter runs on: `head`) plus f32 scales (and offsets) per group,
+/// f32 for the float types.
+pub fn resident_bytes(ty: GgmlType, cols: u64, n: u64, head: bool) -> u64 {
+    int8::QMatrix::resident_bytes(ty, cols, n, head).unwrap_or_else(|| n.saturating_mul(4))
 }
 
 /// The rate (GB/s) at which this machine's threads, as the kernels' pool runs them, read

@@ -9,9 +9,12 @@
 //! memory, 16 bytes per 32 values (Q4_K 0.75 bytes per weight with its f32 scales and
 //! offsets, not 1.25): a decode step's kernel widens the nibbles to 16 bits itself, a
 //! prompt's unpacks each weight row to int8 once for all its activation rows; less memory
-//! and less to read per token, the same sums bit for bit. The 5-bit types stay int8: their
-//! fifth bit costs a decode step more work than the bytes it saves (Q5_0 packed, natively:
-//! 41% more instructions per Gemma 3 270M decode step). One exception to f32 scales: a Q8_0
+//! and less to read per token, the same sums bit for bit. In wasm, Q5_0 (Gemma 3's and
+//! Qwen2's fallback for rows K-quants cannot split) keeps its codes three to a 16-bit lane
+//! ([`Packing::Fives`]: 0.67 bytes a value), which a kernel takes apart with one mask or
+//! shift per 8 values, as int8 takes one widening; natively it stays int8 (the file's bit
+//! planes cost 41% more instructions per Gemma 3 270M decode step there, and native memory
+//! is not the tab's). Q5_1 and Q5_K stay int8. One exception to f32 scales: a Q8_0
 //! LM head where the build has the head's filter keeps the file's f16 scales, which the
 //! filter's kernel reads without converting them ([`Scale`], [`Scales::F16`]).
 //!
@@ -112,17 +115,28 @@ enum Values {
     Packed(Packing, Vec<u8>),
 }
 
-/// The packed layout of 32 values: 16 bytes of nibbles (byte l: value l low, value l + 16
-/// high), as Q4_0 and Q4_1 have them in the file; a value is its code less `bias`.
+/// How values are packed ([`Values::Packed`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Packing {
-    bias: i8,
+enum Packing {
+    /// 16 bytes of nibbles per 32 values (byte l: value l low, value l + 16 high), as Q4_0
+    /// and Q4_1 have them in the file; a value is its code less `bias`.
+    Nibbles { bias: i8 },
+    /// Q5_0's values (−16..=15) as codes (value + 16) three to a 16-bit lane, 64 bytes per 96
+    /// values ([`portable::pack_fives`]): 0.67 bytes a value against int8's 1, where the
+    /// file's bit planes (0.69) would cost a decode step more work than the bytes save. A
+    /// kernel takes each field with one mask or shift where int8 takes one widening, and
+    /// subtracts 16 · Σx per block once. Only in wasm, whose memory is the tab's (natively
+    /// Q5_0 stays int8).
+    Fives,
 }
 
 impl Packing {
-    /// Bytes per 32 values.
-    const fn bytes(self) -> usize {
-        QK / 2
+    /// Bytes of a row of `cols` values (a multiple of 32).
+    const fn row_bytes(self, cols: usize) -> usize {
+        match self {
+            Packing::Nibbles { .. } => cols / 2,
+            Packing::Fives => portable::fives_row_bytes(cols),
+        }
     }
 }
 
@@ -143,11 +157,14 @@ impl QMatrix {
     /// The bytes `n` values of a type this kernel takes occupy loaded in this build (values,
     /// scales and offsets), as an LM head when `head` (where the build has the head's
     /// filter: int8 values, f16 scales where the file's are; else as any matrix).
-    pub fn resident_bytes(ty: GgmlType, n: u64, head: bool) -> Option<u64> {
+    pub fn resident_bytes(ty: GgmlType, cols: u64, n: u64, head: bool) -> Option<u64> {
         let u = unpacker(ty)?;
         let filter = has_fast_u7();
         let values = match u.pack {
-            Some((p, _)) if !keeps_int8(&u, head, filter) => n / QK as u64 * p.bytes() as u64,
+            Some((p, _)) if !keeps_int8(&u, head, filter) => {
+                let cols = usize::try_from(cols).ok().filter(|&c| c > 0)?;
+                (n / cols as u64).saturating_mul(p.row_bytes(cols) as u64)
+            }
             _ => n,
         };
         let scale = if half_scales(&u, head, filter) { 2 } else { 4 };
@@ -179,7 +196,7 @@ impl QMatrix {
         match &self.values {
             Values::Int8(qs) => &qs[j * k..(j + 1) * k],
             Values::Packed(p, bytes) => {
-                let rb = k / QK * p.bytes();
+                let rb = p.row_bytes(k);
                 unpack(&bytes[j * rb..(j + 1) * rb], &mut scratch[..k], *p);
                 &scratch[..k]
             }
@@ -266,7 +283,7 @@ impl QMatrix {
         // Reserved whole and filled a chunk at a time: zeroing them whole first would be a
         // second pass over ~300 MB (in wasm, where the allocator zeroes even fresh memory).
         let mut values = match packing {
-            Some((p, _)) => Values::Packed(p, Vec::with_capacity(n / QK * p.bytes())),
+            Some((p, _)) => Values::Packed(p, Vec::with_capacity(rows * p.row_bytes(cols))),
             None => Values::Int8(Vec::with_capacity(n)),
         };
         // f16 scales are taken from the blocks' first two bytes: the types whose scale is
@@ -311,7 +328,7 @@ impl QMatrix {
                 }
             };
             match &mut values {
-                Values::Packed(p, bytes) => bytes.resize(v.end / QK * p.bytes(), 0),
+                Values::Packed(p, bytes) => bytes.resize((r0 + nr) * p.row_bytes(cols), 0),
                 Values::Int8(qs) => qs.resize(v.end, 0),
             }
             let o = match offsets.as_mut() {
@@ -323,13 +340,8 @@ impl QMatrix {
             };
             match (&mut values, packing) {
                 (Values::Packed(p, bytes), Some((_, pack))) => {
-                    let per = p.bytes();
-                    pack(
-                        chunk,
-                        &mut bytes[v.start / QK * per..v.end / QK * per],
-                        s,
-                        o,
-                    )
+                    let rb = p.row_bytes(cols);
+                    pack(chunk, &mut bytes[r0 * rb..(r0 + nr) * rb], s, o, cols)
                 }
                 (Values::Int8(qs), _) => (u.unpack)(chunk, &mut qs[v], s, o),
                 (Values::Packed(..), None) => {
@@ -504,6 +516,16 @@ impl QMatrix {
             }
         };
         let (sums16, sums32) = (sums_of(16), sums_of(QK));
+        // What the five-bit codes' sums exceed the values' by, for the one-row kernel.
+        let corr = if m == 1
+            && parts
+                .iter()
+                .any(|(w, _)| matches!(w.values, Values::Packed(Packing::Fives, _)))
+        {
+            portable::fives_corrections(&act.q, k)
+        } else {
+            Vec::new()
+        };
         let mut ys: Vec<Vec<f32>> = parts.iter().map(|(w, _)| vec![0f32; m * w.rows]).collect();
         let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
         // Part p's chunks of ROW_CHUNK rows are the pass's items firsts[p]..firsts[p + 1].
@@ -533,7 +555,7 @@ impl QMatrix {
                     // are disjoint and in bounds, and it outlives `for_chunks`, which returns
                     // only when all are done.
                     let part = unsafe { outs[p].part(r.start, r.len()) };
-                    w.matvec_into(&act, sums, r, part, out);
+                    w.matvec_into(&act, sums, &corr, r, part, out);
                 } else {
                     // SAFETY: outs[p] is part p's m × rows output, which outlives
                     // `for_chunks`, and these rows are this item's alone.
@@ -544,7 +566,8 @@ impl QMatrix {
         ys
     }
 
-    /// Rows `r` of a product with one activation row, their finished outputs `part`: four
+    /// Rows `r` of a product with one activation row (and its five-bit corrections `corr`,
+    /// where the values are in that layout), their finished outputs `part`: four
     /// memory streams per work item ([`for_row_tiles`]), each row's sum the one
     /// [`QMatrix::rows_into`] makes for it, bit for bit (the LM head's filter recomputes rows
     /// with that kernel).
@@ -552,6 +575,7 @@ impl QMatrix {
         &self,
         act: &Activations,
         sums: &[f32],
+        corr: &[i32],
         r: Range<usize>,
         part: &mut [f32],
         out: &Out,
@@ -578,12 +602,18 @@ impl QMatrix {
                     *v = acc[0];
                 }
             }
-            (Values::Packed(p, bytes), Scales::F32(scales)) => {
+            (Values::Packed(Packing::Fives, bytes), Scales::F32(scales)) => {
+                for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                    let (w, ws) = (&bytes[j * Packing::Fives.row_bytes(n)..], &scales[j * ng..]);
+                    dot_w5(w, ws, &act.q, &act.d, corr, n, apart, t, acc);
+                })
+            }
+            (Values::Packed(Packing::Nibbles { bias }, bytes), Scales::F32(scales)) => {
                 for_row_tiles(r.clone(), part, |j, apart, t, acc| {
                     let (w, ws) = (&bytes[j * n / 2..], &scales[j * ng..]);
                     dot_w4_nib(
                         w,
-                        p.bias,
+                        *bias,
                         ws,
                         &act.q,
                         &act.d,
@@ -899,8 +929,9 @@ const ROW_CHUNK: usize = 64;
 /// none).
 type UnpackFn = fn(&[u8], &mut [i8], &mut [f32], &mut [f32]);
 
-/// [`UnpackFn`] with the values packed ([`Packing`]) instead of unpacked.
-type PackFn = fn(&[u8], &mut [u8], &mut [f32], &mut [f32]);
+/// [`UnpackFn`] with the values packed ([`Packing`]) instead of unpacked, for a chunk of
+/// whole rows of the given length.
+type PackFn = fn(&[u8], &mut [u8], &mut [f32], &mut [f32], usize);
 
 /// `f` (one file block of `BYTES` → `OUT` outputs: `BLOCK` int8 values, or the packed
 /// codes of a 4-bit type; a scale per `GROUP` values, offsets if the type has them: `o` not
@@ -931,11 +962,50 @@ fn blocks<T, const BLOCK: usize, const BYTES: usize, const GROUP: usize, const O
     }
 }
 
+/// Q5_0 into the five-bit layout ([`Packing::Fives`]): each row of the chunk (`cols`
+/// values, `cols / 32` file blocks of `BYTES`) unpacked to int8 by `unpack`, then packed.
+fn fives<const BYTES: usize>(
+    chunk: &[u8],
+    out: &mut [u8],
+    s: &mut [f32],
+    o: &mut [f32],
+    cols: usize,
+    unpack: impl Fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
+) {
+    let nb = cols / QK;
+    let rb = Packing::Fives.row_bytes(cols);
+    let mut q = vec![0i8; cols];
+    let rows = chunk.chunks_exact(nb * BYTES).zip(out.chunks_exact_mut(rb));
+    for (r, (blk, dst)) in rows.enumerate() {
+        let o = if o.is_empty() {
+            &mut [][..]
+        } else {
+            &mut o[r * nb..(r + 1) * nb]
+        };
+        unpack(blk, &mut q, &mut s[r * nb..(r + 1) * nb], o);
+        pack_fives(&q, dst);
+    }
+}
+
+/// [`portable::pack_fives`] on this build's kernel.
+#[inline(always)]
+fn pack_fives(q: &[i8], out: &mut [u8]) {
+    #[cfg(target_arch = "wasm32")]
+    return wasm::pack_fives(q, out);
+    #[allow(unreachable_code)]
+    portable::pack_fives(q, out)
+}
+
 /// Whether a matrix of this type keeps int8 values: the types without a packed layout, and
 /// an LM head the filter may run on (it reads int8 rows and takes no offsets) where `filter`
 /// (this build has the filter: [`has_fast_u7`]).
 fn keeps_int8(u: &Unpacker, head: bool, filter: bool) -> bool {
-    u.pack.is_none() || (head && !u.offsets && filter)
+    match u.pack {
+        None => true,
+        // The five-bit layout has a kernel in wasm only.
+        Some((Packing::Fives, _)) if !cfg!(target_arch = "wasm32") => true,
+        Some(_) => head && !u.offsets && filter,
+    }
 }
 
 /// Whether a matrix of this type keeps f16 scales ([`Scales::F16`]): an LM head the filter
@@ -1013,9 +1083,9 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
         ($block:literal, $bytes:literal, $group:literal, $offsets:literal, $f:ident,
          $p:ident, $bias:literal) => {{
             const OUT: usize = $block / 2;
-            let packing = Packing { bias: $bias };
+            let packing = Packing::Nibbles { bias: $bias };
             let pack: PackFn =
-                |c, q, s, o| blocks::<u8, $block, $bytes, $group, OUT>(c, q, s, o, $p);
+                |c, q, s, o, _| blocks::<u8, $block, $bytes, $group, OUT>(c, q, s, o, $p);
             u!($block, $bytes, $group, $offsets, $f, Some((packing, pack)))
         }};
         ($block:literal, $bytes:literal, $group:literal, $offsets:literal, $f:ident, $pack:expr) => {
@@ -1033,7 +1103,18 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
     let u = match ty {
         GgmlType::Q4_0 => u!(32, 18, 32, false, unpack_q4_0, pack_q4_0, 8),
         GgmlType::Q4_1 => u!(32, 20, 32, true, unpack_q4_1, pack_q4_1, 0),
-        GgmlType::Q5_0 => u!(32, 22, 32, false, unpack_q5_0),
+        GgmlType::Q5_0 => u!(
+            32,
+            22,
+            32,
+            false,
+            unpack_q5_0,
+            Some((Packing::Fives, |c, q, s, o, cols| {
+                fives::<22>(c, q, s, o, cols, |c, q, s, o| {
+                    blocks::<i8, 32, 22, 32, 32>(c, q, s, o, unpack_q5_0)
+                })
+            }))
+        ),
         GgmlType::Q5_1 => u!(32, 24, 32, true, unpack_q5_1),
         GgmlType::Q8_0 => u!(32, 34, 32, false, unpack_q8_0),
         GgmlType::Q2_K => u!(256, 84, 16, true, unpack_q2_k),
@@ -1347,19 +1428,59 @@ fn has_avx2() -> bool {
     *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
 }
 
-/// [`portable::unpack`] on this build's kernel.
+/// [`portable::unpack`] (or [`portable::unpack_fives`]: one row) on this build's kernel.
 #[inline(always)]
 fn unpack(bytes: &[u8], out: &mut [i8], p: Packing) {
+    let bias = match p {
+        Packing::Nibbles { bias } => bias,
+        Packing::Fives => {
+            #[cfg(target_arch = "wasm32")]
+            return wasm::unpack_fives(bytes, out);
+            #[allow(unreachable_code)]
+            return portable::unpack_fives(bytes, out);
+        }
+    };
     #[cfg(target_arch = "wasm32")]
-    return wasm::unpack(bytes, out, p.bias);
+    return wasm::unpack(bytes, out, bias);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::unpack(bytes, out, p.bias) };
+        unsafe { avx2::unpack(bytes, out, bias) };
         return;
     }
     #[allow(unreachable_code)]
-    portable::unpack(bytes, out, p.bias)
+    portable::unpack(bytes, out, bias)
+}
+
+/// [`portable::dot_w5`] on this build's kernel; natively (where Q5_0 stays int8:
+/// [`keeps_int8`], so only the tests come here) the rows unpacked for this build's [`dot_w4`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn dot_w5(
+    w: &[u8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    corr: &[i32],
+    k: usize,
+    apart: usize,
+    t: usize,
+    out: &mut [f32; 4],
+) {
+    #[cfg(target_arch = "wasm32")]
+    return wasm::dot_w5(w, ws, xq, xd, corr, k, apart, t, out);
+    #[allow(unreachable_code)]
+    {
+        portable::check_w5(w, ws, xq, xd, corr, k, apart, t);
+        let (rb, nb) = (Packing::Fives.row_bytes(k), k / QK);
+        let mut q = vec![0i8; k];
+        for (r, o) in out.iter_mut().enumerate().take(t) {
+            unpack(&w[r * apart * rb..], &mut q, Packing::Fives);
+            let mut acc = [0f32; 4];
+            dot_w4(&q, &ws[r * apart * nb..], xq, xd, k, k, 1, &mut acc, false);
+            *o = acc[0];
+        }
+    }
 }
 
 /// [`portable::dot_w4_nib`] on this build's kernel.
@@ -1535,8 +1656,10 @@ pub fn check_kernels() -> Result<usize, String> {
     };
     // Packed codes, every bit pattern likely among 7 blocks, with each packed type's bias.
     for bias in [0, 8] {
-        let p = Packing { bias };
-        let bytes: Vec<u8> = (0..7 * p.bytes()).map(|_| rng.next_u64() as u8).collect();
+        let p = Packing::Nibbles { bias };
+        let bytes: Vec<u8> = (0..p.row_bytes(7 * QK))
+            .map(|_| rng.next_u64() as u8)
+            .collect();
         let (mut a, mut b) = (vec![0i8; 7 * QK], vec![1i8; 7 * QK]);
         unpack(&bytes, &mut a, p);
         portable::unpack(&bytes, &mut b, bias);
@@ -1585,6 +1708,77 @@ pub fn check_kernels() -> Result<usize, String> {
             ));
         }
         compared += a.len();
+    }
+    // The five-bit layout: rows of 1, 2, 3 and 20 blocks (every tail of a unit), values at
+    // both ends, packed and unpacked by this build's kernels and the portable ones; then
+    // products of up to 4 rows, 1 and 3 rows apart, against the int8 kernel on the same
+    // values, bit for bit (this build's against this build's, portable against portable).
+    for k in [32, 64, 96, 640] {
+        let rows = 10;
+        let q: Vec<i8> = (0..rows * k)
+            .map(|i| match i % 13 {
+                0 => -16,
+                1 => 15,
+                _ => (rng.next_u64() % 32) as i8 - 16,
+            })
+            .collect();
+        let rb = Packing::Fives.row_bytes(k);
+        let (mut pa, mut pb) = (vec![0u8; rows * rb], vec![1u8; rows * rb]);
+        for r in 0..rows {
+            let row = &q[r * k..(r + 1) * k];
+            pack_fives(row, &mut pa[r * rb..(r + 1) * rb]);
+            portable::pack_fives(row, &mut pb[r * rb..(r + 1) * rb]);
+        }
+        if pa != pb {
+            return Err(format!("int8 pack_fives, {k} values: {pa:?} vs {pb:?}"));
+        }
+        let (mut ua, mut ub) = (vec![0i8; k], vec![1i8; k]);
+        for r in 0..rows {
+            unpack(&pa[r * rb..], &mut ua, Packing::Fives);
+            portable::unpack_fives(&pa[r * rb..], &mut ub);
+            if ua[..] != q[r * k..(r + 1) * k] || ub != ua {
+                return Err(format!("int8 unpack_fives, {k} values: {ua:?} vs {ub:?}"));
+            }
+            compared += k;
+        }
+        let ws: Vec<f32> = (0..rows * k / QK)
+            .map(|_| rng.spread().abs() * 0.01)
+            .collect();
+        let x16: Vec<i16> = (0..k)
+            .map(|i| {
+                if i % 5 == 0 {
+                    -32767
+                } else {
+                    (rng.spread() * 9000.0) as i16
+                }
+            })
+            .collect();
+        let xd: Vec<f32> = (0..k / QK).map(|_| rng.spread().abs() * 1e-4).collect();
+        let corr = portable::fives_corrections(&x16, k);
+        for apart in [1, 3] {
+            for t in (1..=4).filter(|t| (t - 1) * apart < rows) {
+                let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
+                for simd in [true, false] {
+                    if simd {
+                        dot_w4(&q, &ws, &x16, &xd, k, apart * k, t, &mut a, false);
+                        dot_w5(&pa, &ws, &x16, &xd, &corr, k, apart, t, &mut b);
+                    } else {
+                        portable::dot_w4(&q, &ws, &x16, &xd, k, apart * k, t, &mut a, false);
+                        portable::dot_w5(&pa, &ws, &x16, &xd, &corr, k, apart, t, &mut b);
+                    }
+                    for r in 0..t {
+                        if a[r].to_bits() != b[r].to_bits() {
+                            return Err(format!(
+                                "int8 five-bit rows, simd {simd}, {t} rows × {k}, {apart} \
+                                 apart: {} vs {}",
+                                b[r], a[r]
+                            ));
+                        }
+                    }
+                    compared += t;
+                }
+            }
+        }
     }
     for k in [32, 96, 640] {
         // Weights at both extremes, 7-bit codes at 0 and 127, 16-bit values at ±32 767.
@@ -2096,9 +2290,10 @@ mod tests {
         }
     }
 
-    /// The 4-bit types held packed give the int8 rows and products they give
-    /// unpacked (as an LM head loads them), bit for bit: on one activation row (rows from
-    /// four places at once), on a prompt, and through the pool.
+    /// The 4-bit types and Q5_0 (the five-bit layout, every tail of a unit: 16 and 32 blocks a
+    /// row) held packed give the int8 rows and products they give unpacked (as an LM head
+    /// loads them), bit for bit: on one activation row (rows from four places at once), on a
+    /// prompt, and through the pool.
     #[test]
     fn packed_matrices_equal_unpacked_ones_bit_for_bit() {
         let mut rng = crate::sampler::Rng::new(9);
@@ -2110,6 +2305,7 @@ mod tests {
                 (GgmlDType::Q4_0, GgmlType::Q4_0),
                 (GgmlDType::Q4_1, GgmlType::Q4_1),
                 (GgmlDType::Q4K, GgmlType::Q4_K),
+                (GgmlDType::Q5_0, GgmlType::Q5_0),
             ] {
                 let bytes = QTensor::quantize(&wt, dt)
                     .unwrap()
@@ -2145,9 +2341,17 @@ mod tests {
                     let offsets = 4 * usize::from(m.offsets.is_some());
                     (values + m.scales.len() * (scale + offsets)) as u64
                 };
+                // What this build holds for it: packed, or int8 where it has no kernel for
+                // the packing (Q5_0 natively).
+                let u = unpacker(ty).unwrap();
+                let kept = if keeps_int8(&u, false, has_fast_u7()) {
+                    &int8
+                } else {
+                    &packed
+                };
                 assert_eq!(
-                    Some(held(&packed)),
-                    QMatrix::resident_bytes(ty, n, false),
+                    Some(held(kept)),
+                    QMatrix::resident_bytes(ty, cols as u64, n, false),
                     "{ty}"
                 );
                 // A head keeps int8 values where its filter can run (no offsets).
@@ -2163,12 +2367,12 @@ mod tests {
                 .unwrap();
                 assert_eq!(
                     as_head.is_packed(),
-                    int8.offsets.is_some() || !has_fast_u7(),
+                    !keeps_int8(&u, true, has_fast_u7()),
                     "{ty}"
                 );
                 assert_eq!(
                     Some(held(&as_head)),
-                    QMatrix::resident_bytes(ty, n, !as_head.is_packed()),
+                    QMatrix::resident_bytes(ty, cols as u64, n, !as_head.is_packed()),
                     "{ty}"
                 );
                 let ids: Vec<u32> = (0..rows as u32).collect();

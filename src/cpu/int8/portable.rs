@@ -323,3 +323,120 @@ pub fn dot_w4_nib(
         *o = s;
     }
 }
+
+/// Values per unit of the five-bit layout ([`super::Packing::Fives`]): three blocks of 32.
+pub const FIVES_UNIT: usize = 3 * QK;
+
+/// Bytes per unit of the five-bit layout: four vectors of eight 16-bit lanes.
+pub const FIVES_UNIT_BYTES: usize = 64;
+
+/// Where field `f` (0, 1, 2) of a five-bit lane starts: bits 0..5, 5..10 and 10..15 (bit 15
+/// is clear).
+pub const FIVES_SHIFT: [u32; 3] = [0, 5, 10];
+
+/// One row of values in −16..=15 (`q`, whole blocks of 32) in the five-bit layout `out`
+/// (`q.len()` rounded up to units of 96 values, 64 bytes each, the last unit's missing values
+/// zero): group `g` (values `8g..8g + 8` of a unit) in the unit's vector `g / 3` as field
+/// `g % 3` of its eight little-endian 16-bit lanes, value `8g + l` in lane `l`, as the code
+/// `value + 16` (0..=31). A group's eight values meet the same eight activations as in the
+/// int8 row, in the same lanes of `i32x4.dot_i16x8_s`, so a kernel can make every integer sum
+/// the int8 row's: the codes' sums less 16 · Σx ([`fives_corrections`]).
+pub fn pack_fives(q: &[i8], out: &mut [u8]) {
+    assert!(out.len() >= fives_row_bytes(q.len()));
+    for (u, unit) in q.chunks(FIVES_UNIT).enumerate() {
+        let mut lanes = [0u16; 32];
+        for (g, group) in unit.chunks(8).enumerate() {
+            for (l, &v) in group.iter().enumerate() {
+                debug_assert!((-16..16).contains(&v));
+                let code = (i16::from(v) + 16) as u16 & 0x1F;
+                lanes[g / 3 * 8 + l] |= code << FIVES_SHIFT[g % 3];
+            }
+        }
+        for (o, lane) in out[u * FIVES_UNIT_BYTES..(u + 1) * FIVES_UNIT_BYTES]
+            .chunks_exact_mut(2)
+            .zip(lanes)
+        {
+            o.copy_from_slice(&lane.to_le_bytes());
+        }
+    }
+}
+
+/// One row in the five-bit layout ([`pack_fives`]) back to its `out.len()` int8 values.
+pub fn unpack_fives(bytes: &[u8], out: &mut [i8]) {
+    assert!(bytes.len() >= fives_row_bytes(out.len()));
+    for (i, o) in out.iter_mut().enumerate() {
+        let (u, g, l) = (i / FIVES_UNIT, i % FIVES_UNIT / 8, i % 8);
+        let at = u * FIVES_UNIT_BYTES + (g / 3 * 8 + l) * 2;
+        let lane = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        *o = ((lane >> FIVES_SHIFT[g % 3]) & 0x1F) as i8 - 16;
+    }
+}
+
+/// What the five-bit codes' sums ([`pack_fives`]) exceed the values' by, per block of an
+/// activation row and lane of `i32x4.dot_i16x8_s`: `16 · Σ_g (x[8g + 2l] + x[8g + 2l + 1])`
+/// over the block's four groups `g`, lane `l` (`4 · k / 32` values, exact).
+pub fn fives_corrections(xq: &[i16], k: usize) -> Vec<i32> {
+    let mut c = vec![0i32; 4 * (k / QK)];
+    for (i, &x) in xq[..k / QK * QK].iter().enumerate() {
+        c[i / QK * 4 + i % 8 / 2] += 16 * i32::from(x);
+    }
+    c
+}
+
+/// [`dot_w4`] on rows in the five-bit layout (`w`; a scale per 32 values): `t ≤ 4` rows,
+/// `apart` rows from one to the next (each row `fives_row_bytes(k)` bytes and `k / 32`
+/// scales), against one activation row and its [`fives_corrections`] `corr`; each row's sum
+/// exactly as [`dot_w4`] makes it on the int8 values (this is that: the rows unpacked
+/// first; the SIMD versions take the codes' sums less `corr`).
+#[allow(clippy::too_many_arguments)]
+pub fn dot_w5(
+    w: &[u8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    corr: &[i32],
+    k: usize,
+    apart: usize,
+    t: usize,
+    out: &mut [f32; 4],
+) {
+    check_w5(w, ws, xq, xd, corr, k, apart, t);
+    let (rb, nb) = (fives_row_bytes(k), k / QK);
+    let mut q = vec![0i8; k];
+    for (r, o) in out.iter_mut().enumerate().take(t) {
+        unpack_fives(&w[r * apart * rb..], &mut q);
+        let mut acc = [0f32; 4];
+        dot_w4(&q, &ws[r * apart * nb..], xq, xd, k, k, 1, &mut acc, false);
+        *o = acc[0];
+    }
+}
+
+/// Bytes of a row of `k` values in the five-bit layout.
+pub const fn fives_row_bytes(k: usize) -> usize {
+    k.div_ceil(FIVES_UNIT) * FIVES_UNIT_BYTES
+}
+
+/// The bounds every [`dot_w5`] reads within (the SIMD versions' SAFETY rests on it).
+#[allow(clippy::too_many_arguments)]
+pub fn check_w5(
+    w: &[u8],
+    ws: &[f32],
+    xq: &[i16],
+    xd: &[f32],
+    corr: &[i32],
+    k: usize,
+    apart: usize,
+    t: usize,
+) {
+    let last = (t.max(1) - 1).saturating_mul(apart);
+    assert!(
+        (1..=4).contains(&t)
+            && k.is_multiple_of(QK)
+            && (t == 1 || apart >= 1)
+            && w.len() >= (last + 1).saturating_mul(fives_row_bytes(k))
+            && ws.len() >= (last + 1).saturating_mul(k / QK)
+            && xq.len() >= k
+            && xd.len() >= k / QK
+            && corr.len() >= 4 * (k / QK)
+    );
+}
