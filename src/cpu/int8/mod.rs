@@ -1472,14 +1472,10 @@ fn dot_w5(
     #[allow(unreachable_code)]
     {
         portable::check_w5(w, ws, xq, xd, corr, k, apart, t);
-        let (rb, nb) = (Packing::Fives.row_bytes(k), k / QK);
-        let mut q = vec![0i8; k];
-        for (r, o) in out.iter_mut().enumerate().take(t) {
-            unpack(&w[r * apart * rb..], &mut q, Packing::Fives);
-            let mut acc = [0f32; 4];
-            dot_w4(&q, &ws[r * apart * nb..], xq, xd, k, k, 1, &mut acc, false);
-            *o = acc[0];
-        }
+        let unpack = |b: &[u8], q: &mut [i8]| unpack(b, q, Packing::Fives);
+        portable::dot_w5_unpacked(w, ws, k, apart, t, out, unpack, |q, ws, acc| {
+            dot_w4(q, ws, xq, xd, k, k, 1, acc, false)
+        })
     }
 }
 
@@ -1645,6 +1641,20 @@ fn dot_u7<S: Scale>(
 /// (the SIMD versions add in another order), the row statistics likewise and the filter's
 /// top-k exactly, ties included.
 pub fn check_kernels() -> Result<usize, String> {
+    // `n` 16-bit activations, every fifth at −32 767, and a scale per 32.
+    fn activations16(rng: &mut crate::sampler::Rng, n: usize) -> (Vec<i16>, Vec<f32>) {
+        let x16 = (0..n)
+            .map(|i| {
+                if i % 5 == 0 {
+                    -32767
+                } else {
+                    (rng.spread() * 9000.0) as i16
+                }
+            })
+            .collect();
+        let xd = (0..n / QK).map(|_| rng.spread().abs() * 1e-4).collect();
+        (x16, xd)
+    }
     let mut rng = crate::sampler::Rng::new(11);
     let mut compared = 0;
     let close = |what: &str, a: f32, b: f32, size: f32| {
@@ -1744,16 +1754,7 @@ pub fn check_kernels() -> Result<usize, String> {
         let ws: Vec<f32> = (0..rows * k / QK)
             .map(|_| rng.spread().abs() * 0.01)
             .collect();
-        let x16: Vec<i16> = (0..k)
-            .map(|i| {
-                if i % 5 == 0 {
-                    -32767
-                } else {
-                    (rng.spread() * 9000.0) as i16
-                }
-            })
-            .collect();
-        let xd: Vec<f32> = (0..k / QK).map(|_| rng.spread().abs() * 1e-4).collect();
+        let (x16, xd) = activations16(&mut rng, k);
         let corr = portable::fives_corrections(&x16, k);
         for apart in [1, 3] {
             for t in (1..=4).filter(|t| (t - 1) * apart < rows) {
@@ -1811,16 +1812,7 @@ pub fn check_kernels() -> Result<usize, String> {
                 }
             })
             .collect();
-        let x16: Vec<i16> = (0..4 * k)
-            .map(|i| {
-                if i % 5 == 0 {
-                    -32767
-                } else {
-                    (rng.spread() * 9000.0) as i16
-                }
-            })
-            .collect();
-        let xd: Vec<f32> = (0..4 * k / QK).map(|_| rng.spread().abs() * 1e-4).collect();
+        let (x16, xd) = activations16(&mut rng, 4 * k);
         for g16 in [false, true] {
             let group = if g16 { 16 } else { QK };
             for t in 1..=4 {

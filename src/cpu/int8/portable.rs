@@ -401,12 +401,30 @@ pub fn dot_w5(
     out: &mut [f32; 4],
 ) {
     check_w5(w, ws, xq, xd, corr, k, apart, t);
+    dot_w5_unpacked(w, ws, k, apart, t, out, unpack_fives, |q, ws, acc| {
+        dot_w4(q, ws, xq, xd, k, k, 1, acc, false)
+    })
+}
+
+/// [`dot_w5`] by unpacking each row (`unpack`) and taking its sum from `dot4(row, scales,
+/// out)`: the reference here, and the native build's path on its own kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn dot_w5_unpacked(
+    w: &[u8],
+    ws: &[f32],
+    k: usize,
+    apart: usize,
+    t: usize,
+    out: &mut [f32; 4],
+    unpack: impl Fn(&[u8], &mut [i8]),
+    dot4: impl Fn(&[i8], &[f32], &mut [f32; 4]),
+) {
     let (rb, nb) = (fives_row_bytes(k), k / QK);
     let mut q = vec![0i8; k];
     for (r, o) in out.iter_mut().enumerate().take(t) {
-        unpack_fives(&w[r * apart * rb..], &mut q);
+        unpack(&w[r * apart * rb..], &mut q);
         let mut acc = [0f32; 4];
-        dot_w4(&q, &ws[r * apart * nb..], xq, xd, k, k, 1, &mut acc, false);
+        dot4(&q, &ws[r * apart * nb..], &mut acc);
         *o = acc[0];
     }
 }
