@@ -123,7 +123,7 @@ enum Packing {
     Nibbles { bias: i8 },
     /// Q5_0's values (−16..=15) as codes (value + 16) three to a 16-bit lane, 64 bytes per 96
     /// values ([`portable::pack_fives`]): 0.67 bytes a value against int8's 1, where the
-    /// file's bit planes (0.69) would cost a decode step more work than the bytes save. A
+    /// file's bit planes (0.625) would cost a decode step more work than the bytes save. A
     /// kernel takes each field with one mask or shift where int8 takes one widening, and
     /// subtracts 16 · Σx per block once. Only in wasm, whose memory is the tab's (natively
     /// Q5_0 stays int8).
@@ -963,14 +963,15 @@ fn blocks<T, const BLOCK: usize, const BYTES: usize, const GROUP: usize, const O
 }
 
 /// Q5_0 into the five-bit layout ([`Packing::Fives`]): each row of the chunk (`cols`
-/// values, `cols / 32` file blocks of `BYTES`) unpacked to int8 by `unpack`, then packed.
+/// values, `cols / 32` file blocks of `BYTES`) unpacked to int8 block by block by `f` (as
+/// [`blocks`] does for the int8 layout), then packed.
 fn fives<const BYTES: usize>(
     chunk: &[u8],
     out: &mut [u8],
     s: &mut [f32],
     o: &mut [f32],
     cols: usize,
-    unpack: impl Fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
+    f: impl Fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
 ) {
     let nb = cols / QK;
     let rb = Packing::Fives.row_bytes(cols);
@@ -982,7 +983,7 @@ fn fives<const BYTES: usize>(
         } else {
             &mut o[r * nb..(r + 1) * nb]
         };
-        unpack(blk, &mut q, &mut s[r * nb..(r + 1) * nb], o);
+        blocks::<i8, QK, BYTES, QK, QK>(blk, &mut q, &mut s[r * nb..(r + 1) * nb], o, &f);
         pack_fives(&q, dst);
     }
 }
@@ -1110,9 +1111,7 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
             false,
             unpack_q5_0,
             Some((Packing::Fives, |c, q, s, o, cols| {
-                fives::<22>(c, q, s, o, cols, |c, q, s, o| {
-                    blocks::<i8, 32, 22, 32, 32>(c, q, s, o, unpack_q5_0)
-                })
+                fives::<22>(c, q, s, o, cols, unpack_q5_0)
             }))
         ),
         GgmlType::Q5_1 => u!(32, 24, 32, true, unpack_q5_1),
