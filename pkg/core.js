@@ -111,6 +111,14 @@ export function wasmUrl() {
   return new URL('./wasm/kerze_bg.wasm', import.meta.url);
 }
 
+/**
+ * Where the chat-template module is (src/jinja/: the engine's builds leave the template
+ * engine out; it is loaded at the first chat that needs a template).
+ */
+export function jinjaUrl() {
+  return new URL('./wasm/jinja/kerze_jinja_bg.wasm', import.meta.url);
+}
+
 /** Whether this browser validates relaxed SIMD (then the relaxed builds can run). */
 export function relaxedSimd() {
   return typeof WebAssembly === 'object' && WebAssembly.validate(RELAXED_SIMD_PROBE);
@@ -657,16 +665,21 @@ async function onnxCompanions(parts, signal) {
 export class Core {
   /**
    * @param {{ warn?: (message: string) => void, info?: (info: object) => void,
-   *           wasm?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource> }} hooks
+   *           wasm?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource>,
+   *           jinja?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource> }} hooks
    *   `info` is called with the new engine info when the engine moves from the GPU to the CPU.
-   *   `wasm` gives the single-thread build's module (default: the file next to this one).
+   *   `wasm` gives the single-thread build's module (default: the file next to this one),
+   *   `jinja` the chat-template module's (default: wasm/jinja/ next to this one).
    */
   constructor(hooks = {}) {
     this.warn = hooks.warn ?? ((m) => console.warn(`kerze: ${m}`));
     this.onInfo = hooks.info ?? (() => {});
     this.wasm = hooks.wasm ?? wasmUrl;
     this.customWasm = hooks.wasm != null;
+    this.jinja = hooks.jinja ?? jinjaUrl;
     this.glue = null;
+    /** The chat-template module's load, once started (see #templates). */
+    this.templates = null;
     this.engine = null;
     this.info = null;
     this.busy = false;
@@ -828,6 +841,27 @@ export class Core {
   }
 
   /**
+   * Before a chat with the file's template: the engine's module renders it through the
+   * chat-template module, loaded here the first time (a build with the renderer inside, as
+   * the wasm tests', has no `setTemplateRenderer` and needs nothing). Pages that never chat,
+   * or chat in Gemma's built-in format, never load it.
+   */
+  async #templates(input) {
+    if (!Array.isArray(input.messages) || this.info?.chatTemplate !== 'file') return;
+    if (typeof this.glue?.setTemplateRenderer !== 'function') return;
+    const glue = this.glue;
+    this.templates ??= (async () => {
+      const jinja = await import('./wasm/jinja/kerze_jinja.js');
+      await jinja.default({ module_or_path: await this.jinja() });
+      glue.setTemplateRenderer(jinja.render);
+    })().catch((e) => {
+      this.templates = null;
+      throw new KerzeError('DownloadError', `the chat-template module did not load (${e?.message ?? e})`, { cause: e });
+    });
+    await this.templates;
+  }
+
+  /**
    * Prompt ids of `input`: { prompt } (user text), { ids } or { messages, chat? } (the model's
    * chat template; `chat`: { enableThinking?, addGenerationPrompt? }).
    */
@@ -956,6 +990,7 @@ export class Core {
     let finished = false;
     try {
       throwIfAborted(signal);
+      await this.#templates(input);
       const ids = this.promptIds(input);
       const plan = await this.#prefixBefore(engine, input, ids);
       throwIfAborted(signal);

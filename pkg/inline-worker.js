@@ -1,20 +1,20 @@
 // Entry of the inline worker: the engine as one self-contained script with the single-thread
-// wasm inside (gzip, base64). For bundles that left the package's files behind (esbuild,
+// wasm and the chat-template module inside (gzip, base64). For bundles that left the package's files behind (esbuild,
 // Rollup: see packageLayout() in index.js), index.js starts it from a blob: URL. Not shipped
 // as is: build-inline.mjs bundles it into pkg/wasm/inline/.
 
 import { serve } from './serve.js';
-import { WASM_GZIP_BASE64 } from './wasm/inline/wasm-gzip-base64.js';
+import { WASM_GZIP_BASE64, JINJA_GZIP_BASE64 } from './wasm/inline/wasm-gzip-base64.js';
 
-/** The wasm module's bytes, unpacked as they stream into the compiler. */
-function inlineWasm() {
+/** A wasm module's bytes (gzip, base64), unpacked as they stream into the compiler. */
+function unpack(base64) {
   if (typeof DecompressionStream !== 'function') {
     throw new Error('this browser cannot unpack the inline engine (no DecompressionStream): '
       + "serve the package's files and pass their folder as createEngine's assetsUrl");
   }
-  const packed = Uint8Array.from(atob(WASM_GZIP_BASE64), (c) => c.charCodeAt(0));
+  const packed = Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
   const stream = new Blob([packed]).stream().pipeThrough(new DecompressionStream('gzip'));
   return new Response(stream, { headers: { 'Content-Type': 'application/wasm' } });
 }
 
-serve(globalThis, { wasm: inlineWasm });
+serve(globalThis, { wasm: () => unpack(WASM_GZIP_BASE64), jinja: () => unpack(JINJA_GZIP_BASE64) });

@@ -8,14 +8,15 @@ import { Core, dispatch } from './core.js';
 import { serializeError } from './protocol.js';
 
 /**
- * Answer messages on `scope` (a DedicatedWorkerGlobalScope). `wasm`, where given, provides
- * the single-thread build's module (see Core).
+ * Answer messages on `scope` (a DedicatedWorkerGlobalScope). `wasm` and `jinja`, where given,
+ * provide the single-thread build's module and the chat-template module's (see Core).
  */
-export function serve(scope, { wasm } = {}) {
+export function serve(scope, { wasm, jinja } = {}) {
   const core = new Core({
     warn: (message) => scope.postMessage({ type: 'warning', message }),
     info: (info) => scope.postMessage({ type: 'info', info }),
     wasm,
+    jinja,
   });
   const running = new Map();
   let queue = Promise.resolve();

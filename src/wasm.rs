@@ -576,3 +576,56 @@ fn no_generation() -> Error {
 /// each hosting one helper of the team (`cpu/team.rs`) beside the calling thread.
 #[cfg(feature = "threads")]
 pub use wasm_bindgen_rayon::init_thread_pool;
+
+#[cfg(not(feature = "jinja"))]
+thread_local! {
+    /// The template module's `render` (src/jinja/), handed over by the package.
+    static TEMPLATE_RENDERER: RefCell<Option<Function>> = const { RefCell::new(None) };
+}
+
+/// The engine's module without the template engine (the browser builds): the package hands
+/// it the template module's `render(source, contextJson, today)` once that module is loaded
+/// (at the first chat that needs a template); `undefined` takes it back. Chat prompts with a
+/// file's template fail with an `InvalidArgumentError` until then.
+#[cfg(not(feature = "jinja"))]
+#[wasm_bindgen(js_name = setTemplateRenderer)]
+pub fn set_template_renderer(render: Option<Function>) {
+    TEMPLATE_RENDERER.with(|r| *r.borrow_mut() = render);
+}
+
+/// Render through the template module (see [`set_template_renderer`]).
+#[cfg(not(feature = "jinja"))]
+pub(crate) fn render_template(
+    source: &str,
+    context: &serde_json::Value,
+    today: kerze_jinja::Date,
+) -> std::result::Result<String, kerze_jinja::RenderError> {
+    use kerze_jinja::RenderError;
+    let render = TEMPLATE_RENDERER
+        .with(|r| r.borrow().clone())
+        .ok_or_else(|| {
+            RenderError::Failed(
+                "the template module is not loaded (the package loads it before a chat)".into(),
+            )
+        })?;
+    let text = render
+        .call3(
+            &JsValue::NULL,
+            &JsValue::from_str(source),
+            &JsValue::from_str(&context.to_string()),
+            &JsValue::from_str(&today.to_string()),
+        )
+        .map_err(|e| {
+            let field = |k: &str| {
+                js_sys::Reflect::get(&e, &JsValue::from_str(k))
+                    .ok()
+                    .and_then(|v| v.as_string())
+            };
+            let message = field("message")
+                .or_else(|| e.as_string())
+                .unwrap_or_else(|| "the template module failed".into());
+            RenderError::from_name(&field("name").unwrap_or_default(), message)
+        })?;
+    text.as_string()
+        .ok_or_else(|| RenderError::Failed("the template module returned no text".into()))
+}

@@ -12,8 +12,7 @@
 use super::{ChatOptions, Content, Message};
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
-use minijinja::value::{Kwargs, Value};
-use minijinja::{Environment, ErrorKind};
+use kerze_jinja::{Date, RenderError};
 
 /// A rendered chat prompt.
 #[derive(Clone, Debug)]
@@ -187,31 +186,9 @@ pub fn render(
         .map(|m| message_value(m, &mut esc, tok))
         .collect::<Result<Vec<_>>>()?;
     let today = match &opts.date {
-        Some(d) => Date::parse(d)?,
+        Some(d) => Date::parse(d).map_err(Error::InvalidArgument)?,
         None => Date::today(),
     };
-    let mut env = Environment::new();
-    env.set_trim_blocks(true);
-    env.set_lstrip_blocks(true);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    env.add_function(
-        "raise_exception",
-        |msg: String| -> std::result::Result<Value, minijinja::Error> {
-            Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
-        },
-    );
-    env.add_function(
-        "strftime_now",
-        move |fmt: String| -> std::result::Result<String, minijinja::Error> {
-            today
-                .format(&fmt)
-                .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e))
-        },
-    );
-    env.add_filter("tojson", tojson);
-    let template = env.template_from_str(source).map_err(|e| {
-        Error::InvalidArgument(format!("the model's chat template does not parse: {e}"))
-    })?;
     let piece = |id: Option<u32>| id.and_then(|i| tok.token(i)).unwrap_or_default();
     let mut ctx = serde_json::Map::new();
     ctx.insert("messages".into(), serde_json::Value::Array(msgs));
@@ -231,15 +208,15 @@ pub fn render(
             .collect::<Result<Vec<_>>>()?;
         ctx.insert("tools".into(), tools.into());
     }
-    let escaped = template
-        .render(Value::from_serialize(&ctx))
-        .map_err(|e| match e.kind() {
-            ErrorKind::InvalidOperation => Error::InvalidArgument(format!(
-                "the model's chat template refused these messages: {}",
-                e.detail().unwrap_or("no reason given")
-            )),
-            _ => Error::InvalidArgument(format!("the model's chat template failed: {e}")),
-        })?;
+    let escaped = render_text(source, &serde_json::Value::Object(ctx), today).map_err(|e| {
+        Error::InvalidArgument(match e {
+            RenderError::Parse(e) => format!("the model's chat template does not parse: {e}"),
+            RenderError::Refused(why) => {
+                format!("the model's chat template refused these messages: {why}")
+            }
+            RenderError::Failed(e) => format!("the model's chat template failed: {e}"),
+        })
+    })?;
     let mut ids = Vec::new();
     let mut seg = String::new();
     for c in escaped.chars() {
@@ -264,255 +241,23 @@ pub fn render(
     })
 }
 
-/// `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False, indent=indent,
-/// separators=separators, sort_keys=sort_keys)`; Python's separators (`", "`, `": "`; `","`
-/// between items when indenting).
-fn tojson(v: Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
-    let indent: Option<usize> = kwargs.get("indent")?;
-    let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
-    let separators: Option<Vec<String>> = kwargs.get("separators")?;
-    kwargs.assert_all_used()?;
-    let json = serde_json::to_value(&v)
-        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
-    let (item, key) = match &separators {
-        Some(s) if s.len() == 2 => (s[0].clone(), s[1].clone()),
-        _ => (
-            if indent.is_some() { "," } else { ", " }.to_string(),
-            ": ".to_string(),
-        ),
-    };
-    let mut out = String::new();
-    py_json(
-        &json,
-        indent,
-        0,
-        &item,
-        &key,
-        sort_keys.unwrap_or(false),
-        &mut out,
-    );
-    Ok(Value::from_safe_string(out))
-}
-
-fn py_json(
-    v: &serde_json::Value,
-    indent: Option<usize>,
-    level: usize,
-    item: &str,
-    key: &str,
-    sort: bool,
-    out: &mut String,
-) {
-    use serde_json::Value as J;
-    let newline = |out: &mut String, level: usize| {
-        if let Some(n) = indent {
-            out.push('\n');
-            out.push_str(&" ".repeat(n * level));
-        }
-    };
-    match v {
-        J::Null => out.push_str("null"),
-        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        J::Number(n) => out.push_str(&n.to_string()),
-        J::String(s) => out.push_str(&serde_json::Value::String(s.clone()).to_string()),
-        J::Array(a) if a.is_empty() => out.push_str("[]"),
-        J::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item);
-                }
-                newline(out, level + 1);
-                py_json(x, indent, level + 1, item, key, sort, out);
-            }
-            newline(out, level);
-            out.push(']');
-        }
-        J::Object(o) if o.is_empty() => out.push_str("{}"),
-        J::Object(o) => {
-            let mut entries: Vec<(&String, &J)> = o.iter().collect();
-            if sort {
-                entries.sort_by(|a, b| a.0.cmp(b.0));
-            }
-            out.push('{');
-            for (i, (k, x)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push_str(item);
-                }
-                newline(out, level + 1);
-                out.push_str(&serde_json::Value::String(k.clone()).to_string());
-                out.push_str(key);
-                py_json(x, indent, level + 1, item, key, sort, out);
-            }
-            newline(out, level);
-            out.push('}');
-        }
-    }
-}
-
-/// A calendar date (UTC) for `strftime_now`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Date {
-    year: i64,
-    month: u32,
-    day: u32,
-    /// 0 = Monday.
-    weekday: u32,
-}
-
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const DAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
-
-impl Date {
-    /// Days since 1970-01-01 → date (Howard Hinnant's civil_from_days).
-    fn from_days(z: i64) -> Self {
-        let weekday = (z + 3).rem_euclid(7) as u32; // 1970-01-01 was a Thursday
-        let z = z + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-        let year = yoe + era * 400 + i64::from(month <= 2);
-        Self {
-            year,
-            month,
-            day,
-            weekday,
-        }
-    }
-
-    fn days(year: i64, month: u32, day: u32) -> i64 {
-        let y = if month <= 2 { year - 1 } else { year };
-        let era = y.div_euclid(400);
-        let yoe = y.rem_euclid(400);
-        let m = i64::from(month);
-        let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        era * 146_097 + doe - 719_468
-    }
-
-    fn today() -> Self {
-        #[cfg(target_arch = "wasm32")]
-        let ms = js_sys::Date::now();
-        #[cfg(not(target_arch = "wasm32"))]
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-        Self::from_days((ms / 86_400_000.0).floor() as i64)
-    }
-
-    fn parse(s: &str) -> Result<Self> {
-        let bad = || Error::InvalidArgument(format!("date `{s}` is not YYYY-MM-DD"));
-        let mut it = s.splitn(3, '-');
-        let mut num = || -> Result<i64> { it.next().and_then(|x| x.parse().ok()).ok_or_else(bad) };
-        let (y, m, d) = (num()?, num()?, num()?);
-        if !(1..=9999).contains(&y) || !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-            return Err(bad());
-        }
-        let date = Self::from_days(Self::days(y, m as u32, d as u32));
-        if date.day != d as u32 {
-            return Err(bad());
-        }
-        Ok(date)
-    }
-
-    /// Python's `strftime` for the date directives templates use (the time is midnight).
-    fn format(&self, fmt: &str) -> std::result::Result<String, String> {
-        let mut out = String::new();
-        let mut chars = fmt.chars();
-        while let Some(c) = chars.next() {
-            if c != '%' {
-                out.push(c);
-                continue;
-            }
-            let month = MONTHS[(self.month - 1) as usize];
-            let day = DAYS[self.weekday as usize];
-            match chars.next() {
-                Some('d') => out.push_str(&format!("{:02}", self.day)),
-                Some('m') => out.push_str(&format!("{:02}", self.month)),
-                Some('Y') => out.push_str(&self.year.to_string()),
-                Some('y') => out.push_str(&format!("{:02}", self.year % 100)),
-                Some('B') => out.push_str(month),
-                Some('b') => out.push_str(&month[..3]),
-                Some('A') => out.push_str(day),
-                Some('a') => out.push_str(&day[..3]),
-                Some('H') | Some('M') | Some('S') => out.push_str("00"),
-                Some('%') => out.push('%'),
-                other => {
-                    return Err(format!(
-                        "strftime_now: %{} is not supported",
-                        other.map(String::from).unwrap_or_default()
-                    ))
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dates_round_trip_and_format_as_python() {
-        let d = Date::parse("2026-12-01").unwrap();
-        assert_eq!((d.year, d.month, d.day), (2026, 12, 1));
-        assert_eq!(d.format("%d %b %Y, %A").unwrap(), "01 Dec 2026, Tuesday");
-        assert_eq!(
-            Date::parse("2024-07-26")
-                .unwrap()
-                .format("%d %B %Y %a")
-                .unwrap(),
-            "26 July 2024 Fri"
-        );
-        assert_eq!(
-            Date::from_days(0).format("%Y-%m-%d %A").unwrap(),
-            "1970-01-01 Thursday"
-        );
-        assert!(Date::parse("2025-02-29").is_err());
-        assert!(Date::parse("yesterday").is_err());
-        assert!(Date::today().year >= 2024);
-    }
-
-    #[test]
-    fn tojson_writes_python_json() {
-        let env = Environment::new();
-        let mut env = env;
-        env.add_filter("tojson", tojson);
-        let t = env
-            .template_from_str("{{ x | tojson }}|{{ x | tojson(indent=2) }}")
-            .unwrap();
-        let x: serde_json::Value =
-            serde_json::from_str(r#"{"name":"f","args":[1,"ä<b>"],"e":{}}"#).unwrap();
-        let out = t.render(minijinja::context! { x => x }).unwrap();
-        assert_eq!(
-            out,
-            "{\"name\": \"f\", \"args\": [1, \"ä<b>\"], \"e\": {}}|{\n  \"name\": \"f\",\n  \"args\": [\n    1,\n    \"ä<b>\"\n  ],\n  \"e\": {}\n}"
-        );
+/// The template's text: rendered here (the `jinja` feature, every native build), or in the
+/// browser by the template module the package loads at the first chat (src/jinja/), through
+/// the function it hands the engine's module (`setTemplateRenderer`, src/wasm.rs).
+fn render_text(
+    source: &str,
+    context: &serde_json::Value,
+    today: Date,
+) -> std::result::Result<String, RenderError> {
+    #[cfg(feature = "jinja")]
+    return kerze_jinja::render(source, context, today);
+    #[cfg(all(not(feature = "jinja"), target_arch = "wasm32"))]
+    return crate::wasm::render_template(source, context, today);
+    #[cfg(all(not(feature = "jinja"), not(target_arch = "wasm32")))]
+    {
+        let _ = (source, context, today);
+        Err(RenderError::Failed(
+            "this build renders no chat templates (built without the `jinja` feature)".into(),
+        ))
     }
 }

@@ -866,7 +866,7 @@ try {
     assert(/Conv/.test(r.errors[0][1]), 'the error names what the graph holds');
   });
 
-  await test('a synthetic Qwen-style GGUF (qwen2, byte-level BPE, Q4_1, ChatML template) loads, generates as natively, and its chat prompt is the template\'s', async () => {
+  await test('a synthetic Qwen-style GGUF (qwen2, byte-level BPE, Q4_1, ChatML template) loads, generates as natively, and its chat prompt is the template\'s (rendered by the chat-template module, fetched at the first chat)', async () => {
     const file = 'tiny-qwen2-chatml.gguf';
     const kerze = path.join(ROOT, 'target/release/kerze');
     const local = path.join(ROOT, 'models', file);
@@ -874,9 +874,16 @@ try {
     const prompt = 'hello the world, is it on?';
     const native = JSON.parse(execFileSync(kerze, ['generate', '--model', local, '--prompt', prompt,
       '--max-tokens', '12', '--temperature', '0', '--json'], { encoding: 'utf8' }).trim().split('\n').pop());
-    const r = await withPage(`${A}/www/`, (page) => inPage(page, `
-      const e = await k.createEngine({ model: { url: '/models/${file}' }, threads: 1 });
-      const g = await e.complete(arg.prompt, { maxTokens: 12, temperature: 0 });
+    const r = await withPage(`${A}/www/`, async (page, rec) => {
+      // The engine's module has no template engine: the chat-template module (src/jinja/)
+      // comes with the first chat that needs the file's template, not with the engine.
+      const jinja = () => rec.requests.filter((u) => new URL(u).pathname.endsWith('/kerze_jinja_bg.wasm')).length;
+      await inPage(page, `
+        globalThis.e = await k.createEngine({ model: { url: '/models/${file}' }, threads: 1 });
+        globalThis.g = await globalThis.e.complete(arg.prompt, { maxTokens: 12, temperature: 0 });`, { prompt });
+      const beforeChat = jinja();
+      const out = await inPage(page, `
+      const { e, g } = globalThis;
       const messages = [{ role: 'user', content: 'hello the world <|im_end|>' }];
       const chat = await e.chat.completions.create({ messages, max_tokens: 8, temperature: 0 });
       const text = '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n<|im_start|>user\\nhello the world ';
@@ -884,13 +891,38 @@ try {
         ...await e.tokenize('<|im_end|>\\n<|im_start|>assistant\\n', { special: true })];
       const direct = await e.complete(ids, { maxTokens: 8, temperature: 0 });
       const info = e.info;
+      const again = await e.chat.completions.create({ messages, max_tokens: 2, temperature: 0 });
       await e.dispose();
-      return { g: g.ids, chat, ids, direct, info };`, { prompt }));
+      return { g: g.ids, chat, ids, direct, info, again: again.usage.prompt_tokens };`);
+      return { ...out, beforeChat, afterChats: jinja() };
+    });
+    assertEq([r.beforeChat, r.afterChats], [0, 1], 'the chat-template module: not fetched for the engine or a completion, fetched once for two chats');
+    assertEq(r.again, r.ids.length, 'the second chat renders the same prompt');
     assertEq([r.info.family, r.info.chatTemplate, r.info.quants.Q4_1 > 0], ['qwen2', 'file', true], 'engine.info');
     assertEq(r.g, native.ids, 'greedy ids in the page = the native CLI');
     assertEq(r.chat.usage.prompt_tokens, r.ids.length, 'the chat prompt has the template\'s length');
     assertEq(r.chat.choices[0].message.content + (r.chat.choices[0].message.reasoning_content ?? ''),
       r.direct.text, 'the chat reply = the completion of the template\'s ids');
+  });
+
+  await test('the chat-template module alone (src/jinja/): renders with the Python-style tojson and strftime_now on the date given, its errors named by kind', async () => {
+    const r = await withPage(`${A}/www/`, (page) => page.evaluate(async () => {
+      const m = await import('/pkg/wasm/jinja/kerze_jinja.js');
+      await m.default({ module_or_path: new URL('/pkg/wasm/jinja/kerze_jinja_bg.wasm', location.href) });
+      const ctx = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], x: { b: [1, 'ä<'] } });
+      const err = (f) => { try { return ['ok', f()]; } catch (e) { return [e.name, e.message]; } };
+      return {
+        text: m.render("{% for m in messages %}[{{ m.role }}] {{ m.content | upper }}{% endfor %} {{ x | tojson }} {{ strftime_now('%d %b %Y, %A') }}", ctx, '2026-12-01'),
+        parse: err(() => m.render('{% if %}', ctx, '2026-12-01')),
+        refused: err(() => m.render("{{ raise_exception('Conversation roles must alternate') }}", ctx, '2026-12-01')),
+        date: err(() => m.render('x', ctx, 'tomorrow')),
+        context: err(() => m.render('x', '{not json', '2026-12-01')),
+      };
+    }));
+    assertEq(r.text, '[user] HI {"b": [1, "ä<"]} 01 Dec 2026, Tuesday', 'rendered');
+    assertEq(r.parse[0], 'TemplateParseError', `a template that does not parse: ${r.parse}`);
+    assertEq(r.refused, ['TemplateRefusedError', 'Conversation roles must alternate'], 'raise_exception');
+    assertEq([r.date[0], r.context[0]], ['TemplateError', 'TemplateError'], `a bad date or context: ${r.date} ${r.context}`);
   });
 
   await test('worker: false runs in the page with the same interface and the same ids', async () => {
@@ -1865,7 +1897,7 @@ window.result = { ids: r.ids, worker: e.info.worker, threads: e.info.threads };
       fs.mkdirSync(mod, { recursive: true });
       execFileSync('tar', ['xzf', path.join(dir, tgz), '-C', mod, '--strip-components=1']);
       const files = execFileSync('find', ['.', '-type', 'f'], { cwd: mod, encoding: 'utf8' }).split('\n').filter(Boolean).sort();
-      for (const f of ['./index.js', './index.d.ts', './worker.js', './wasm/kerze_bg.wasm', './wasm/threads/kerze_bg.wasm', './wasm/relaxed/kerze_bg.wasm', './wasm/threads-relaxed/kerze_bg.wasm', './package.json']) {
+      for (const f of ['./index.js', './index.d.ts', './worker.js', './wasm/kerze_bg.wasm', './wasm/threads/kerze_bg.wasm', './wasm/relaxed/kerze_bg.wasm', './wasm/threads-relaxed/kerze_bg.wasm', './wasm/jinja/kerze_jinja_bg.wasm', './package.json']) {
         assert(files.includes(f), `${f} in the package (${files.join(' ')})`);
       }
       const pj = JSON.parse(fs.readFileSync(path.join(mod, 'package.json'), 'utf8'));
