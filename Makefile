@@ -154,18 +154,28 @@ pkg/wasm/jinja/kerze_jinja_bg.wasm: $(shell find src/jinja -name '*.rs') src/jin
 	  target/wasm32-unknown-unknown/wasm-release/kerze_jinja.wasm
 	$(WASM_OPT) pkg/wasm/jinja/kerze_jinja_bg.wasm -o pkg/wasm/jinja/kerze_jinja_bg.wasm
 
+# The constraint module (src/guide/: llguidance), loaded at the first constrained request;
+# one for every engine build, built as the template module is.
+pkg/wasm/guide/kerze_guide_bg.wasm: $(shell find src/guide -name '*.rs') src/guide/Cargo.toml Cargo.lock node_modules/.installed
+	cargo rustc --profile wasm-release --target wasm32-unknown-unknown -p kerze-guide --lib \
+	  --crate-type cdylib --features module --target-dir target
+	rm -rf pkg/wasm/guide
+	wasm-bindgen --target web --out-dir pkg/wasm/guide --out-name kerze_guide \
+	  target/wasm32-unknown-unknown/wasm-release/kerze_guide.wasm
+	$(WASM_OPT) pkg/wasm/guide/kerze_guide_bg.wasm -o pkg/wasm/guide/kerze_guide_bg.wasm
+
 # The inline worker: for bundlers that emit no file the package names (esbuild, Rollup).
-pkg/wasm/inline/index.js: pkg/wasm/kerze_bg.wasm pkg/wasm/jinja/kerze_jinja_bg.wasm pkg/build-inline.mjs $(wildcard pkg/*.js)
+pkg/wasm/inline/index.js: pkg/wasm/kerze_bg.wasm pkg/wasm/jinja/kerze_jinja_bg.wasm pkg/wasm/guide/kerze_guide_bg.wasm pkg/build-inline.mjs $(wildcard pkg/*.js)
 	node pkg/build-inline.mjs
 
 # The script-tag build: one ES module from pkg/embed.js, the wasm next to it.
 WASM_BUILDS := pkg/wasm/kerze_bg.wasm pkg/wasm/relaxed/kerze_bg.wasm pkg/wasm/threads/kerze_bg.wasm \
-  pkg/wasm/threads-relaxed/kerze_bg.wasm pkg/wasm/jinja/kerze_jinja_bg.wasm
+  pkg/wasm/threads-relaxed/kerze_bg.wasm pkg/wasm/jinja/kerze_jinja_bg.wasm pkg/wasm/guide/kerze_guide_bg.wasm
 dist/kerze.js: $(wildcard pkg/*.js) $(WASM_BUILDS) pkg/wasm/inline/index.js
 	rm -rf dist
 	node_modules/.bin/esbuild pkg/embed.js --bundle --format=esm --target=es2022 --minify \
 	  --external:./wasm/threads/* --external:./wasm/inline/* \
-	  --external:./wasm/relaxed/* --external:./wasm/threads-relaxed/* --external:./wasm/jinja/* --legal-comments=none --log-level=warning \
+	  --external:./wasm/relaxed/* --external:./wasm/threads-relaxed/* --external:./wasm/jinja/* --external:./wasm/guide/* --legal-comments=none --log-level=warning \
 	  --outfile=dist/kerze.js
 	mkdir -p dist/wasm
 	cp pkg/wasm/kerze_bg.wasm dist/wasm/
@@ -174,6 +184,7 @@ dist/kerze.js: $(wildcard pkg/*.js) $(WASM_BUILDS) pkg/wasm/inline/index.js
 	cp -r pkg/wasm/threads-relaxed dist/wasm/threads-relaxed
 	cp -r pkg/wasm/inline dist/wasm/inline
 	cp -r pkg/wasm/jinja dist/wasm/jinja
+	cp -r pkg/wasm/guide dist/wasm/guide
 	cp pkg/rayon-worker.js dist/
 
 build-wasm: setup-rust setup-node $(WASM_BUILDS) pkg/wasm/inline/index.js dist/kerze.js
@@ -224,10 +235,13 @@ lint: setup-rust
 	  --no-default-features --features gpu --target-dir target/relaxed -- -D warnings
 	cargo clippy --release -p kerze-jinja --all-targets --features render -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown -p kerze-jinja --lib --features module -- -D warnings
+	cargo clippy --release -p kerze-guide --all-targets --features compile -- -D warnings
+	cargo clippy --release --target wasm32-unknown-unknown -p kerze-guide --lib --features module -- -D warnings
 
 test-native: setup-gpu setup-node setup-python fetch onnx-models
 	cargo test --release $(NATIVE_FEATURES)
 	cargo test --release -p kerze-jinja --features render
+	cargo test --release -p kerze-guide --features compile
 	$(SERVE_VENV)/bin/python tests/constrain/schemas.py
 
 test-wasm: setup fetch

@@ -1,10 +1,10 @@
 // Builds pkg/wasm/inline/: the inline worker (inline-worker.js bundled with core.js, the
-// single-thread glue and the gzipped wasm, the chat-template module's glue and its gzipped
-// wasm) as JS string modules, for bundlers that emit no
+// single-thread glue and the gzipped wasm, the chat-template and constraint modules' glue
+// and gzipped wasm) as JS string modules, for bundlers that emit no
 // file a package names by `new URL(…, import.meta.url)` (esbuild, Rollup).
 //
-//   node pkg/build-inline.mjs        (after pkg/wasm/kerze_bg.wasm and pkg/wasm/jinja/ are
-//                                     built; `make` runs it)
+//   node pkg/build-inline.mjs        (after pkg/wasm/kerze_bg.wasm, pkg/wasm/jinja/ and
+//                                     pkg/wasm/guide/ are built; `make` runs it)
 //
 // The source is split into parts under 400 kB so that no bundler warns of an oversized chunk
 // (Vite warns from 500 kB); transport.js loads them only when it starts the inline worker.
@@ -23,9 +23,11 @@ fs.mkdirSync(OUT, { recursive: true });
 const wasm = fs.readFileSync(path.join(PKG, 'wasm/kerze_bg.wasm'));
 const packed = zlib.gzipSync(wasm, { level: 9 });
 const jinja = zlib.gzipSync(fs.readFileSync(path.join(PKG, 'wasm/jinja/kerze_jinja_bg.wasm')), { level: 9 });
+const guide = zlib.gzipSync(fs.readFileSync(path.join(PKG, 'wasm/guide/kerze_guide_bg.wasm')), { level: 9 });
 fs.writeFileSync(path.join(OUT, 'wasm-gzip-base64.js'),
   `export const WASM_GZIP_BASE64 = ${JSON.stringify(packed.toString('base64'))};\n`
-  + `export const JINJA_GZIP_BASE64 = ${JSON.stringify(jinja.toString('base64'))};\n`);
+  + `export const JINJA_GZIP_BASE64 = ${JSON.stringify(jinja.toString('base64'))};\n`
+  + `export const GUIDE_GZIP_BASE64 = ${JSON.stringify(guide.toString('base64'))};\n`);
 
 const built = await esbuild.build({
   entryPoints: [path.join(PKG, 'inline-worker.js')],
@@ -56,4 +58,4 @@ export async function workerSource() {
   return parts.map((m) => m.default).join('');
 }
 `);
-console.log(`pkg/wasm/inline: ${parts.length} parts, ${(source.length / 1e6).toFixed(2)} MB of source (wasm ${(wasm.length / 1e6).toFixed(2)} MB, gzipped ${(packed.length / 1e6).toFixed(2)} MB; the template module gzipped ${(jinja.length / 1e6).toFixed(2)} MB)`);
+console.log(`pkg/wasm/inline: ${parts.length} parts, ${(source.length / 1e6).toFixed(2)} MB of source (wasm ${(wasm.length / 1e6).toFixed(2)} MB, gzipped ${(packed.length / 1e6).toFixed(2)} MB; the template and constraint modules gzipped ${(jinja.length / 1e6).toFixed(2)} and ${(guide.length / 1e6).toFixed(2)} MB)`);

@@ -119,6 +119,14 @@ export function jinjaUrl() {
   return new URL('./wasm/jinja/kerze_jinja_bg.wasm', import.meta.url);
 }
 
+/**
+ * Where the constraint module is (src/guide/: llguidance; the engine's builds leave it out,
+ * it is loaded at the first constrained request or `prepareConstraints`).
+ */
+export function guideUrl() {
+  return new URL('./wasm/guide/kerze_guide_bg.wasm', import.meta.url);
+}
+
 /** Whether this browser validates relaxed SIMD (then the relaxed builds can run). */
 export function relaxedSimd() {
   return typeof WebAssembly === 'object' && WebAssembly.validate(RELAXED_SIMD_PROBE);
@@ -666,10 +674,12 @@ export class Core {
   /**
    * @param {{ warn?: (message: string) => void, info?: (info: object) => void,
    *           wasm?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource>,
-   *           jinja?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource> }} hooks
+   *           jinja?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource>,
+   *           guide?: () => URL | Response | BufferSource | Promise<URL | Response | BufferSource> }} hooks
    *   `info` is called with the new engine info when the engine moves from the GPU to the CPU.
    *   `wasm` gives the single-thread build's module (default: the file next to this one),
-   *   `jinja` the chat-template module's (default: wasm/jinja/ next to this one).
+   *   `jinja` the chat-template module's and `guide` the constraint module's (default:
+   *   wasm/jinja/ and wasm/guide/ next to this one).
    */
   constructor(hooks = {}) {
     this.warn = hooks.warn ?? ((m) => console.warn(`kerze: ${m}`));
@@ -677,9 +687,11 @@ export class Core {
     this.wasm = hooks.wasm ?? wasmUrl;
     this.customWasm = hooks.wasm != null;
     this.jinja = hooks.jinja ?? jinjaUrl;
+    this.guide = hooks.guide ?? guideUrl;
     this.glue = null;
-    /** The chat-template module's load, once started (see #templates). */
+    /** The chat-template and constraint modules' loads, once started (see #module). */
     this.templates = null;
+    this.guides = null;
     this.engine = null;
     this.info = null;
     this.busy = false;
@@ -819,8 +831,9 @@ export class Core {
     }
     bytes = null;
     // The constraint engine's token trie, built now when asked (else at the first constraint).
-    const constraintsMs = args.prepareConstraints && engineInfo.family !== 'bert'
-      ? this.engine.prepareConstraints() : null;
+    const prepare = args.prepareConstraints && engineInfo.family !== 'bert';
+    if (prepare) await this.#guides();
+    const constraintsMs = prepare ? this.engine.prepareConstraints() : null;
     this.info = {
       ...engineInfo,
       source,
@@ -841,24 +854,43 @@ export class Core {
   }
 
   /**
+   * A module the engine's builds leave out, loaded on first use and handed to the engine's
+   * module (`hand`: its setter there, given `pick(module)`; a build with the module's code
+   * inside, as the wasm tests', has none and needs nothing). `slot`: where the load is
+   * kept; a failed load is tried again next time.
+   */
+  async #module(slot, hand, glueOf, url, what, pick = (m) => m) {
+    if (typeof this.glue?.[hand] !== 'function') return;
+    const glue = this.glue;
+    this[slot] ??= (async () => {
+      const m = await glueOf();
+      await m.default({ module_or_path: await url() });
+      return m;
+    })().then((m) => glue[hand](pick(m)), (e) => {
+      this[slot] = null;
+      throw new KerzeError('DownloadError', `the ${what} module did not load (${e?.message ?? e})`, { cause: e });
+    });
+    await this[slot];
+  }
+
+  /**
    * Before a chat with the file's template: the engine's module renders it through the
-   * chat-template module, loaded here the first time (a build with the renderer inside, as
-   * the wasm tests', has no `setTemplateRenderer` and needs nothing). Pages that never chat,
-   * or chat in Gemma's built-in format, never load it.
+   * chat-template module (src/jinja/). Pages that never chat, or chat in Gemma's built-in
+   * format, never load it.
    */
   async #templates(input) {
     if (!Array.isArray(input.messages) || this.info?.chatTemplate !== 'file') return;
-    if (typeof this.glue?.setTemplateRenderer !== 'function') return;
-    const glue = this.glue;
-    this.templates ??= (async () => {
-      const jinja = await import('./wasm/jinja/kerze_jinja.js');
-      await jinja.default({ module_or_path: await this.jinja() });
-      glue.setTemplateRenderer(jinja.render);
-    })().catch((e) => {
-      this.templates = null;
-      throw new KerzeError('DownloadError', `the chat-template module did not load (${e?.message ?? e})`, { cause: e });
-    });
-    await this.templates;
+    await this.#module('templates', 'setTemplateRenderer',
+      () => import('./wasm/jinja/kerze_jinja.js'), this.jinja, 'chat-template', (m) => m.render);
+  }
+
+  /**
+   * Before a constrained request (or `prepareConstraints`): the engine's module compiles
+   * and matches through the constraint module (src/guide/).
+   */
+  async #guides() {
+    await this.#module('guides', 'setGuideModule',
+      () => import('./wasm/guide/kerze_guide.js'), this.guide, 'constraint');
   }
 
   /**
@@ -991,6 +1023,7 @@ export class Core {
     try {
       throwIfAborted(signal);
       await this.#templates(input);
+      if (options?.constraint != null) await this.#guides();
       const ids = this.promptIds(input);
       const plan = await this.#prefixBefore(engine, input, ids);
       throwIfAborted(signal);

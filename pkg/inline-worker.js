@@ -1,10 +1,10 @@
 // Entry of the inline worker: the engine as one self-contained script with the single-thread
-// wasm and the chat-template module inside (gzip, base64). For bundles that left the package's files behind (esbuild,
+// wasm, the chat-template and the constraint modules inside (gzip, base64). For bundles that left the package's files behind (esbuild,
 // Rollup: see packageLayout() in index.js), index.js starts it from a blob: URL. Not shipped
 // as is: build-inline.mjs bundles it into pkg/wasm/inline/.
 
 import { serve } from './serve.js';
-import { WASM_GZIP_BASE64, JINJA_GZIP_BASE64 } from './wasm/inline/wasm-gzip-base64.js';
+import { WASM_GZIP_BASE64, JINJA_GZIP_BASE64, GUIDE_GZIP_BASE64 } from './wasm/inline/wasm-gzip-base64.js';
 
 /** A wasm module's bytes (gzip, base64), unpacked as they stream into the compiler. */
 function unpack(base64) {
@@ -17,4 +17,8 @@ function unpack(base64) {
   return new Response(stream, { headers: { 'Content-Type': 'application/wasm' } });
 }
 
-serve(globalThis, { wasm: () => unpack(WASM_GZIP_BASE64), jinja: () => unpack(JINJA_GZIP_BASE64) });
+serve(globalThis, {
+  wasm: () => unpack(WASM_GZIP_BASE64),
+  jinja: () => unpack(JINJA_GZIP_BASE64),
+  guide: () => unpack(GUIDE_GZIP_BASE64),
+});

@@ -8,15 +8,17 @@ import { Core, dispatch } from './core.js';
 import { serializeError } from './protocol.js';
 
 /**
- * Answer messages on `scope` (a DedicatedWorkerGlobalScope). `wasm` and `jinja`, where given,
- * provide the single-thread build's module and the chat-template module's (see Core).
+ * Answer messages on `scope` (a DedicatedWorkerGlobalScope). `wasm`, `jinja` and `guide`,
+ * where given, provide the single-thread build's module, the chat-template module's and the
+ * constraint module's (see Core).
  */
-export function serve(scope, { wasm, jinja } = {}) {
+export function serve(scope, { wasm, jinja, guide } = {}) {
   const core = new Core({
     warn: (message) => scope.postMessage({ type: 'warning', message }),
     info: (info) => scope.postMessage({ type: 'info', info }),
     wasm,
     jinja,
+    guide,
   });
   const running = new Map();
   let queue = Promise.resolve();

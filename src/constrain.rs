@@ -11,10 +11,22 @@
 //! The token trie of a vocabulary (262 144 tokens for Gemma: ~1 s natively) is built once per
 //! tokenizer, at the first constrained request ([`Grammars`]); a schema compiles in about a
 //! millisecond.
+//!
+//! The compiler and matcher are the `kerze-guide` crate (src/guide/): linked natively (the
+//! `guide` feature); in the browser a wasm module of its own that the package loads at the
+//! first constrained request, reached through src/wasm.rs's `guide` with the same interface.
 
 use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
+use kerze_guide::Grammar;
 use std::sync::{Arc, OnceLock};
+
+#[cfg(all(not(feature = "guide"), target_arch = "wasm32"))]
+use crate::wasm::guide::{Matcher, Vocabulary};
+#[cfg(feature = "guide")]
+use kerze_guide::{Matcher, Vocabulary};
+#[cfg(all(not(feature = "guide"), not(target_arch = "wasm32")))]
+compile_error!("a native kerze compiles its constraints itself: build with the `guide` feature");
 
 /// The most bytes a schema, regex or grammar may have.
 pub const MAX_CONSTRAINT_BYTES: usize = 256 << 10;
@@ -44,14 +56,13 @@ impl Constraint {
     /// The grammar llguidance compiles, after the checks that need no vocabulary. `whitespace`:
     /// JSON may have free whitespace between its tokens (off: compact JSON, so a model cannot
     /// run on in spaces).
-    fn grammar(&self, whitespace: bool) -> Result<llguidance::api::TopLevelGrammar> {
-        use llguidance::api::TopLevelGrammar;
+    fn grammar(&self, whitespace: bool) -> Result<Grammar> {
         let too_big = |what: &str, n: usize| {
             Error::InvalidArgument(format!(
                 "the {what} has {n} bytes, more than the {MAX_CONSTRAINT_BYTES} a constraint may have"
             ))
         };
-        let json = |mut schema: serde_json::Value| -> Result<TopLevelGrammar> {
+        let json = |mut schema: serde_json::Value| -> Result<Grammar> {
             let n = serde_json::to_string(&schema).map_or(0, |s| s.len());
             if n > MAX_CONSTRAINT_BYTES {
                 return Err(too_big("JSON schema", n));
@@ -69,7 +80,7 @@ impl Constraint {
                     "key_separator": if whitespace { ": " } else { ":" },
                 }),
             );
-            Ok(TopLevelGrammar::from_json_schema(schema))
+            Ok(Grammar::JsonSchema(schema))
         };
         match self {
             Constraint::JsonSchema(s) => json(s.clone()),
@@ -77,17 +88,17 @@ impl Constraint {
             Constraint::Regex(r) if r.len() > MAX_CONSTRAINT_BYTES => {
                 Err(too_big("regex", r.len()))
             }
-            Constraint::Regex(r) => Ok(TopLevelGrammar::from_regex(r)),
+            Constraint::Regex(r) => Ok(Grammar::Regex(r.clone())),
             Constraint::Grammar(g) if g.len() > MAX_CONSTRAINT_BYTES => {
                 Err(too_big("grammar", g.len()))
             }
-            Constraint::Grammar(g) => Ok(TopLevelGrammar::from_lark(g.clone())),
+            Constraint::Grammar(g) => Ok(Grammar::Lark(g.clone())),
             Constraint::Tools(t) => {
                 let n = serde_json::to_string(&t.tools).map_or(0, |s| s.len());
                 if n > MAX_CONSTRAINT_BYTES {
                     return Err(too_big("tools", n));
                 }
-                Ok(TopLevelGrammar::from_lark(t.grammar()?))
+                Ok(Grammar::Lark(t.grammar()?))
             }
             Constraint::Choices(c) => {
                 if c.is_empty() || c.len() > MAX_CHOICES {
@@ -110,10 +121,7 @@ impl Constraint {
                     .iter()
                     .map(|s| serde_json::to_string(s).unwrap_or_default())
                     .collect();
-                Ok(TopLevelGrammar::from_lark(format!(
-                    "start: {}",
-                    alts.join(" | ")
-                )))
+                Ok(Grammar::Lark(format!("start: {}", alts.join(" | "))))
             }
         }
     }
@@ -130,81 +138,48 @@ pub struct Grammars(Arc<GrammarsInner>);
 
 #[derive(Default)]
 struct GrammarsInner {
-    factory: OnceLock<std::result::Result<Arc<llguidance::ParserFactory>, String>>,
+    /// The vocabulary's compiler and its end of sequence.
+    vocabulary: OnceLock<std::result::Result<(Vocabulary, u32), String>>,
     /// (key, a matcher before its first token), most recently used last.
-    compiled: std::sync::Mutex<Vec<(String, llguidance::Matcher)>>,
-}
-
-/// The vocabulary as llguidance sees it: the token trie, and the model's own tokenizer for the
-/// bytes a grammar forces (so forced tokens are the ones the model would read).
-struct Vocabulary {
-    trie: toktrie::TokTrie,
-    tok: Arc<Tokenizer>,
-}
-
-impl toktrie::TokenizerEnv for Vocabulary {
-    fn tok_trie(&self) -> &toktrie::TokTrie {
-        &self.trie
-    }
-
-    fn tokenize_bytes(&self, s: &[u8]) -> Vec<toktrie::TokenId> {
-        // Forced text as user text (never control tokens). Where that is not exactly these
-        // bytes (a tokenizer that adds a space before text, bytes that are not whole UTF-8),
-        // the trie's longest-match way.
-        std::str::from_utf8(s)
-            .ok()
-            .and_then(|t| self.tok.encode_user(t, false).ok())
-            .filter(|ids| {
-                let mut b = Vec::with_capacity(s.len());
-                ids.iter()
-                    .for_each(|&id| b.extend_from_slice(self.trie.token(id)));
-                b == s
-            })
-            .unwrap_or_else(|| self.trie.greedy_tokenize(s))
-    }
+    compiled: std::sync::Mutex<Vec<(String, Matcher)>>,
 }
 
 impl Grammars {
-    fn factory(&self, tok: &Arc<Tokenizer>) -> Result<Arc<llguidance::ParserFactory>> {
+    fn vocabulary(&self, tok: &Arc<Tokenizer>) -> Result<&(Vocabulary, u32)> {
         self.0
-            .factory
+            .vocabulary
             .get_or_init(|| {
                 let words = tok.token_bytes().map_err(|e| e.to_string())?;
                 let eos = tok
                     .eos()
                     .or_else(|| tok.end_of_generation().first().copied())
                     .unwrap_or(0);
-                let info = toktrie::TokRxInfo::new(words.len() as u32, eos);
-                let trie = toktrie::TokTrie::from(&info, &words);
-                let env: toktrie::TokEnv = Arc::new(Vocabulary {
-                    trie,
-                    tok: Arc::clone(tok),
+                let model = Arc::clone(tok);
+                // Forced text as user text (never control tokens).
+                let tokenize: kerze_guide::Tokenize = Arc::new(move |s: &[u8]| {
+                    model.encode_user(std::str::from_utf8(s).ok()?, false).ok()
                 });
-                let mut f =
-                    llguidance::ParserFactory::new_simple(&env).map_err(|e| e.to_string())?;
-                f.quiet();
-                Ok(Arc::new(f))
+                Ok((Vocabulary::new(&words, eos, tokenize)?, eos))
             })
-            .clone()
+            .as_ref()
             .map_err(|e| Error::Backend(format!("the constraint engine did not start: {e}")))
     }
 
     /// Build the vocabulary's token trie now (it is otherwise built at the first constraint:
     /// ~1 s and ~120 MB for Gemma's 262 144 tokens): the milliseconds it took, 0 when built.
     pub fn prepare(&self, tok: &Arc<Tokenizer>) -> Result<f64> {
-        if self.0.factory.get().is_some() {
+        if self.0.vocabulary.get().is_some() {
             return Ok(0.0);
         }
         let t0 = crate::clock::now_ms();
-        self.factory(tok)?;
+        self.vocabulary(tok)?;
         Ok(crate::clock::now_ms() - t0)
     }
 
     /// Compile `c` for generation with `tok`'s vocabulary: a typed error before any token.
     pub fn compile(&self, tok: &Arc<Tokenizer>, c: &Constraint, whitespace: bool) -> Result<Guide> {
         let grammar = c.grammar(whitespace)?;
-        let factory = self.factory(tok)?;
-        let eos = factory.tok_env().tok_trie().eos_token();
+        let (vocabulary, eos) = self.vocabulary(tok)?;
         let bad =
             |e: String| Error::InvalidArgument(format!("the constraint does not compile: {e}"));
         let key = format!(
@@ -214,44 +189,42 @@ impl Grammars {
         let kept = self.0.compiled.lock().ok().and_then(|mut kept| {
             let at = kept.iter().position(|(k, _)| *k == key)?;
             let entry = kept.remove(at);
-            let m = entry.1.deep_clone();
+            let m = entry.1.fork();
             kept.push(entry);
             Some(m)
         });
         let mut m = match kept {
             Some(m) => m,
             None => {
-                let parser = factory
-                    .create_parser(grammar)
-                    .map_err(|e| bad(e.to_string()))?;
-                let m = llguidance::Matcher::new(Ok(parser));
-                if let Some(e) = m.get_error() {
-                    return Err(bad(e));
-                }
+                let m = vocabulary.compile(&grammar).map_err(bad)?;
                 if let Ok(mut kept) = self.0.compiled.lock() {
                     if kept.len() >= COMPILED_KEPT {
                         kept.remove(0);
                     }
-                    kept.push((key, m.deep_clone()));
+                    kept.push((key, m.fork()));
                 }
                 m
             }
         };
-        let mask = m.compute_mask().map_err(|e| bad(e.to_string()))?;
+        let mask = m.mask().map_err(bad)?;
         Ok(Guide {
             m,
             mask: Some(mask),
-            eos,
-            ends: vec![eos],
+            n_vocab: vocabulary.len(),
+            eos: *eos,
+            ends: vec![*eos],
         })
     }
 }
 
 /// One generation's constraint: which tokens may come next.
 pub struct Guide {
-    m: llguidance::Matcher,
-    /// The mask for the next token, computed after the last commit.
-    mask: Option<toktrie::SimpleVob>,
+    m: Matcher,
+    /// The mask for the next token (bit `i % 32` of word `i / 32`), computed after the last
+    /// commit.
+    mask: Option<Vec<u32>>,
+    /// The vocabulary's size: the mask's bits.
+    n_vocab: usize,
     eos: u32,
     /// The tokens that end the output where the constraint may end: its end of sequence
     /// first, then the generation's stop tokens (a chat model ends its turn with its own).
@@ -269,7 +242,7 @@ impl Guide {
             }
         }
         if let Some(m) = self.mask.as_mut() {
-            allow_ends(&self.ends, m);
+            allow_ends(&self.ends, self.n_vocab, m);
         }
     }
 
@@ -280,29 +253,30 @@ impl Guide {
 
     /// Whether `id` may come next.
     pub fn allows(&mut self, id: u32) -> Result<bool> {
-        let mask = self.mask()?;
-        Ok((id as usize) < mask.len() && mask.is_allowed(id))
+        let n = self.n_vocab;
+        Ok(allowed(self.mask()?, n, id))
     }
 
     /// The tokens that may come next: the matcher's mask, with the end tokens allowed where
     /// its end of sequence is (computed once per step, after the last commit).
-    fn mask(&mut self) -> Result<&toktrie::SimpleVob> {
+    fn mask(&mut self) -> Result<&[u32]> {
         if self.mask.is_none() {
-            let mut m = self.m.compute_mask().map_err(guide_err)?;
-            allow_ends(&self.ends, &mut m);
+            let mut m = self.m.mask().map_err(guide_err)?;
+            allow_ends(&self.ends, self.n_vocab, &mut m);
             self.mask = Some(m);
         }
         self.mask
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| Error::Backend("constraint: no mask".into()))
     }
 
     /// Set every token that may not come next to −∞ in `logits` (one row of the vocabulary);
     /// allowed tokens keep their values bit for bit.
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<()> {
+        let n = self.n_vocab;
         let mask = self.mask()?;
         for (id, l) in logits.iter_mut().enumerate() {
-            if id >= mask.len() || !mask.is_allowed(id as u32) {
+            if !allowed(mask, n, id as u32) {
                 *l = f32::NEG_INFINITY;
             }
         }
@@ -313,7 +287,7 @@ impl Guide {
     /// among them where the constraint may end: what [`crate::backend::Backend::top_k_masked`]
     /// takes.
     pub fn allowed_words(&mut self) -> Result<Vec<u32>> {
-        Ok(self.mask()?.as_slice().to_vec())
+        Ok(self.mask()?.to_vec())
     }
 
     /// The tokens the constraint forces next (the one continuation it allows, as the model's
@@ -323,7 +297,7 @@ impl Guide {
         if max == 0 || self.m.is_stopped() {
             return Ok(Vec::new());
         }
-        let mut f = self.m.compute_ff_tokens();
+        let mut f = self.m.forced();
         // An end token is the generation's to take (it ends it), not a forced text token.
         if let Some(at) = f.iter().position(|&id| self.is_end(id)) {
             f.truncate(at);
@@ -331,7 +305,7 @@ impl Guide {
         f.truncate(max);
         if !f.is_empty() {
             self.mask = None;
-            self.m.consume_tokens(&f).map_err(guide_err)?;
+            self.m.consume(&f).map_err(guide_err)?;
         }
         Ok(f)
     }
@@ -342,7 +316,7 @@ impl Guide {
         if self.is_end(id) {
             return Ok(());
         }
-        self.m.consume_token(id).map_err(guide_err)
+        self.m.consume(&[id]).map_err(guide_err)
     }
 
     /// Whether the output is complete and nothing may follow (the JSON value closed, the
@@ -353,26 +327,33 @@ impl Guide {
             return Ok(true);
         }
         // Nothing allowed but the end tokens.
+        let n = self.n_vocab;
         self.mask()?;
-        let Some(mask) = self.mask.as_ref() else {
+        let Some(mask) = self.mask.as_deref() else {
             return Ok(false);
         };
-        let ends = self
-            .ends
-            .iter()
-            .filter(|&&id| (id as usize) < mask.len() && mask.is_allowed(id))
-            .count();
-        Ok(mask.is_allowed(self.eos) && mask.num_set() == ends)
+        let set: u32 = mask.iter().map(|w| w.count_ones()).sum();
+        let ends = self.ends.iter().filter(|&&id| allowed(mask, n, id)).count();
+        Ok(allowed(mask, n, self.eos) && set as usize == ends)
     }
+}
+
+/// Whether bit `id` of `mask` (a vocabulary of `n` tokens) is set.
+fn allowed(mask: &[u32], n: usize, id: u32) -> bool {
+    (id as usize) < n
+        && mask
+            .get(id as usize / 32)
+            .is_some_and(|w| w >> (id % 32) & 1 == 1)
 }
 
 /// Allow every end token in `m` where its first (the end of sequence) is allowed: a chat
 /// model may end its turn with its own token wherever the constraint is complete.
-fn allow_ends(ends: &[u32], m: &mut toktrie::SimpleVob) {
-    if ends.first().is_some_and(|&eos| m.is_allowed(eos)) {
-        let n = m.len();
+fn allow_ends(ends: &[u32], n: usize, m: &mut [u32]) {
+    if ends.first().is_some_and(|&eos| allowed(m, n, eos)) {
         for &id in ends.iter().filter(|&&id| (id as usize) < n) {
-            m.allow_token(id);
+            if let Some(w) = m.get_mut(id as usize / 32) {
+                *w |= 1 << (id % 32);
+            }
         }
     }
 }

@@ -629,3 +629,164 @@ pub(crate) fn render_template(
     text.as_string()
         .ok_or_else(|| RenderError::Failed("the template module returned no text".into()))
 }
+
+/// The engine's module without the constraint compiler (the browser builds): vocabularies
+/// and matchers live in the constraint module (src/guide/), which the package loads at the
+/// first constrained request and hands over (`setGuideModule`); these hold its numbers, with
+/// the interface `constrain.rs` uses natively (kerze-guide's `Vocabulary` and `Matcher`).
+#[cfg(not(feature = "guide"))]
+pub(crate) mod guide {
+    use js_sys::{Array, Function, Reflect, Uint32Array, Uint8Array};
+    use std::cell::RefCell;
+    use wasm_bindgen::prelude::*;
+
+    thread_local! {
+        /// The constraint module's exports.
+        static MODULE: RefCell<Option<JsValue>> = const { RefCell::new(None) };
+    }
+
+    /// Hand over the constraint module's exports (`vocabulary`, `compile`, `mask`, `forced`,
+    /// `consume`, `stopped`, `fork`, `free`, `freeVocabulary`); `undefined` takes them back.
+    /// Constrained requests fail with an error until then.
+    #[wasm_bindgen(js_name = setGuideModule)]
+    pub fn set_guide_module(module: JsValue) {
+        let module = (!module.is_undefined() && !module.is_null()).then_some(module);
+        MODULE.with(|m| *m.borrow_mut() = module);
+    }
+
+    /// Call the module's `name` with `args`; its error's message.
+    fn call(name: &str, args: &[JsValue]) -> Result<JsValue, String> {
+        let module = MODULE.with(|m| m.borrow().clone()).ok_or_else(|| {
+            "the constraint module is not loaded (the package loads it before a constrained request)"
+                .to_string()
+        })?;
+        let f: Function = Reflect::get(&module, &JsValue::from_str(name))
+            .ok()
+            .and_then(|f| f.dyn_into().ok())
+            .ok_or_else(|| format!("the constraint module has no `{name}`"))?;
+        f.apply(&JsValue::NULL, &args.iter().collect::<Array>())
+            .map_err(|e| {
+                Reflect::get(&e, &JsValue::from_str("message"))
+                    .ok()
+                    .and_then(|m| m.as_string())
+                    .or_else(|| e.as_string())
+                    .unwrap_or_else(|| format!("the constraint module's `{name}` failed"))
+            })
+    }
+
+    fn number(v: JsValue, what: &str) -> Result<u32, String> {
+        v.as_f64()
+            .map(|n| n as u32)
+            .ok_or_else(|| format!("the constraint module's `{what}` gave no number"))
+    }
+
+    fn words(v: JsValue, what: &str) -> Result<Vec<u32>, String> {
+        v.dyn_into::<Uint32Array>()
+            .map(|a| a.to_vec())
+            .map_err(|_| format!("the constraint module's `{what}` gave no Uint32Array"))
+    }
+
+    /// A vocabulary in the constraint module.
+    pub struct Vocabulary {
+        id: u32,
+        len: usize,
+        /// The tokenizer the module calls for forced bytes (alive as long as the vocabulary).
+        _tokenize: Closure<dyn Fn(Uint8Array) -> JsValue>,
+    }
+
+    impl Vocabulary {
+        pub fn new(
+            words: &[Vec<u8>],
+            eos: u32,
+            tokenize: kerze_guide::Tokenize,
+        ) -> Result<Self, String> {
+            let total: usize = words.iter().map(Vec::len).sum();
+            let mut bytes = Vec::with_capacity(total);
+            let mut offsets = Vec::with_capacity(words.len() + 1);
+            for w in words {
+                offsets.push(bytes.len() as u32);
+                bytes.extend_from_slice(w);
+            }
+            offsets.push(bytes.len() as u32);
+            let closure =
+                Closure::<dyn Fn(Uint8Array) -> JsValue>::new(move |b: Uint8Array| match tokenize(
+                    &b.to_vec(),
+                ) {
+                    Some(ids) => Uint32Array::from(ids.as_slice()).into(),
+                    None => JsValue::UNDEFINED,
+                });
+            let id = number(
+                call(
+                    "vocabulary",
+                    &[
+                        Uint8Array::from(bytes.as_slice()).into(),
+                        Uint32Array::from(offsets.as_slice()).into(),
+                        eos.into(),
+                        closure.as_ref().clone(),
+                    ],
+                )?,
+                "vocabulary",
+            )?;
+            Ok(Self {
+                id,
+                len: words.len(),
+                _tokenize: closure,
+            })
+        }
+
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        pub fn compile(&self, grammar: &kerze_guide::Grammar) -> Result<Matcher, String> {
+            let g = serde_json::to_string(grammar).map_err(|e| e.to_string())?;
+            let id = number(call("compile", &[self.id.into(), g.into()])?, "compile")?;
+            Ok(Matcher { id })
+        }
+    }
+
+    impl Drop for Vocabulary {
+        fn drop(&mut self) {
+            let _ = call("freeVocabulary", &[self.id.into()]);
+        }
+    }
+
+    /// A matcher in the constraint module.
+    pub struct Matcher {
+        id: u32,
+    }
+
+    impl Matcher {
+        pub fn mask(&mut self) -> Result<Vec<u32>, String> {
+            words(call("mask", &[self.id.into()])?, "mask")
+        }
+
+        pub fn forced(&mut self) -> Vec<u32> {
+            call("forced", &[self.id.into()])
+                .and_then(|v| words(v, "forced"))
+                .unwrap_or_default()
+        }
+
+        pub fn consume(&mut self, ids: &[u32]) -> Result<(), String> {
+            call("consume", &[self.id.into(), Uint32Array::from(ids).into()]).map(|_| ())
+        }
+
+        pub fn is_stopped(&self) -> bool {
+            call("stopped", &[self.id.into()]).is_ok_and(|v| v.is_truthy())
+        }
+
+        pub fn fork(&self) -> Self {
+            // A failed fork (the module gone) leaves a matcher whose calls fail.
+            let id = call("fork", &[self.id.into()])
+                .and_then(|v| number(v, "fork"))
+                .unwrap_or(0);
+            Self { id }
+        }
+    }
+
+    impl Drop for Matcher {
+        fn drop(&mut self) {
+            let _ = call("free", &[self.id.into()]);
+        }
+    }
+}

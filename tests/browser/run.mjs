@@ -715,9 +715,13 @@ try {
     ];
     const tinyTools = [{ type: 'function', function: { name: 'get_weather', strict: true,
       parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 6 } }, required: ['city'] } } }];
-    const cpu = await withPage(`${A}/www/`, (page) => inPage(page, `
+    // The engine's module has no constraint compiler: the constraint module (src/guide/) is
+    // fetched once, at the load that prepares constraints or at the first constrained request.
+    const guides = (rec) => rec.requests.filter((u) => new URL(u).pathname.endsWith('/kerze_guide_bg.wasm')).length;
+    const cpu = await withPage(`${A}/www/`, async (page, rec) => ({ ...await inPage(page, `
       const e = await k.createEngine({ model, threads: 1, responseCache: false, prepareConstraints: true });
-      ${body}`, { schema, tools, toolTokens: 200 }));
+      ${body}`, { schema, tools, toolTokens: 200 }), guides: guides(rec) }));
+    assertEq(cpu.guides, 1, 'the constraint module fetched once (prepareConstraints)');
     console.log(`     CPU: ${cpu.json[0]} | ${cpu.regex} | ${cpu.choices} | ${cpu.chat[0]} | ${JSON.stringify(cpu.tools[0].tool_calls[0].function)}`);
     check(cpu, 'CPU');
     const file = 'tiny-gemma3.gguf';
@@ -727,10 +731,15 @@ try {
     const rec = await openPage(gpuBrowser);
     try {
       await rec.page.goto(`${A}/www/`);
-      const gpu = await inPage(rec.page, `
+      await inPage(rec.page, `
         const e = await k.createEngine({ model: { url: '/models/${file}' }, device: 'webgpu', responseCache: false });
         if (e.info.backend !== 'webgpu') throw new Error(e.info.backend);
+        globalThis.loaded = e;`);
+      const beforeConstraint = guides(rec);
+      const gpu = await inPage(rec.page, `
+        const e = globalThis.loaded;
         ${body}`, { schema, tools: tinyTools, toolTokens: 150 }); // the tiny model's context is 512 (about a character a token)
+      assertEq([beforeConstraint, guides(rec)], [0, 1], 'the constraint module: not fetched at load, fetched once for the constrained requests');
       check(gpu, 'SwiftShader (tiny model)');
       assertEq(rec.errors, [], 'console errors');
     } finally {
@@ -1897,7 +1906,7 @@ window.result = { ids: r.ids, worker: e.info.worker, threads: e.info.threads };
       fs.mkdirSync(mod, { recursive: true });
       execFileSync('tar', ['xzf', path.join(dir, tgz), '-C', mod, '--strip-components=1']);
       const files = execFileSync('find', ['.', '-type', 'f'], { cwd: mod, encoding: 'utf8' }).split('\n').filter(Boolean).sort();
-      for (const f of ['./index.js', './index.d.ts', './worker.js', './wasm/kerze_bg.wasm', './wasm/threads/kerze_bg.wasm', './wasm/relaxed/kerze_bg.wasm', './wasm/threads-relaxed/kerze_bg.wasm', './wasm/jinja/kerze_jinja_bg.wasm', './package.json']) {
+      for (const f of ['./index.js', './index.d.ts', './worker.js', './wasm/kerze_bg.wasm', './wasm/threads/kerze_bg.wasm', './wasm/relaxed/kerze_bg.wasm', './wasm/threads-relaxed/kerze_bg.wasm', './wasm/jinja/kerze_jinja_bg.wasm', './wasm/guide/kerze_guide_bg.wasm', './package.json']) {
         assert(files.includes(f), `${f} in the package (${files.join(' ')})`);
       }
       const pj = JSON.parse(fs.readFileSync(path.join(mod, 'package.json'), 'utf8'));

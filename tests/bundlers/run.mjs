@@ -99,12 +99,15 @@ function inlineCopies(dist) {
  * Open the app at `origin` + `page`, wait for its result and check it: the CLI's ids, a
  * clean console, requests only to the app and the model, a worker of the expected kind, and
  * (with `dist`, the static build) that a 'script' worker's page never loaded the inline copy.
+ * `choices`: the app makes a constrained request too, through the constraint module the
+ * bundler emitted (or the inline worker holds).
  */
-async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', assets = null, error = null, dist = null } = {}) {
+async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', assets = null, error = null, dist = null, choices = false } = {}) {
   const rec = await openPage(browser);
   try {
     const q = new URLSearchParams({ model: MODEL_URL, sha256: SHA, prompt: PROMPT, threads: String(threads) });
     if (assets) q.set('assets', assets);
+    if (choices) q.set('choices', 'yes,no');
     if (worker === null) q.set('worker', 'false');
     await rec.page.goto(`${origin}${at}?${q}`);
     await rec.page.waitForFunction(() => globalThis.kerzeResult, null, { timeout: 180000 });
@@ -115,6 +118,7 @@ async function runApp(origin, { page: at = '/', threads = 1, worker = 'script', 
       assert(!r.error, `the app failed: ${JSON.stringify(r.error)}\n${rec.logs.join('\n')}`);
       assertEq(r.ids, WANT, 'greedy ids equal the CLI\'s');
       assertEq(r.info.worker, worker, 'how the worker was started (info.worker)');
+      if (choices) assert(['yes', 'no'].includes(r.choice), `the constrained answer is one of the choices: ${JSON.stringify(r.choice)}`);
       // The engine's worker, and with threads the team's other threads (the worker computes too).
       const want = worker === null ? 0 : 1 + (threads > 1 ? threads - 1 : 0);
       assert(rec.workers.length >= want, `workers started: ${JSON.stringify(rec.workers)}`);
@@ -200,7 +204,7 @@ console.log('ok');
       const dist = path.join(dir, 'dist');
       assert(filesMatching(dist, /^worker-.*\.js$/).length === 1, `a worker chunk in ${filesMatching(dist, /./)}`);
       assert(filesMatching(dist, /\.wasm$/).length >= 2, `both wasm builds in ${filesMatching(dist, /./)}`);
-      await runApp(await serveStatic(dist), { page: '/index.html', dist });
+      await runApp(await serveStatic(dist), { page: '/index.html', dist, choices: true });
     });
 
     await test('Vite: the same build on a cross-origin-isolated page runs the threads build', async () => {
@@ -229,7 +233,7 @@ console.log('ok');
       timings.webpack = b.s;
       const dist = path.join(dir, 'dist');
       assert(filesMatching(dist, /\.wasm$/).length >= 2, `both wasm builds in ${filesMatching(dist, /./)}`);
-      await runApp(await serveStatic(dist), { page: '/index.html', dist });
+      await runApp(await serveStatic(dist), { page: '/index.html', dist, choices: true });
     });
 
     await test('webpack 5: the same build on a cross-origin-isolated page runs the threads build', async () => {
@@ -254,7 +258,7 @@ console.log('ok');
       const dir = prepare('rollup', 'src/app.js');
       const b = build(dir);
       timings.rollup = b.s;
-      await runApp(await serveStatic(path.join(dir, 'dist')), { page: '/index.html', worker: 'inline' });
+      await runApp(await serveStatic(path.join(dir, 'dist')), { page: '/index.html', worker: 'inline', choices: true });
     });
   }
 
@@ -263,13 +267,13 @@ console.log('ok');
     await test('esbuild: production build, the inline worker, same ids as the CLI', async () => {
       const b = build(dir);
       timings.esbuild = b.s;
-      await runApp(await serveStatic(path.join(dir, 'dist')), { page: '/index.html', worker: 'inline' });
+      await runApp(await serveStatic(path.join(dir, 'dist')), { page: '/index.html', worker: 'inline', choices: true });
     });
 
     await test('esbuild: assetsUrl points at the package files self-hosted on another origin (a CDN)', async () => {
       const cdn = await serve(path.join(dir, 'node_modules'), ['--only', 'kerze']);
       const app = await serveStatic(path.join(dir, 'dist'));
-      await runApp(app, { page: '/index.html', assets: `${cdn}/kerze/` });
+      await runApp(app, { page: '/index.html', assets: `${cdn}/kerze/`, choices: true });
       // In the page (worker: false) the wasm must come from somewhere: assetsUrl, or a clear error.
       await runApp(app, { page: '/index.html', assets: `${cdn}/kerze/`, worker: null });
       await runApp(app, { page: '/index.html', worker: null, error: 'InvalidArgumentError' });
@@ -298,7 +302,7 @@ console.log('ok');
       const server = await startServer(dir, process.execPath, [path.join(dir, 'node_modules/next/dist/bin/next'), 'start',
         '-H', '127.0.0.1', '-p', String(port)], port, env);
       try {
-        await runApp(`http://127.0.0.1:${port}`);
+        await runApp(`http://127.0.0.1:${port}`, { choices: true });
       } finally {
         server.stop();
       }

@@ -1,7 +1,8 @@
 // The consumer app every bundler test builds (copied into each app as its entry): what a
 // site writes, nothing bundler-specific. The test page passes the model URL, its sha256, the
-// prompt, the thread count, `worker=false` and where the package's files are (if self-hosted)
-// in the query string; the outcome lands in window.kerzeResult.
+// prompt, the thread count, `worker=false`, where the package's files are (if self-hosted)
+// and `choices` (a constrained request: the constraint module, loaded on first use) in the
+// query string; the outcome lands in window.kerzeResult.
 import { createEngine } from 'kerze';
 
 export async function run() {
@@ -18,7 +19,9 @@ export async function run() {
     });
     const r = await engine.complete(q.get('prompt'), { maxTokens: Number(q.get('maxTokens') ?? 16), temperature: 0 });
     out.textContent = r.text;
-    globalThis.kerzeResult = { ids: r.ids, text: r.text, info: engine.info, isolated: globalThis.crossOriginIsolated };
+    const choices = q.get('choices')?.split(',');
+    const choice = choices ? (await engine.complete(q.get('prompt'), { maxTokens: 4, temperature: 0, choices })).text : null;
+    globalThis.kerzeResult = { ids: r.ids, text: r.text, choice, info: engine.info, isolated: globalThis.crossOriginIsolated };
     await engine.dispose();
   } catch (e) {
     out.textContent = `${e?.name}: ${e?.message}`;
