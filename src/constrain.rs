@@ -138,31 +138,42 @@ pub struct Grammars(Arc<GrammarsInner>);
 
 #[derive(Default)]
 struct GrammarsInner {
-    /// The vocabulary's compiler and its end of sequence.
-    vocabulary: OnceLock<std::result::Result<(Vocabulary, u32), String>>,
+    /// The vocabulary's compiler and its end of sequence, once built.
+    vocabulary: OnceLock<(Vocabulary, u32)>,
+    /// Held while it is built.
+    building: std::sync::Mutex<()>,
     /// (key, a matcher before its first token), most recently used last.
     compiled: std::sync::Mutex<Vec<(String, Matcher)>>,
 }
 
 impl Grammars {
+    /// The vocabulary's compiler, built at the first call. A failed build is not kept (in the
+    /// browser: the constraint module missing), so the next request tries again; the build
+    /// runs once at a time (the server's slots share it).
     fn vocabulary(&self, tok: &Arc<Tokenizer>) -> Result<&(Vocabulary, u32)> {
-        self.0
-            .vocabulary
-            .get_or_init(|| {
-                let words = tok.token_bytes().map_err(|e| e.to_string())?;
-                let eos = tok
-                    .eos()
-                    .or_else(|| tok.end_of_generation().first().copied())
-                    .unwrap_or(0);
-                let model = Arc::clone(tok);
-                // Forced text as user text (never control tokens).
-                let tokenize: kerze_guide::Tokenize = Arc::new(move |s: &[u8]| {
-                    model.encode_user(std::str::from_utf8(s).ok()?, false).ok()
-                });
-                Ok((Vocabulary::new(&words, eos, tokenize)?, eos))
-            })
-            .as_ref()
-            .map_err(|e| Error::Backend(format!("the constraint engine did not start: {e}")))
+        let started =
+            |e: String| Error::Backend(format!("the constraint engine did not start: {e}"));
+        if let Some(v) = self.0.vocabulary.get() {
+            return Ok(v);
+        }
+        let _one = self.0.building.lock().map_err(|e| started(e.to_string()))?;
+        if let Some(v) = self.0.vocabulary.get() {
+            return Ok(v);
+        }
+        let words = tok.token_bytes()?;
+        let eos = tok
+            .eos()
+            .or_else(|| tok.end_of_generation().first().copied())
+            .unwrap_or(0);
+        let model = Arc::clone(tok);
+        // Forced text as user text (never control tokens).
+        let tokenize: kerze_guide::Tokenize =
+            Arc::new(move |s: &[u8]| model.encode_user(std::str::from_utf8(s).ok()?, false).ok());
+        let built = (
+            Vocabulary::new(&words, eos, tokenize).map_err(started)?,
+            eos,
+        );
+        Ok(self.0.vocabulary.get_or_init(|| built))
     }
 
     /// Build the vocabulary's token trie now (it is otherwise built at the first constraint:
