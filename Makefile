@@ -144,25 +144,25 @@ pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.ins
 pkg/wasm/threads-relaxed/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
 	$(call threads_build,pkg/wasm/threads-relaxed,$(THREADS_RELAXED_RUSTFLAGS),target/threads-relaxed,--enable-relaxed-simd)
 
-# The chat-template module (src/jinja/: minijinja, 0.14 MB gzipped that pages without a chat
-# never load), one for every engine build; built beside the single build's target dir.
-pkg/wasm/jinja/kerze_jinja_bg.wasm: $(shell find src/jinja -name '*.rs') src/jinja/Cargo.toml Cargo.lock node_modules/.installed
-	cargo rustc --profile wasm-release --target wasm32-unknown-unknown -p kerze-jinja --lib \
+# The modules the engine's builds leave out, each loaded on first use and built once for all
+# four: $(1) the crate's short name (src/$(1)/, kerze-$(1); out in pkg/wasm/$(1)/).
+define module_build
+	cargo rustc --profile wasm-release --target wasm32-unknown-unknown -p kerze-$(1) --lib \
 	  --crate-type cdylib --features module --target-dir target
-	rm -rf pkg/wasm/jinja
-	wasm-bindgen --target web --out-dir pkg/wasm/jinja --out-name kerze_jinja \
-	  target/wasm32-unknown-unknown/wasm-release/kerze_jinja.wasm
-	$(WASM_OPT) pkg/wasm/jinja/kerze_jinja_bg.wasm -o pkg/wasm/jinja/kerze_jinja_bg.wasm
+	rm -rf pkg/wasm/$(1)
+	wasm-bindgen --target web --out-dir pkg/wasm/$(1) --out-name kerze_$(1) \
+	  target/wasm32-unknown-unknown/wasm-release/kerze_$(1).wasm
+	$(WASM_OPT) pkg/wasm/$(1)/kerze_$(1)_bg.wasm -o pkg/wasm/$(1)/kerze_$(1)_bg.wasm
+endef
 
-# The constraint module (src/guide/: llguidance), loaded at the first constrained request;
-# one for every engine build, built as the template module is.
+# The chat-template module (src/jinja/: minijinja), loaded at the first chat that needs the
+# file's template.
+pkg/wasm/jinja/kerze_jinja_bg.wasm: $(shell find src/jinja -name '*.rs') src/jinja/Cargo.toml Cargo.lock node_modules/.installed
+	$(call module_build,jinja)
+
+# The constraint module (src/guide/: llguidance), loaded at the first constrained request.
 pkg/wasm/guide/kerze_guide_bg.wasm: $(shell find src/guide -name '*.rs') src/guide/Cargo.toml Cargo.lock node_modules/.installed
-	cargo rustc --profile wasm-release --target wasm32-unknown-unknown -p kerze-guide --lib \
-	  --crate-type cdylib --features module --target-dir target
-	rm -rf pkg/wasm/guide
-	wasm-bindgen --target web --out-dir pkg/wasm/guide --out-name kerze_guide \
-	  target/wasm32-unknown-unknown/wasm-release/kerze_guide.wasm
-	$(WASM_OPT) pkg/wasm/guide/kerze_guide_bg.wasm -o pkg/wasm/guide/kerze_guide_bg.wasm
+	$(call module_build,guide)
 
 # The inline worker: for bundlers that emit no file the package names (esbuild, Rollup).
 pkg/wasm/inline/index.js: pkg/wasm/kerze_bg.wasm pkg/wasm/jinja/kerze_jinja_bg.wasm pkg/wasm/guide/kerze_guide_bg.wasm pkg/build-inline.mjs $(wildcard pkg/*.js)
