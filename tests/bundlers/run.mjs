@@ -208,7 +208,7 @@ console.log('ok');
     });
 
     await test('Vite: the same build on a cross-origin-isolated page runs the threads build', async () => {
-      const r = await runApp(await serveStatic(path.join(dir, 'dist'), true), { page: '/index.html', threads: 2 });
+      const r = await runApp(await serveStatic(path.join(dir, 'dist'), true), { page: '/index.html', threads: 2, choices: true });
       assert(r.isolated, 'the page is cross-origin isolated');
       assertEq(r.info.backend, 'cpu-simd-threads', 'backend');
       assertEq(r.info.threads, 2, 'threads');
@@ -237,7 +237,7 @@ console.log('ok');
     });
 
     await test('webpack 5: the same build on a cross-origin-isolated page runs the threads build', async () => {
-      const r = await runApp(await serveStatic(path.join(dir, 'dist'), true), { page: '/index.html', threads: 2 });
+      const r = await runApp(await serveStatic(path.join(dir, 'dist'), true), { page: '/index.html', threads: 2, choices: true });
       assertEq(r.info.backend, 'cpu-simd-threads', 'backend');
     });
 
