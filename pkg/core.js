@@ -866,11 +866,12 @@ export class Core {
       const m = await glueOf();
       await m.default({ module_or_path: await url() });
       return m;
-    })().then((m) => glue[hand](pick(m)), (e) => {
+    })().catch((e) => {
       this[slot] = null;
       throw new KerzeError('DownloadError', `the ${what} module did not load (${e?.message ?? e})`, { cause: e });
     });
-    await this[slot];
+    // Handed over every time (a setter): a later load in this Core may run another build.
+    glue[hand](pick(await this[slot]));
   }
 
   /**
