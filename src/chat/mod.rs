@@ -1,5 +1,5 @@
 //! Chat messages → prompt ids. Owns: the OpenAI message shape, the choice of format (the
-//! file's own Jinja `tokenizer.chat_template`, rendered by template.rs; Gemma's built-in format
+//! file's own Jinja `tokenizer.chat_template`, through template.rs; Gemma's built-in format
 //! for Gemma files without one) and the rule that message content is user text in every
 //! template: a visitor who types `<|im_end|>` or `<end_of_turn>` gets those characters, not a
 //! turn boundary. Stop tokens come from the file's ids (tokenizer/).

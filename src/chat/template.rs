@@ -1,7 +1,6 @@
-//! The file's Jinja chat template, rendered with `minijinja` the way Hugging Face
-//! `transformers` renders it (`apply_chat_template`: jinja2 with `trim_blocks` and
-//! `lstrip_blocks`, Python string/dict/list methods, `raise_exception`, `strftime_now`, a
-//! `tojson` that writes Python's `json.dumps(…, ensure_ascii=False)`), then tokenized with
+//! The file's Jinja chat template: its context built here, rendered by src/jinja/ (minijinja,
+//! the way Hugging Face `transformers` renders it; natively linked, in the browser the
+//! template module the package loads at the first such chat), then tokenized here with
 //! control tokens parsed and no <bos> added (the template writes it).
 //!
 //! Message content is user text: before rendering, every control-token string inside it (as
