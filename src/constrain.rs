@@ -349,12 +349,9 @@ impl Guide {
     }
 }
 
-/// Whether bit `id` of `mask` (a vocabulary of `n` tokens) is set.
+/// Whether token `id` of a vocabulary of `n` is allowed by `mask`.
 fn allowed(mask: &[u32], n: usize, id: u32) -> bool {
-    (id as usize) < n
-        && mask
-            .get(id as usize / 32)
-            .is_some_and(|w| w >> (id % 32) & 1 == 1)
+    (id as usize) < n && crate::backend::is_allowed(mask, id as usize)
 }
 
 /// Allow every end token in `m` where its first (the end of sequence) is allowed: a chat

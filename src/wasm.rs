@@ -577,6 +577,20 @@ fn no_generation() -> Error {
 #[cfg(feature = "threads")]
 pub use wasm_bindgen_rayon::init_thread_pool;
 
+/// A string property of a JS value (an `Error`'s `name` or `message`).
+#[cfg(any(not(feature = "jinja"), not(feature = "guide")))]
+fn js_field(v: &JsValue, key: &str) -> Option<String> {
+    js_sys::Reflect::get(v, &JsValue::from_str(key))
+        .ok()
+        .and_then(|f| f.as_string())
+}
+
+/// What a lazily loaded module threw: its `Error`'s message, or the string it threw.
+#[cfg(any(not(feature = "jinja"), not(feature = "guide")))]
+fn thrown_message(e: &JsValue) -> Option<String> {
+    js_field(e, "message").or_else(|| e.as_string())
+}
+
 #[cfg(not(feature = "jinja"))]
 thread_local! {
     /// The template module's `render` (src/jinja/), handed over by the package.
@@ -616,15 +630,8 @@ pub(crate) fn render_template(
             &JsValue::from_str(&today.to_string()),
         )
         .map_err(|e| {
-            let field = |k: &str| {
-                js_sys::Reflect::get(&e, &JsValue::from_str(k))
-                    .ok()
-                    .and_then(|v| v.as_string())
-            };
-            let message = field("message")
-                .or_else(|| e.as_string())
-                .unwrap_or_else(|| "the template module failed".into());
-            RenderError::from_name(&field("name").unwrap_or_default(), message)
+            let message = thrown_message(&e).unwrap_or_else(|| "the template module failed".into());
+            RenderError::from_name(&js_field(&e, "name").unwrap_or_default(), message)
         })?;
     text.as_string()
         .ok_or_else(|| RenderError::Failed("the template module returned no text".into()))
@@ -666,10 +673,7 @@ pub(crate) mod guide {
             .ok_or_else(|| format!("the constraint module has no `{name}`"))?;
         f.apply(&JsValue::NULL, &args.iter().collect::<Array>())
             .map_err(|e| {
-                Reflect::get(&e, &JsValue::from_str("message"))
-                    .ok()
-                    .and_then(|m| m.as_string())
-                    .or_else(|| e.as_string())
+                super::thrown_message(&e)
                     .unwrap_or_else(|| format!("the constraint module's `{name}` failed"))
             })
     }
