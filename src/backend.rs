@@ -259,6 +259,12 @@ pub trait Backend {
         };
         self.load_weight(&f32_info, &bytes)
     }
+    /// The most prompt positions a prefill step runs at once ([`crate::generate::PREFILL_CHUNK`]
+    /// by default). A step's activations and scratch grow with it, and in wasm memory never
+    /// comes back down, so a backend whose memory is the tab's may take fewer.
+    fn prompt_rows(&self) -> usize {
+        crate::generate::PREFILL_CHUNK
+    }
     /// A KV cache of `n_slots` positions (a ring when smaller than the context).
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<Self::Kv>;
     /// Forget every cached position.

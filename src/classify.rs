@@ -656,7 +656,7 @@ impl<B: Backend> Session<B> {
         usage.prompt_tokens += ids.len() - at;
         let mut rows = Vec::new();
         while at < ids.len() {
-            let end = (at + PREFILL_CHUNK).min(ids.len());
+            let end = (at + self.be.prompt_rows()).min(ids.len());
             let h = self.forward_chunk(&ids[at..end])?;
             usage.decoder_passes += 1;
             let from = first.max(at);

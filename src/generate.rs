@@ -403,7 +403,7 @@ impl<B: Backend> Session<B> {
     /// Run `ids` after what the cache holds, in chunks; the hidden state of the last row.
     async fn feed(&mut self, ids: &[u32], abort: &dyn Fn() -> bool) -> Result<B::Tensor> {
         let mut last = None;
-        for chunk in ids.chunks(PREFILL_CHUNK) {
+        for chunk in ids.chunks(self.be.prompt_rows()) {
             if abort() {
                 return Err(Error::Aborted);
             }
@@ -583,7 +583,7 @@ impl<B: Backend> Session<B> {
                 "the session ran something else since this generation began".into(),
             ));
         }
-        let mut end = (g.prefilled + PREFILL_CHUNK).min(target);
+        let mut end = (g.prefilled + self.be.prompt_rows()).min(target);
         if let Some(at) = g.save_at.filter(|&at| at > g.prefilled && at < end) {
             end = at;
         }
