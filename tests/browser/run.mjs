@@ -1019,9 +1019,9 @@ try {
     assertEq(r.first.ids, cli(CERTAIN[0], 8).ids, 'greedy ids from the streamed download');
     assertEq(r.second.ids, r.first.ids, 'greedy ids from the cache');
     assertEq([r.first.readAhead, r.second.readAhead], ['worker', 'worker'], 'the stored file read ahead by a second worker');
-    // The weights as the engine keeps them (~266 MB: the file's 247 MB of tensors, Q5_0's
-    // codes, Q6_K's int8 and their f32 scales a little wider) and the tokenizer: all there,
-    // nothing twice.
+    // The weights as the engine keeps them (~262 MB: the file's 247 MB of tensors, Q5_0's
+    // codes with the file's f16 scales, Q6_K's int8 and the K-quants' f32 scales a little
+    // wider) and the tokenizer: all there, nothing twice.
     assert(r.first.memoryBytes > 250e6 && r.first.memoryBytes < 480e6, `wasm memory ${r.first.memoryBytes}`);
     assertEq([r.bad, r.after], ['GgufError', 1], 'a stored file that does not load is dropped');
   });

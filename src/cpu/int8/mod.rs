@@ -14,9 +14,10 @@
 //! ([`Packing::Fives`]: 0.67 bytes a value), which a kernel takes apart with one mask or
 //! shift per 8 values, as int8 takes one widening; natively it stays int8 (the file's bit
 //! planes cost 41% more instructions per Gemma 3 270M decode step there, and native memory
-//! is not the tab's). Q5_1 and Q5_K stay int8. One exception to f32 scales: a Q8_0
-//! LM head where the build has the head's filter keeps the file's f16 scales, which the
-//! filter's kernel reads without converting them ([`Scale`], [`Scales::F16`]).
+//! is not the tab's). Q5_1 and Q5_K stay int8. Two exceptions to f32 scales, each where a
+//! kernel reads the file's f16 with a shift or two instead of converting it ([`Scales::F16`]):
+//! a Q8_0 LM head where the build has the head's filter ([`Scale`]), and in wasm Q5_0 in the
+//! five-bit layout ([`BlockScale`]; 0.69 bytes a value with its scales, not 0.79).
 //!
 //! Activations are quantized to 16 bits per 32-value block (f32 scale), not to 8 bits as
 //! llama.cpp and candle do: the kernel multiplies in i16 lanes anyway (`i32x4.dot_i16x8_s`,
@@ -82,26 +83,117 @@ pub struct QMatrix {
     stats: OnceLock<Vec<(f32, f32)>>,
 }
 
-/// How a matrix holds its scales.
+/// How a matrix holds its scales. Whatever the layout, a product sees the f32 values the
+/// file's blocks unpack to, bit for bit: f16 is kept only where each value converts back
+/// exactly, else the load falls back to f32 ([`Scales::append`]).
 enum Scales {
     F32(Vec<f32>),
-    /// An LM head's scales where they are the file's own f16 (Q8_0: one per 32 values),
-    /// non-negative and finite, in a build with the head's filter: half the bytes its pass
-    /// reads (Gemma 3 270M: 10.5 MB of a decode step's 294). The filter's kernel takes them
-    /// as they are ([`Scale`]); every other product converts a row's into f32 first
-    /// ([`QMatrix::row_scales`]). Either way every sum is the one f32 scales give, bit for
-    /// bit.
-    F16(Vec<u16>),
+    /// The file's own f16 scales (one per 32-value block: Q4_0, Q5_0, Q8_0), finite. An LM
+    /// head's, in a build with the head's filter, are non-negative too: half the bytes its
+    /// pass reads (Gemma 3 270M: 10.5 MB of a decode step's 294), and the filter's kernel
+    /// takes them as they are ([`Scale`]). In wasm Q5_0's layers keep them too (Gemma 3
+    /// 270M: 3.9 MiB less of the tab's memory), and the five-bit kernel reads them as they
+    /// are ([`BlockScale`]). Any other product converts them into f32 first
+    /// ([`Scales::groups`]). `signed`: negative ones may be among them (never a head's).
+    F16 {
+        bits: Vec<u16>,
+        signed: bool,
+    },
 }
 
 impl Scales {
-    #[cfg(test)]
+    /// Room for `groups` values in `layout`.
+    fn with_capacity(layout: ScaleLayout, groups: usize) -> Self {
+        match layout {
+            ScaleLayout::F32 => Scales::F32(Vec::with_capacity(groups)),
+            ScaleLayout::F16 { signed } => Scales::F16 {
+                bits: Vec::with_capacity(groups),
+                signed,
+            },
+        }
+    }
+
+    /// How many values it holds.
     fn len(&self) -> usize {
         match self {
             Scales::F32(s) => s.len(),
-            Scales::F16(h) => h.len(),
+            Scales::F16 { bits, .. } => bits.len(),
         }
     }
+
+    /// Bytes held.
+    #[cfg(test)]
+    fn bytes(&self) -> usize {
+        match self {
+            Scales::F32(s) => 4 * s.len(),
+            Scales::F16 { bits, .. } => 2 * bits.len(),
+        }
+    }
+
+    /// Values `g` as f32: the held ones, or converted into `buf`.
+    fn groups<'a>(&'a self, g: Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        if let Scales::F32(s) = self {
+            return &s[g];
+        }
+        buf.resize(g.len(), 0.0);
+        self.write(g, buf);
+        buf
+    }
+
+    /// Values `g` as f32 into `out` (as long as `g`), in a loop the compiler vectorizes.
+    fn write(&self, g: Range<usize>, out: &mut [f32]) {
+        match self {
+            Scales::F32(s) => out.copy_from_slice(&s[g]),
+            Scales::F16 { bits, .. } => {
+                // Finite (the load keeps no other): f16_bits_to_f32 without its branch.
+                for (o, &b) in out.iter_mut().zip(&bits[g]) {
+                    let sign = u32::from(b & 0x8000) << 16;
+                    let v =
+                        f32::from_bits(u32::from(b & 0x7FFF) << 13) * f32::from_bits(0x7780_0000);
+                    *o = f32::from_bits(sign | v.to_bits());
+                }
+            }
+        }
+    }
+
+    /// Append a chunk's values `f`, taken from its file blocks `blocks` (one value each), in
+    /// this layout where each converts back exactly (`F16`: the f16 in the block's first two
+    /// bytes, finite, and non-negative unless `signed`); else every value so far and these
+    /// become f32.
+    fn append<'b>(&mut self, f: &[f32], blocks: impl Iterator<Item = &'b [u8]>) {
+        let at = self.len();
+        let kept = match self {
+            Scales::F32(s) => {
+                s.extend_from_slice(f);
+                return;
+            }
+            Scales::F16 { bits, signed } => {
+                bits.extend(blocks.map(|b| u16::from_le_bytes([b[0], b[1]])));
+                bits[at..].iter().zip(f).all(|(&b, &v)| {
+                    let finite = b & 0x7FFF < 0x7C00 && (*signed || b < 0x8000);
+                    finite && f16_bits_to_f32(b).to_bits() == v.to_bits()
+                })
+            }
+        };
+        if !kept {
+            let mut buf = Vec::new();
+            let mut all = Vec::with_capacity(at + f.len());
+            all.extend_from_slice(self.groups(0..at, &mut buf));
+            all.extend_from_slice(f);
+            *self = Scales::F32(all);
+        }
+    }
+}
+
+/// The layout a matrix asks for its scales ([`Scales`]; f16 falls back to f32 where a value
+/// would not convert back exactly).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ScaleLayout {
+    F32,
+    /// The file's f16 (types with [`Unpacker::f16_scale`]); negative ones too when `signed`.
+    F16 {
+        signed: bool,
+    },
 }
 
 /// How a matrix holds its values.
@@ -167,7 +259,10 @@ impl QMatrix {
             }
             _ => n,
         };
-        let scale = if half_scales(&u, head, filter) { 2 } else { 4 };
+        let scale = match scale_layout(&u, head, filter) {
+            ScaleLayout::F32 => 4,
+            ScaleLayout::F16 { .. } => 2,
+        };
         Some(values + n / u.group as u64 * (scale + 4 * u64::from(u.offsets)))
     }
 
@@ -176,17 +271,18 @@ impl QMatrix {
         matches!(self.values, Values::Packed(..))
     }
 
-    /// Row `j`'s scales: the matrix's own, or its f16 ones converted into `buf`.
+    /// Row `j`'s scales: the matrix's own, or converted into `buf` ([`Scales::groups`]).
     fn row_scales<'a>(&'a self, j: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
         let ng = self.cols / self.group;
-        match &self.scales {
-            Scales::F32(s) => &s[j * ng..(j + 1) * ng],
-            Scales::F16(h) => {
-                buf.clear();
-                buf.extend(h[j * ng..(j + 1) * ng].iter().map(|&h| h.value()));
-                buf
-            }
-        }
+        self.scales.groups(j * ng..(j + 1) * ng, buf)
+    }
+
+    /// Row `j`'s offsets (empty without).
+    fn row_offsets(&self, j: usize) -> &[f32] {
+        let ng = self.cols / self.group;
+        self.offsets
+            .as_ref()
+            .map_or(&[][..], |o| &o[j * ng..(j + 1) * ng])
     }
 
     /// Row `j`'s int8 values: the matrix's own, or unpacked into `scratch` (from
@@ -243,14 +339,19 @@ impl QMatrix {
         head: bool,
     ) -> Result<Self> {
         let filter = has_fast_u7();
-        let int8 = unpacker(ty).is_some_and(|u| keeps_int8(&u, head, filter));
-        let half = unpacker(ty).is_some_and(|u| half_scales(&u, head, filter));
-        Self::load_as(src, offset, rows, cols, ty, head, int8, half).await
+        let Some(u) = unpacker(ty) else {
+            return Err(Error::Backend(format!(
+                "the int8 kernel does not take {ty}"
+            )));
+        };
+        let int8 = keeps_int8(&u, head, filter);
+        let layout = scale_layout(&u, head, filter);
+        Self::load_as(src, offset, rows, cols, ty, head, int8, layout).await
     }
 
     /// [`QMatrix::load_with`], the values as int8 when `int8` (else packed where the type
-    /// has a packed layout), the scales as the file's f16 when `half` and each of them is
-    /// non-negative and finite (else f32: [`Scales`]).
+    /// has a packed layout), the scales in `layout` where the type has it and each value
+    /// converts back exactly (else f32: [`Scales`]).
     #[allow(clippy::too_many_arguments)]
     async fn load_as(
         src: &dyn ByteSource,
@@ -260,7 +361,7 @@ impl QMatrix {
         ty: GgmlType,
         head: bool,
         int8: bool,
-        half: bool,
+        layout: ScaleLayout,
     ) -> Result<Self> {
         let Some(u) = unpacker(ty) else {
             return Err(Error::Backend(format!(
@@ -286,17 +387,18 @@ impl QMatrix {
             Some((p, _)) => Values::Packed(p, Vec::with_capacity(rows * p.row_bytes(cols))),
             None => Values::Int8(Vec::with_capacity(n)),
         };
-        // f16 scales are taken from the blocks' first two bytes: the types whose scale is
-        // the file's f16, with one block per group and no offsets.
-        let half = half && u.f16_scale && block == group && !u.offsets;
-        let mut scales = if half {
-            Scales::F16(Vec::with_capacity(n / group))
-        } else {
-            Scales::F32(Vec::with_capacity(n / group))
+        // f16 scales are the blocks' first two bytes: the types whose scale is the file's
+        // f16, with one block per group and no offsets.
+        let layout = match layout {
+            ScaleLayout::F16 { .. } if u.f16_scale.is_some() && block == group && !u.offsets => {
+                layout
+            }
+            _ => ScaleLayout::F32,
         };
-        // A chunk's scales as f32, where the matrix keeps f16 ones.
-        let mut chunk_scales = Vec::new();
+        let mut scales = Scales::with_capacity(layout, n / group);
         let mut offsets = u.offsets.then(|| Vec::with_capacity(n / group));
+        // A chunk's scales as f32 where the matrix keeps another layout (appended to it).
+        let mut chunk_scales = Vec::new();
         // Whole rows per chunk.
         let per_row = cols / block;
         let chunk_rows = (LOAD_CHUNK_BLOCKS / per_row.max(1)).max(1);
@@ -321,7 +423,7 @@ impl QMatrix {
                     s.resize(g.end, 0.0);
                     &mut s[g.clone()]
                 }
-                Scales::F16(_) => {
+                Scales::F16 { .. } => {
                     chunk_scales.clear();
                     chunk_scales.resize(g.len(), 0.0);
                     &mut chunk_scales[..]
@@ -348,36 +450,19 @@ impl QMatrix {
                     return Err(Error::Backend(format!("{ty} has no packed layout")))
                 }
             }
-            let s = match &scales {
-                Scales::F32(s) => &s[g.clone()],
-                Scales::F16(_) => &chunk_scales[..],
-            };
             if let (true, Values::Int8(qs)) = (take_stats, &values) {
                 let gpr = cols / group;
                 for r in r0..r0 + nr {
                     let q = &qs[r * cols..(r + 1) * cols];
-                    stats.push(row_stats(q, &s[(r - r0) * gpr..(r - r0 + 1) * gpr], group));
+                    let s = match &scales {
+                        Scales::F32(s) => &s[g.start + (r - r0) * gpr..][..gpr],
+                        Scales::F16 { .. } => &chunk_scales[(r - r0) * gpr..][..gpr],
+                    };
+                    stats.push(row_stats(q, s, group));
                 }
             }
-            if let Scales::F16(h) = &mut scales {
-                // Each block's f16 scale as the file has it, kept where it converts back to
-                // the unpacked f32 exactly (non-negative and finite); else the whole matrix
-                // keeps f32 scales.
-                let bits = chunk
-                    .chunks_exact(block_bytes)
-                    .map(|b| u16::from_le_bytes([b[0], b[1]]));
-                let at = h.len();
-                h.extend(bits);
-                if h[at..]
-                    .iter()
-                    .zip(&chunk_scales)
-                    .any(|(&b, &f)| b >= 0x7C00 || b.value().to_bits() != f.to_bits())
-                {
-                    let mut f = Vec::with_capacity(n / group);
-                    f.extend(h[..at].iter().map(|&b| b.value()));
-                    f.extend_from_slice(&chunk_scales);
-                    scales = Scales::F32(f);
-                }
+            if let Scales::F16 { .. } = scales {
+                scales.append(&chunk_scales, chunk.chunks_exact(block_bytes));
             }
             r0 += nr;
         }
@@ -453,14 +538,12 @@ impl QMatrix {
                     self.rows
                 )));
             }
-            let gpr = self.cols / self.group;
             let row = self.row(r, &mut scratch);
             let scales = self.row_scales(r, &mut buf);
-            for g in r * gpr..(r + 1) * gpr {
-                let s = scales[g - r * gpr];
-                let o = self.offsets.as_ref().map_or(0.0, |o| o[g]);
-                let at = (g - r * gpr) * self.group;
-                let q = &row[at..at + self.group];
+            let offsets = self.row_offsets(r);
+            for (g, &s) in scales.iter().enumerate() {
+                let o = offsets.get(g).copied().unwrap_or(0.0);
+                let q = &row[g * self.group..(g + 1) * self.group];
                 out.extend(q.iter().map(|&q| (f32::from(q) * s - o) * scale));
             }
         }
@@ -581,55 +664,62 @@ impl QMatrix {
         out: &Out,
     ) {
         let (n, group) = (self.cols, self.group);
-        let ng = n / group;
-        match (&self.values, &self.scales) {
-            (Values::Int8(qs), Scales::F32(scales)) => {
-                for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                    let (w, ws) = (&qs[j * n..], &scales[j * ng..]);
-                    dot_w4(w, ws, &act.q, &act.d, n, apart * n, t, acc, group != QK);
-                })
-            }
-            // f16 scales (an LM head, whose decode runs the filter; the whole product only
-            // where a sampler takes every row): a row at a time on its converted scales,
-            // the sum `dot_w4` gives it, bit for bit.
-            (_, Scales::F16(_)) => {
-                let (mut scratch, mut buf) = (self.scratch(), Vec::new());
-                for (j, v) in r.clone().zip(part.iter_mut()) {
-                    let mut acc = [0f32; 4];
-                    let w = self.row(j, &mut scratch);
-                    let ws = self.row_scales(j, &mut buf);
-                    dot(w, ws, &act.q, &act.d, n, 1, &mut acc, group != QK);
-                    *v = acc[0];
+        let (ng, g16) = (n / group, group != QK);
+        // Rows j, j + apart, … (t of them), their scales `ws` (each row's ng · apart apart).
+        let tile = |j: usize, apart: usize, t: usize, ws: &[f32], acc: &mut [f32; 4]| {
+            let (xq, xd) = (&act.q, &act.d);
+            match &self.values {
+                Values::Int8(qs) => dot_w4(&qs[j * n..], ws, xq, xd, n, apart * n, t, acc, g16),
+                Values::Packed(Packing::Fives, bytes) => {
+                    let w = &bytes[j * Packing::Fives.row_bytes(n)..];
+                    dot_w5(w, ws, xq, xd, corr, n, apart, t, acc)
+                }
+                Values::Packed(Packing::Nibbles { bias }, bytes) => {
+                    let w = &bytes[j * n / 2..];
+                    dot_w4_nib(w, *bias, ws, xq, xd, n, apart * n, t, acc, g16)
                 }
             }
-            (Values::Packed(Packing::Fives, bytes), Scales::F32(scales)) => {
-                for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                    let (w, ws) = (&bytes[j * Packing::Fives.row_bytes(n)..], &scales[j * ng..]);
-                    dot_w5(w, ws, &act.q, &act.d, corr, n, apart, t, acc);
-                })
+        };
+        match &self.scales {
+            Scales::F32(scales) => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                tile(j, apart, t, &scales[j * ng..], acc)
+            }),
+            // Q5_0 in wasm: the five-bit kernel reads the file's f16 scales as they are
+            // ([`BlockScale`]).
+            #[cfg(target_arch = "wasm32")]
+            Scales::F16 { bits, .. }
+                if matches!(self.values, Values::Packed(Packing::Fives, _)) =>
+            {
+                if let Values::Packed(_, bytes) = &self.values {
+                    let rb = Packing::Fives.row_bytes(n);
+                    for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                        let (w, ws) = (&bytes[j * rb..], &bits[j * ng..]);
+                        wasm::dot_w5(w, ws, &act.q, &act.d, corr, n, apart, t, acc)
+                    })
+                }
             }
-            (Values::Packed(Packing::Nibbles { bias }, bytes), Scales::F32(scales)) => {
-                for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                    let (w, ws) = (&bytes[j * n / 2..], &scales[j * ng..]);
-                    dot_w4_nib(
-                        w,
-                        *bias,
-                        ws,
-                        &act.q,
-                        &act.d,
-                        n,
-                        apart * n,
-                        t,
-                        acc,
-                        group != QK,
-                    );
-                })
+            // Other f16 scales (an LM head's, only where a sampler takes every row: its decode
+            // runs the filter; Q5_0's natively, in the tests): spans of at most `SPAN` rows,
+            // each span's scales converted into `buf` in one pass, then the same tiles four
+            // rows apart (four memory streams: in Chromium a decode step took 34 ms instead of
+            // 25 with tiles of consecutive rows on converted scales).
+            scales => {
+                const SPAN: usize = 4 * ROW_CHUNK;
+                let mut buf = Vec::new();
+                for (k, p) in part.chunks_mut(SPAN).enumerate() {
+                    let sub = r.start + k * SPAN..r.start + k * SPAN + p.len();
+                    let ws = scales.groups(sub.start * ng..sub.end * ng, &mut buf);
+                    for_row_tiles(sub.clone(), p, |j, apart, t, acc| {
+                        tile(j, apart, t, &ws[(j - sub.start) * ng..], acc)
+                    })
+                }
             }
         }
         for (j, v) in r.zip(part.iter_mut()) {
-            if let Some(off) = &self.offsets {
+            let off = self.row_offsets(j);
+            if !off.is_empty() {
                 // w = s·q − o: subtract o · Σx over each group, as `rows_into` does.
-                *v -= super::ops::dot(&off[j * ng..(j + 1) * ng], &sums[..ng]);
+                *v -= super::ops::dot(off, &sums[..ng]);
             }
             *v = out.finish(*v, 0, j, self.rows);
         }
@@ -656,6 +746,7 @@ impl QMatrix {
         for j in rows {
             let w = self.row(j, &mut scratch);
             let ws = self.row_scales(j, &mut buf);
+            let off = self.row_offsets(j);
             let mut i = 0;
             while i < m {
                 let t = (m - i).min(4);
@@ -664,12 +755,9 @@ impl QMatrix {
                 dot(w, ws, xq, xd, k, t, &mut acc, self.group != QK);
                 for (r, &a) in acc.iter().enumerate().take(t) {
                     let mut v = a;
-                    if let Some(off) = &self.offsets {
+                    if !off.is_empty() {
                         // w = s·q − o: subtract o · Σx over each group (Σx from the quantized x).
-                        v -= super::ops::dot(
-                            &off[j * ng..(j + 1) * ng],
-                            &sums[(i + r) * ng..(i + r + 1) * ng],
-                        );
+                        v -= super::ops::dot(off, &sums[(i + r) * ng..(i + r + 1) * ng]);
                     }
                     // SAFETY: (i + r, j) lies inside y's m × n, and column j is this call's
                     // alone (the function's contract).
@@ -712,7 +800,16 @@ impl QMatrix {
         let Values::Int8(qs) = &self.values else {
             return None;
         };
-        if self.offsets.is_some() || !self.cols.is_multiple_of(QK) || x.len() != self.cols || k == 0
+        // The filter's kernel reads f32 scales, or f16 ones as non-negative ([`Scale`]).
+        let scales_read = match &self.scales {
+            Scales::F32(_) => true,
+            Scales::F16 { signed, .. } => !signed,
+        };
+        if !scales_read
+            || self.offsets.is_some()
+            || !self.cols.is_multiple_of(QK)
+            || x.len() != self.cols
+            || k == 0
         {
             return None;
         }
@@ -854,7 +951,9 @@ impl QMatrix {
                 let (w, g16) = (&qs[j * n..], group != QK);
                 match &self.scales {
                     Scales::F32(s) => dot_u7(w, &s[j * ng..], xq, n, apart * n, t, acc, g16),
-                    Scales::F16(h) => dot_u7(w, &h[j * ng..], xq, n, apart * n, t, acc, g16),
+                    Scales::F16 { bits, .. } => {
+                        dot_u7(w, &bits[j * ng..], xq, n, apart * n, t, acc, g16)
+                    }
                 }
             });
             then(r, part);
@@ -1009,10 +1108,27 @@ fn keeps_int8(u: &Unpacker, head: bool, filter: bool) -> bool {
     }
 }
 
-/// Whether a matrix of this type keeps f16 scales ([`Scales::F16`]): an LM head the filter
-/// runs on, of a type whose scales are the file's f16 (if each is non-negative and finite).
-fn half_scales(u: &Unpacker, head: bool, filter: bool) -> bool {
-    head && filter && u.f16_scale && keeps_int8(u, head, filter)
+/// How a matrix of this type asks to keep its scales ([`Scales`]). An LM head the filter
+/// runs on keeps the file's f16 scales where they are non-negative (the filter's kernel
+/// reads them as they are), any other head f32. In wasm, whose memory is the tab's, Q5_0 in
+/// the five-bit layout keeps the file's f16 scales, signed, which its kernel reads as they
+/// are ([`BlockScale`]); every other matrix f32, which the other kernels read (converting
+/// f16 scales in a pass before each product cost Chromium 7% of a Gemma 3 270M decode step
+/// for the K-quants' 5.6 MiB, not kept).
+fn scale_layout(u: &Unpacker, head: bool, filter: bool) -> ScaleLayout {
+    if head {
+        if filter && u.f16_scale == Some(true) && keeps_int8(u, head, filter) {
+            ScaleLayout::F16 { signed: false }
+        } else {
+            ScaleLayout::F32
+        }
+    } else if !cfg!(target_arch = "wasm32") {
+        ScaleLayout::F32
+    } else if u.f16_scale.is_some() && matches!(u.pack, Some((Packing::Fives, _))) {
+        ScaleLayout::F16 { signed: true }
+    } else {
+        ScaleLayout::F32
+    }
 }
 
 /// A weight scale as the 7-bit kernel ([`dot_u7`]) reads it: an f32, or an LM head's f16
@@ -1055,6 +1171,35 @@ impl Scale for u16 {
     }
 }
 
+/// A weight block's scale as the five-bit kernel reads it ([`wasm::dot_w5`]): an f32, or the
+/// file's f16 of either sign, finite ([`Scales::F16`]). The f16's bits, sign-extended and
+/// shifted into an f32's places with the three bits above its exponent cleared, are its
+/// value times 2⁻¹¹² exactly (normal or subnormal); the block's activation scale is taken
+/// times 2¹¹² (exact below 2¹⁶: activations below 2³¹), so the product the kernel forms is
+/// the one the f32 scale gives, bit for bit (`check_kernels` compares them).
+pub trait BlockScale: Copy {
+    /// What the block's activation scale is multiplied by first (a power of two).
+    const X: f32;
+    /// The scale over [`BlockScale::X`], exactly.
+    fn over_x(self) -> f32;
+}
+
+impl BlockScale for f32 {
+    const X: f32 = 1.0;
+    #[inline(always)]
+    fn over_x(self) -> f32 {
+        self
+    }
+}
+
+impl BlockScale for u16 {
+    const X: f32 = f32::from_bits(0x7780_0000);
+    #[inline(always)]
+    fn over_x(self) -> f32 {
+        f32::from_bits(((self as i16 as i32) << 13) as u32 & 0x8FFF_E000)
+    }
+}
+
 /// How a type's file blocks become int8 values, scales and offsets (`unpack` takes whole
 /// chunks of blocks: [`blocks`]).
 struct Unpacker {
@@ -1069,10 +1214,11 @@ struct Unpacker {
     /// The 4-bit types: their packed layout and how whole chunks of file blocks become it
     /// ([`blocks`]).
     pack: Option<(Packing, PackFn)>,
-    /// Each block's scale is the file's f16 in its first two bytes, non-negative as
-    /// llama.cpp writes it (Q8_0: the block's largest |value| / 127; Q4_0 and Q5_0 keep the
-    /// sign of the block's extreme value, so half their scales are negative).
-    f16_scale: bool,
+    /// Each block's scale is the file's f16 in its first two bytes: `Some(true)` where it is
+    /// non-negative as llama.cpp writes it (Q8_0: the block's largest |value| / 127), `Some
+    /// (false)` where it may not be (Q4_0 and Q5_0 keep the sign of the block's extreme
+    /// value, so half their scales are negative).
+    f16_scale: Option<bool>,
 }
 
 fn unpacker(ty: GgmlType) -> Option<Unpacker> {
@@ -1097,7 +1243,7 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
                 offsets: $offsets,
                 unpack: |c, q, s, o| blocks::<i8, $block, $bytes, $group, $block>(c, q, s, o, $f),
                 pack: $pack,
-                f16_scale: false,
+                f16_scale: None,
             })
         };
     }
@@ -1124,7 +1270,11 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
         _ => None,
     };
     u.map(|u| Unpacker {
-        f16_scale: ty == GgmlType::Q8_0,
+        f16_scale: match ty {
+            GgmlType::Q8_0 => Some(true),
+            GgmlType::Q4_0 | GgmlType::Q5_0 => Some(false),
+            _ => None,
+        },
         ..u
     })
 }
@@ -1575,10 +1725,24 @@ fn for_row_tiles(
             part[q * quarter + i] = v;
         }
     }
-    let mut j = r.start + 4 * quarter;
+    let rest = r.start + 4 * quarter..r.end;
+    for_row_runs(rest, &mut part[4 * quarter..], |j, t, acc| {
+        tile(j, 1, t, acc)
+    });
+}
+
+/// Rows `r` of a product with one activation row, their outputs `part`, in tiles of up to 4
+/// consecutive rows (`tile(first row, count, sums)`).
+fn for_row_runs(
+    r: std::ops::Range<usize>,
+    part: &mut [f32],
+    mut tile: impl FnMut(usize, usize, &mut [f32; 4]),
+) {
+    let mut acc = [0f32; 4];
+    let mut j = r.start;
     while j < r.end {
         let t = (r.end - j).min(4);
-        tile(j, 1, t, &mut acc);
+        tile(j, t, &mut acc);
         part[j - r.start..j - r.start + t].copy_from_slice(&acc[..t]);
         j += t;
     }
@@ -1774,6 +1938,36 @@ pub fn check_kernels() -> Result<usize, String> {
                                 b[r], a[r]
                             ));
                         }
+                    }
+                    compared += t;
+                }
+            }
+        }
+        // The five-bit kernel on the file's f16 scales (both signs, subnormal ones too)
+        // gives what it gives on them as f32, bit for bit.
+        #[cfg(target_arch = "wasm32")]
+        {
+            let wh: Vec<u16> = (0..rows * k / QK)
+                .map(|i| match i % 7 {
+                    0 => 0x8001,
+                    1 => 0x03FF,
+                    _ => (rng.next_u64() as u16) & 0xBFFF,
+                })
+                .collect();
+            let wf: Vec<f32> = wh.iter().map(|&h| f16_bits_to_f32(h)).collect();
+            for apart in [1, 3] {
+                for t in (1..=4).filter(|t| (t - 1) * apart < rows) {
+                    let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
+                    wasm::dot_w5(&pa, &wh, &x16, &xd, &corr, k, apart, t, &mut a);
+                    wasm::dot_w5(&pa, &wf, &x16, &xd, &corr, k, apart, t, &mut b);
+                    if a[..t]
+                        .iter()
+                        .zip(&b)
+                        .any(|(a, b)| a.to_bits() != b.to_bits())
+                    {
+                        return Err(format!(
+                            "int8 five-bit rows on f16 scales, {t} rows × {k}: {a:?} vs {b:?}"
+                        ));
                     }
                     compared += t;
                 }
@@ -2046,7 +2240,7 @@ mod tests {
             // A Q8_0 head keeps the file's f16 scales where the filter runs; every product
             // is the f32-scaled matrix's, bit for bit.
             assert_eq!(
-                matches!(m.scales, Scales::F16(_)),
+                matches!(m.scales, Scales::F16 { .. }),
                 ty == GgmlType::Q8_0 && has_fast_u7(),
                 "{ty}"
             );
@@ -2110,7 +2304,7 @@ mod tests {
             GgmlType::Q4_K,
             true,
             true,
-            true,
+            ScaleLayout::F32,
         ))
         .unwrap()
         .unwrap();
@@ -2144,7 +2338,7 @@ mod tests {
         };
         let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
         let f16_head = load(&bytes);
-        assert_eq!(matches!(f16_head.scales, Scales::F16(_)), has_fast_u7());
+        assert_eq!(matches!(f16_head.scales, Scales::F16 { .. }), has_fast_u7());
         // The last row's first block: its scale's sign bit set, its values negated.
         let at = (rows - 1) * cols / QK * 34;
         bytes[at + 1] |= 0x80;
@@ -2281,12 +2475,15 @@ mod tests {
         }
     }
 
-    /// The 4-bit types and Q5_0 (the five-bit layout, every tail of a unit: 16 and 32 blocks a
-    /// row) held packed give the int8 rows and products they give unpacked (as an LM head
-    /// loads them), bit for bit: on one activation row (rows from four places at once), on a
-    /// prompt, and through the pool.
+    /// Every layout a matrix may be held in gives the int8 rows and products of int8 values
+    /// with f32 scales, bit for bit: the 4-bit types and Q5_0 packed (the five-bit layout,
+    /// every tail of a unit: 16 and 32 blocks a row) or not, and the scales as the file has
+    /// them (f16, negative ones too; the K-quants' coded scales and offsets) or f32; on one
+    /// activation row (rows from four places at once, or tiles of consecutive rows on
+    /// converted scales), on a prompt, and through the pool. What this build holds is what
+    /// `resident_bytes` counts, as a layer and as an LM head.
     #[test]
-    fn packed_matrices_equal_unpacked_ones_bit_for_bit() {
+    fn every_layout_equals_int8_with_f32_scales_bit_for_bit() {
         let mut rng = crate::sampler::Rng::new(9);
         // 38 rows: decode tiles of 4 and of 2 rows.
         for (rows, cols) in [(38, 512), (333, 1024)] {
@@ -2297,13 +2494,18 @@ mod tests {
                 (GgmlDType::Q4_1, GgmlType::Q4_1),
                 (GgmlDType::Q4K, GgmlType::Q4_K),
                 (GgmlDType::Q5_0, GgmlType::Q5_0),
+                (GgmlDType::Q8_0, GgmlType::Q8_0),
+                (GgmlDType::Q2K, GgmlType::Q2_K),
+                (GgmlDType::Q3K, GgmlType::Q3_K),
+                (GgmlDType::Q5K, GgmlType::Q5_K),
+                (GgmlDType::Q6K, GgmlType::Q6_K),
             ] {
                 let bytes = QTensor::quantize(&wt, dt)
                     .unwrap()
                     .data()
                     .unwrap()
                     .into_owned();
-                let load = |int8| {
+                let load = |int8, layout| {
                     now(QMatrix::load_as(
                         &SyncReads(&bytes),
                         0,
@@ -2312,76 +2514,131 @@ mod tests {
                         ty,
                         false,
                         int8,
-                        false,
+                        layout,
                     ))
                     .unwrap()
                     .unwrap()
                 };
-                let (packed, int8) = (load(false), load(true));
-                assert!(packed.is_packed() && !int8.is_packed(), "{ty}");
+                let plain = load(true, ScaleLayout::F32);
+                assert!(!plain.is_packed() && matches!(plain.scales, Scales::F32(_)));
+                let u = unpacker(ty).unwrap();
+                // The file's own f16 scales, where the type has them.
+                let file = if u.f16_scale.is_some() && !u.offsets {
+                    ScaleLayout::F16 { signed: true }
+                } else {
+                    ScaleLayout::F32
+                };
+                let mut held_as = Vec::new();
+                for int8 in [true, false] {
+                    if !int8 && u.pack.is_none() {
+                        continue;
+                    }
+                    for layout in [ScaleLayout::F32, file] {
+                        let m = load(int8, layout);
+                        assert_eq!(m.is_packed(), !int8, "{ty}");
+                        let kept = match (&m.scales, layout) {
+                            (Scales::F32(_), ScaleLayout::F32) => true,
+                            (Scales::F16 { signed, .. }, ScaleLayout::F16 { .. }) => *signed,
+                            _ => false,
+                        };
+                        assert!(kept, "{ty}: {layout:?} not kept");
+                        held_as.push(m);
+                    }
+                }
+                let ids: Vec<u32> = (0..rows as u32).collect();
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                let want_rows = bits(plain.rows_f32(&ids, 1.0).unwrap());
+                let xs: Vec<(usize, Vec<f32>)> = [1, 3, 7]
+                    .into_iter()
+                    .map(|m| (m, (0..m * cols).map(|_| rng.normal() * 3.0).collect()))
+                    .collect();
+                let want: Vec<_> = xs.iter().map(|(m, x)| bits(plain.matmul(x, *m))).collect();
+                for m in &held_as {
+                    let what = format!("{ty}, packed {}, {:?}", m.is_packed(), m.scales.len());
+                    assert_eq!(
+                        bits(m.rows_f32(&ids, 1.0).unwrap()),
+                        want_rows,
+                        "{what}: rows"
+                    );
+                    for ((k, x), want) in xs.iter().zip(&want) {
+                        assert_eq!(&bits(m.matmul(x, *k)), want, "{what}: {k} rows");
+                    }
+                }
                 let n = (rows * cols) as u64;
                 let held = |m: &QMatrix| {
                     let values = match &m.values {
                         Values::Packed(_, b) => b.len(),
                         Values::Int8(q) => q.len(),
                     };
-                    let scale = match m.scales {
-                        Scales::F32(_) => 4,
-                        Scales::F16(_) => 2,
-                    };
-                    let offsets = 4 * usize::from(m.offsets.is_some());
-                    (values + m.scales.len() * (scale + offsets)) as u64
+                    let offsets = m.offsets.as_ref().map_or(0, |o| 4 * o.len());
+                    (values + m.scales.bytes() + offsets) as u64
                 };
-                // What this build holds for it: packed, or int8 where it has no kernel for
-                // the packing (Q5_0 natively).
-                let u = unpacker(ty).unwrap();
-                let kept = if keeps_int8(&u, false, has_fast_u7()) {
-                    &int8
-                } else {
-                    &packed
-                };
-                assert_eq!(
-                    Some(held(kept)),
-                    QMatrix::resident_bytes(ty, cols as u64, n, false),
-                    "{ty}"
-                );
-                // A head keeps int8 values where its filter can run (no offsets).
-                let as_head = now(QMatrix::load_with(
-                    &SyncReads(&bytes),
-                    0,
-                    rows,
-                    cols,
-                    ty,
-                    true,
-                ))
-                .unwrap()
-                .unwrap();
-                assert_eq!(
-                    as_head.is_packed(),
-                    !keeps_int8(&u, true, has_fast_u7()),
-                    "{ty}"
-                );
-                assert_eq!(
-                    Some(held(&as_head)),
-                    QMatrix::resident_bytes(ty, cols as u64, n, !as_head.is_packed()),
-                    "{ty}"
-                );
-                let ids: Vec<u32> = (0..rows as u32).collect();
-                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(packed.rows_f32(&ids, 1.0).unwrap()),
-                    bits(int8.rows_f32(&ids, 1.0).unwrap()),
-                    "{ty}: rows"
-                );
-                for m in [1, 3, 7] {
-                    let x: Vec<f32> = (0..m * cols).map(|_| rng.normal() * 3.0).collect();
+                // What this build holds for it as a layer and as an LM head (int8 values
+                // where its filter can run: no offsets).
+                for head in [false, true] {
+                    let m = now(QMatrix::load_with(
+                        &SyncReads(&bytes),
+                        0,
+                        rows,
+                        cols,
+                        ty,
+                        head,
+                    ))
+                    .unwrap()
+                    .unwrap();
+                    let filter = has_fast_u7();
+                    assert_eq!(m.is_packed(), !keeps_int8(&u, head, filter), "{ty}");
                     assert_eq!(
-                        bits(packed.matmul(&x, m)),
-                        bits(int8.matmul(&x, m)),
-                        "{ty}: {m} rows"
+                        Some(held(&m)),
+                        QMatrix::resident_bytes(ty, cols as u64, n, head),
+                        "{ty}, head {head}"
                     );
                 }
             }
+        }
+    }
+
+    /// A Q5_0 matrix whose f16 scales are not all finite (an infinite one in a later chunk,
+    /// after f16 ones were kept) keeps f32 scales, with the same rows: both packed, as the
+    /// five-bit kernel reads them, and as int8.
+    #[test]
+    fn f16_scales_that_are_not_finite_become_f32() {
+        let mut rng = crate::sampler::Rng::new(6);
+        let (rows, cols) = (LOAD_CHUNK_BLOCKS + 5, 64);
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        let mut bytes = QTensor::quantize(&wt, GgmlDType::Q5_0)
+            .unwrap()
+            .data()
+            .unwrap()
+            .into_owned();
+        // The last block (22 bytes: d first) with d = −inf.
+        let last = bytes.len() - 22;
+        bytes[last..last + 2].copy_from_slice(&0xFC00u16.to_le_bytes());
+        let load = |int8, layout| {
+            now(QMatrix::load_as(
+                &SyncReads(&bytes),
+                0,
+                rows,
+                cols,
+                GgmlType::Q5_0,
+                false,
+                int8,
+                layout,
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        let plain = load(true, ScaleLayout::F32);
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        let ids: Vec<u32> = (0..rows as u32).collect();
+        for int8 in [true, false] {
+            let asked = load(int8, ScaleLayout::F16 { signed: true });
+            assert!(matches!(asked.scales, Scales::F32(_)));
+            assert_eq!(
+                bits(asked.rows_f32(&ids, 1.0).unwrap()),
+                bits(plain.rows_f32(&ids, 1.0).unwrap())
+            );
         }
     }
 
@@ -2391,6 +2648,23 @@ mod tests {
         for h in 0..=u16::MAX {
             let want = f16::from_bits(h).to_f32().to_bits();
             assert_eq!(f16_bits_to_f32(h).to_bits(), want, "f16 {h:#06x}");
+        }
+    }
+
+    /// Every finite f16 as the five-bit kernel reads it ([`BlockScale`]), times an activation
+    /// scale taken times 2¹¹², is the f16's value times that scale, bit for bit: normal and
+    /// subnormal, both signs, products in the normal and the subnormal range.
+    #[test]
+    fn f16_block_scales_give_the_f32_products() {
+        let xs = [
+            1e-4f32, 3.1e-7, 0.75, 1.0, 4097.5, 1e-38, 6e-45, 0.0, 65000.0,
+        ];
+        for h in (0..=u16::MAX).filter(|h| h & 0x7FFF < 0x7C00) {
+            let v = f16::from_bits(h).to_f32();
+            for x in xs {
+                let got = h.over_x() * (x * <u16 as BlockScale>::X);
+                assert_eq!(got.to_bits(), (v * x).to_bits(), "f16 {h:#06x} × {x}");
+            }
         }
     }
 

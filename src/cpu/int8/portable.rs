@@ -436,9 +436,9 @@ pub const fn fives_row_bytes(k: usize) -> usize {
 
 /// The bounds every [`dot_w5`] reads within (the SIMD versions' SAFETY rests on it).
 #[allow(clippy::too_many_arguments)]
-pub fn check_w5(
+pub fn check_w5<S>(
     w: &[u8],
-    ws: &[f32],
+    ws: &[S],
     xq: &[i16],
     xd: &[f32],
     corr: &[i32],

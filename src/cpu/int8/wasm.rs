@@ -2,7 +2,7 @@
 //! `i32x4.dot_i16x8_s`) and, in the relaxed-SIMD build, the 7-bit product the LM head's
 //! filter runs on (`i32x4.relaxed_dot_i8x16_i7x16_add_s`).
 
-use super::QK;
+use super::{BlockScale, QK};
 use std::arch::wasm32::*;
 
 /// See [`super::portable::dot`].
@@ -513,10 +513,13 @@ unsafe fn unpack_pair<const A: usize, const B: usize>(p: *const u8, o: *mut i8) 
 /// an integer multiple of 32, so exactly), less `corr`: the lanes [`dot_w4`] makes from the
 /// int8 values, then its block sums, so the same sums bit for bit. One mask or shift per 8
 /// codes, as int8 takes one widening.
+///
+/// The scales are f32, or the file's f16 ([`BlockScale`]: two integer operations a block
+/// and row more, beside the SIMD ones, for half the bytes).
 #[allow(clippy::too_many_arguments)]
-pub fn dot_w5(
+pub fn dot_w5<S: BlockScale>(
     w: &[u8],
-    ws: &[f32],
+    ws: &[S],
     xq: &[i16],
     xd: &[f32],
     corr: &[i32],
@@ -530,21 +533,26 @@ pub fn dot_w5(
     // SAFETY: the lengths were checked.
     unsafe {
         match t {
-            4 => rows_w5::<4>(c, k, apart, out),
-            3 => rows_w5::<3>(c, k, apart, out),
-            2 => rows_w5::<2>(c, k, apart, out),
-            _ => rows_w5::<1>(c, k, apart, out),
+            4 => rows_w5::<4, S>(c, k, apart, out),
+            3 => rows_w5::<3, S>(c, k, apart, out),
+            2 => rows_w5::<2, S>(c, k, apart, out),
+            _ => rows_w5::<1, S>(c, k, apart, out),
         }
     }
 }
 
 /// [`dot_w5`]'s weights, scales, activations, their scales and corrections.
-type W5<'a> = (&'a [u8], &'a [f32], &'a [i16], &'a [f32], &'a [i32]);
+type W5<'a, S> = (&'a [u8], &'a [S], &'a [i16], &'a [f32], &'a [i32]);
 
 /// [`dot_w5`] for `R` rows, the accumulators in registers: a unit (three blocks) at a time,
 /// each block's groups and fields known at compile time.
 #[inline(always)]
-unsafe fn rows_w5<const R: usize>(c: W5, k: usize, apart: usize, out: &mut [f32; 4]) {
+unsafe fn rows_w5<const R: usize, S: BlockScale>(
+    c: W5<S>,
+    k: usize,
+    apart: usize,
+    out: &mut [f32; 4],
+) {
     let nb = k / QK;
     let (ldb, lds) = (apart * super::portable::fives_row_bytes(k), apart * nb);
     let mut a = [f32x4_splat(0.0); R];
@@ -552,12 +560,12 @@ unsafe fn rows_w5<const R: usize>(c: W5, k: usize, apart: usize, out: &mut [f32;
         let blk = 3 * u;
         // SAFETY: unit u's blocks below nb are inside what `check_w5` checked.
         unsafe {
-            block_w5::<R, 0, 1, 2, 3>(&mut a, c, u, blk, ldb, lds);
+            block_w5::<R, 0, 1, 2, 3, S>(&mut a, c, u, blk, ldb, lds);
             if blk + 1 < nb {
-                block_w5::<R, 4, 5, 6, 7>(&mut a, c, u, blk + 1, ldb, lds);
+                block_w5::<R, 4, 5, 6, 7, S>(&mut a, c, u, blk + 1, ldb, lds);
             }
             if blk + 2 < nb {
-                block_w5::<R, 8, 9, 10, 11>(&mut a, c, u, blk + 2, ldb, lds);
+                block_w5::<R, 8, 9, 10, 11, S>(&mut a, c, u, blk + 2, ldb, lds);
             }
         }
     }
@@ -578,9 +586,10 @@ unsafe fn block_w5<
     const G1: usize,
     const G2: usize,
     const G3: usize,
+    S: BlockScale,
 >(
     a: &mut [v128; R],
-    (w, ws, xq, xd, corr): W5,
+    (w, ws, xq, xd, corr): W5<S>,
     u: usize,
     blk: usize,
     ldb: usize,
@@ -591,7 +600,8 @@ unsafe fn block_w5<
         let xb = xq.as_ptr().add(blk * QK);
         let (x0, x1) = (v128_load(xb.cast()), v128_load(xb.add(8).cast()));
         let (x2, x3) = (v128_load(xb.add(16).cast()), v128_load(xb.add(24).cast()));
-        let x = *xd.get_unchecked(blk);
+        // The activation scale times the weight scales' power of two, once for the R rows.
+        let x = *xd.get_unchecked(blk) * S::X;
         let cb = v128_load(corr.as_ptr().add(4 * blk).cast());
         for (r, ar) in a.iter_mut().enumerate() {
             let p = w
@@ -603,7 +613,9 @@ unsafe fn block_w5<
             group_w5::<G2>(p, x2, &mut sums);
             group_w5::<G3>(p, x3, &mut sums);
             let s = i32x4_sub(i32x4_add(sums[0], i32x4_shr(sums[1], 5)), cb);
-            add_block::<false>(ar, s, i32x4_splat(0), ws.as_ptr().add(r * lds), blk, x);
+            // add_block's product, on the scale as the kernel reads it.
+            let wx = ws.get_unchecked(r * lds + blk).over_x() * x;
+            *ar = f32x4_add(*ar, f32x4_mul(f32x4_convert_i32x4(s), f32x4_splat(wx)));
         }
     }
 }
