@@ -2475,6 +2475,30 @@ mod tests {
         }
     }
 
+    /// A matrix of the file's `bytes` loaded as a layer (not a head), the values as int8 or
+    /// not, the scales asked in `layout`.
+    fn load_layer(
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+        ty: GgmlType,
+        int8: bool,
+        layout: ScaleLayout,
+    ) -> QMatrix {
+        now(QMatrix::load_as(
+            &SyncReads(&bytes),
+            0,
+            rows,
+            cols,
+            ty,
+            false,
+            int8,
+            layout,
+        ))
+        .unwrap()
+        .unwrap()
+    }
+
     /// Every layout a matrix may be held in gives the int8 rows and products of int8 values
     /// with f32 scales, bit for bit: the 4-bit types and Q5_0 packed (the five-bit layout,
     /// every tail of a unit: 16 and 32 blocks a row) or not, and the scales as the file has
@@ -2505,20 +2529,7 @@ mod tests {
                     .data()
                     .unwrap()
                     .into_owned();
-                let load = |int8, layout| {
-                    now(QMatrix::load_as(
-                        &SyncReads(&bytes),
-                        0,
-                        rows,
-                        cols,
-                        ty,
-                        false,
-                        int8,
-                        layout,
-                    ))
-                    .unwrap()
-                    .unwrap()
-                };
+                let load = |int8, layout| load_layer(&bytes, rows, cols, ty, int8, layout);
                 let plain = load(true, ScaleLayout::F32);
                 assert!(!plain.is_packed() && matches!(plain.scales, Scales::F32(_)));
                 let u = unpacker(ty).unwrap();
@@ -2615,20 +2626,7 @@ mod tests {
         // The last block (22 bytes: d first) with d = −inf.
         let last = bytes.len() - 22;
         bytes[last..last + 2].copy_from_slice(&0xFC00u16.to_le_bytes());
-        let load = |int8, layout| {
-            now(QMatrix::load_as(
-                &SyncReads(&bytes),
-                0,
-                rows,
-                cols,
-                GgmlType::Q5_0,
-                false,
-                int8,
-                layout,
-            ))
-            .unwrap()
-            .unwrap()
-        };
+        let load = |int8, layout| load_layer(&bytes, rows, cols, GgmlType::Q5_0, int8, layout);
         let plain = load(true, ScaleLayout::F32);
         let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
         let ids: Vec<u32> = (0..rows as u32).collect();
