@@ -2501,11 +2501,11 @@ mod tests {
 
     /// Every layout a matrix may be held in gives the int8 rows and products of int8 values
     /// with f32 scales, bit for bit: the 4-bit types and Q5_0 packed (the five-bit layout,
-    /// every tail of a unit: 16 and 32 blocks a row) or not, and the scales as the file has
-    /// them (f16, negative ones too; the K-quants' coded scales and offsets) or f32; on one
-    /// activation row (rows from four places at once, or tiles of consecutive rows on
-    /// converted scales), on a prompt, and through the pool. What this build holds is what
-    /// `resident_bytes` counts, as a layer and as an LM head.
+    /// every tail of a unit: 16 and 32 blocks a row) or not, and the scales as the file's
+    /// f16 (negative ones too) or f32; on one activation row (rows from four places at once,
+    /// on scales converted a span at a time where no kernel reads f16), on a prompt, and
+    /// through the pool. What this build holds is what `resident_bytes` counts, as a layer
+    /// and as an LM head.
     #[test]
     fn every_layout_equals_int8_with_f32_scales_bit_for_bit() {
         let mut rng = crate::sampler::Rng::new(9);
