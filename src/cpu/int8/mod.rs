@@ -130,28 +130,16 @@ impl Scales {
         }
     }
 
-    /// Values `g` as f32: the held ones, or converted into `buf`.
+    /// Values `g` as f32: the held ones, or converted into `buf` (finite f16, the only ones
+    /// the load keeps: [`BlockScale`]'s reading times its power of two, exactly, in a loop
+    /// the compiler vectorizes).
     fn groups<'a>(&'a self, g: Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
-        if let Scales::F32(s) = self {
-            return &s[g];
-        }
-        buf.resize(g.len(), 0.0);
-        self.write(g, buf);
-        buf
-    }
-
-    /// Values `g` as f32 into `out` (as long as `g`), in a loop the compiler vectorizes.
-    fn write(&self, g: Range<usize>, out: &mut [f32]) {
         match self {
-            Scales::F32(s) => out.copy_from_slice(&s[g]),
+            Scales::F32(s) => &s[g],
             Scales::F16 { bits, .. } => {
-                // Finite (the load keeps no other): f16_bits_to_f32 without its branch.
-                for (o, &b) in out.iter_mut().zip(&bits[g]) {
-                    let sign = u32::from(b & 0x8000) << 16;
-                    let v =
-                        f32::from_bits(u32::from(b & 0x7FFF) << 13) * f32::from_bits(0x7780_0000);
-                    *o = f32::from_bits(sign | v.to_bits());
-                }
+                buf.clear();
+                buf.extend(bits[g].iter().map(|&b| b.over_x() * <u16 as BlockScale>::X));
+                buf
             }
         }
     }
@@ -159,14 +147,11 @@ impl Scales {
     /// Append a chunk's values `f`, taken from its file blocks `blocks` (one value each), in
     /// this layout where each converts back exactly (`F16`: the f16 in the block's first two
     /// bytes, finite, and non-negative unless `signed`); else every value so far and these
-    /// become f32.
+    /// become f32. F32 scales are unpacked in place by the load: there `f` is already held.
     fn append<'b>(&mut self, f: &[f32], blocks: impl Iterator<Item = &'b [u8]>) {
         let at = self.len();
         let kept = match self {
-            Scales::F32(s) => {
-                s.extend_from_slice(f);
-                return;
-            }
+            Scales::F32(_) => return,
             Scales::F16 { bits, signed } => {
                 bits.extend(blocks.map(|b| u16::from_le_bytes([b[0], b[1]])));
                 bits[at..].iter().zip(f).all(|(&b, &v)| {
@@ -339,13 +324,10 @@ impl QMatrix {
         head: bool,
     ) -> Result<Self> {
         let filter = has_fast_u7();
-        let Some(u) = unpacker(ty) else {
-            return Err(Error::Backend(format!(
-                "the int8 kernel does not take {ty}"
-            )));
-        };
-        let int8 = keeps_int8(&u, head, filter);
-        let layout = scale_layout(&u, head, filter);
+        // A type the kernel does not take is load_as's error.
+        let (int8, layout) = unpacker(ty).map_or((true, ScaleLayout::F32), |u| {
+            (keeps_int8(&u, head, filter), scale_layout(&u, head, filter))
+        });
         Self::load_as(src, offset, rows, cols, ty, head, int8, layout).await
     }
 
@@ -450,20 +432,18 @@ impl QMatrix {
                     return Err(Error::Backend(format!("{ty} has no packed layout")))
                 }
             }
+            let s = match &scales {
+                Scales::F32(s) => &s[g.clone()],
+                Scales::F16 { .. } => &chunk_scales[..],
+            };
             if let (true, Values::Int8(qs)) = (take_stats, &values) {
                 let gpr = cols / group;
                 for r in r0..r0 + nr {
                     let q = &qs[r * cols..(r + 1) * cols];
-                    let s = match &scales {
-                        Scales::F32(s) => &s[g.start + (r - r0) * gpr..][..gpr],
-                        Scales::F16 { .. } => &chunk_scales[(r - r0) * gpr..][..gpr],
-                    };
-                    stats.push(row_stats(q, s, group));
+                    stats.push(row_stats(q, &s[(r - r0) * gpr..(r - r0 + 1) * gpr], group));
                 }
             }
-            if let Scales::F16 { .. } = scales {
-                scales.append(&chunk_scales, chunk.chunks_exact(block_bytes));
-            }
+            scales.append(&chunk_scales, chunk.chunks_exact(block_bytes));
             r0 += nr;
         }
         Ok(Self {
@@ -1725,24 +1705,10 @@ fn for_row_tiles(
             part[q * quarter + i] = v;
         }
     }
-    let rest = r.start + 4 * quarter..r.end;
-    for_row_runs(rest, &mut part[4 * quarter..], |j, t, acc| {
-        tile(j, 1, t, acc)
-    });
-}
-
-/// Rows `r` of a product with one activation row, their outputs `part`, in tiles of up to 4
-/// consecutive rows (`tile(first row, count, sums)`).
-fn for_row_runs(
-    r: std::ops::Range<usize>,
-    part: &mut [f32],
-    mut tile: impl FnMut(usize, usize, &mut [f32; 4]),
-) {
-    let mut acc = [0f32; 4];
-    let mut j = r.start;
+    let mut j = r.start + 4 * quarter;
     while j < r.end {
         let t = (r.end - j).min(4);
-        tile(j, t, &mut acc);
+        tile(j, 1, t, &mut acc);
         part[j - r.start..j - r.start + t].copy_from_slice(&acc[..t]);
         j += t;
     }
