@@ -40,7 +40,10 @@ fn worst_nmse(family: Family, q: Quants) -> f64 {
     assert!(ids.len() > 64, "the prompt must span prefill chunks");
     let n_vocab = e.config().n_vocab;
     let top = pollster::block_on(e.logits_top_k(&ids, n_vocab, 0)).unwrap();
-    let reference = reference_model::RefModel::load(&bytes).logits(&ids);
+    // The CPU backend holds keys and values as f16: so does the reference here.
+    let reference = reference_model::RefModel::load(&bytes)
+        .f16_kv()
+        .logits(&ids);
     let mut worst: f64 = 0.0;
     for (mine, want) in top.iter().zip(&reference) {
         let mut full = vec![0f32; n_vocab];
@@ -59,8 +62,10 @@ fn every_family_in_f32_matches_the_f64_reference() {
     for f in FAMILIES {
         let e = worst_nmse(f, Quants::all(GgmlType::F32));
         eprintln!("{f:?} F32: worst NMSE {e:.2e}");
-        // f32 arithmetic only: ~1e-12.
-        assert!(e < 1e-9, "{f:?}: NMSE {e}");
+        // f32 arithmetic and the f16 keys and values: 1.5e-9 – 1.7e-8, where a key's f32
+        // and f64 values round to different f16s (a reference without the f16 rounding
+        // gives 0.9e-7 – 2e-7; with f32 keys and values it was ~1e-12).
+        assert!(e < 5e-8, "{f:?}: NMSE {e}");
     }
 }
 

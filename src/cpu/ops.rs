@@ -27,6 +27,48 @@ pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// An f16's value × 2⁻¹¹², exactly, for every finite f16, normal or subnormal: its sign
+/// extended and its exponent and mantissa shifted into an f32's places, with the three bits
+/// above its exponent cleared (two integer operations; the f16's exponent bias is the f32's
+/// less 112). Times [`F16_UNSCALE`] it is the f16's value.
+#[inline(always)]
+pub fn f16_scaled(h: u16) -> f32 {
+    f32::from_bits(((h as i16 as i32) << 13) as u32 & 0x8FFF_E000)
+}
+
+/// 2¹¹²: [`f16_scaled`] times this is the f16's value.
+pub const F16_UNSCALE: f32 = f32::from_bits(0x7780_0000);
+
+/// A finite f16 as f32.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    f16_scaled(h) * F16_UNSCALE
+}
+
+/// `x` rounded to the nearest f16 (ties to even), beyond its range the largest finite one of
+/// the same sign, never an infinity (a NaN stays one, which [`f16_to_f32`] does not read).
+/// Branch-free, so that a row of them vectorises (`half` calls out natively and branches in
+/// wasm): a normal f16 rounds by adding half an f16 unit less one (plus the odd bit) below
+/// the 13 bits it drops; a subnormal one by adding 0.5, whose unit is the f16's 2⁻²⁴.
+#[inline]
+pub fn f32_to_f16(x: f32) -> u16 {
+    let bits = x.clamp(-65504.0, 65504.0).to_bits();
+    let sign = (bits >> 16) & 0x8000;
+    let a = bits & 0x7FFF_FFFF;
+    let normal = (a.wrapping_add(0xC800_0FFF) + ((a >> 13) & 1)) >> 13;
+    let subnormal = (f32::from_bits(a) + 0.5)
+        .to_bits()
+        .wrapping_sub(0x3F00_0000);
+    let h = if a > 0x7F80_0000 {
+        0x7E00
+    } else if a < 0x3880_0000 {
+        subnormal
+    } else {
+        normal
+    };
+    (h | sign) as u16
+}
+
 pub fn scale(x: &mut [f32], s: f32) {
     for v in x {
         *v *= s;
@@ -156,8 +198,42 @@ pub fn rope(x: &mut [f32], width: usize, cs: &[(f32, f32)], rope: &crate::backen
 mod tests {
     use super::*;
 
-    /// exp_approx within 2 ulps of f64's exp over the range, and the clamps; GELU (erf) within
-    /// 3e-7 · max(1, |x|) of the f64 definition.
+    /// Every finite f16 reads as `half` reads it; f32 → f16 rounds as `half` does within
+    /// range (every f16's neighbourhood and ties, a stride through all floats) and gives the
+    /// largest finite f16 beyond it; a NaN stays a NaN.
+    #[test]
+    fn f16_conversions_agree_with_half() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h);
+            if want.is_finite() {
+                assert_eq!(f16_to_f32(h).to_bits(), want.to_f32().to_bits(), "{h:#06x}");
+                // Its neighbours in f32 and the ties halfway to the next f16.
+                let b = want.to_f32().to_bits();
+                for x in (b.saturating_sub(2)..=b.saturating_add(2)).chain([b + 0x1000, b | 0xFFF])
+                {
+                    let x = f32::from_bits(x);
+                    if x.is_nan() {
+                        continue;
+                    }
+                    let want = half::f16::from_f32(x.clamp(-65504.0, 65504.0)).to_bits();
+                    assert_eq!(f32_to_f16(x), want, "{x:e} ({:#010x})", x.to_bits());
+                }
+            }
+        }
+        for bits in (0..=u32::MAX).step_by(4093) {
+            let x = f32::from_bits(bits);
+            if x.is_nan() {
+                assert!(half::f16::from_bits(f32_to_f16(x)).is_nan());
+                continue;
+            }
+            let want = half::f16::from_f32(x.clamp(-65504.0, 65504.0)).to_bits();
+            assert_eq!(f32_to_f16(x), want, "{x:e} ({bits:#010x})");
+        }
+        assert_eq!(f32_to_f16(1e6), half::f16::MAX.to_bits());
+        assert_eq!(f32_to_f16(f32::INFINITY), half::f16::MAX.to_bits());
+        assert_eq!(f32_to_f16(f32::NEG_INFINITY), half::f16::MIN.to_bits());
+    }
+
     #[test]
     fn exp_and_gelu_match_f64() {
         let mut worst = 0f64;

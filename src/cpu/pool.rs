@@ -44,6 +44,16 @@ pub fn for_chunks<F: Fn(Range<usize>) + Sync>(n_items: usize, work: usize, f: F)
     f(0..n_items);
 }
 
+/// Threads [`for_chunks`] runs on (the calling one included).
+pub fn threads() -> usize {
+    #[cfg(all(target_arch = "wasm32", feature = "threads"))]
+    return rayon::current_num_threads() + 1;
+    #[cfg(not(target_arch = "wasm32"))]
+    return candle_core::utils::barrier_pool().n_workers() + 1;
+    #[cfg(all(target_arch = "wasm32", not(feature = "threads")))]
+    1
+}
+
 /// The threads build's team: one helper on each worker of the wasm-bindgen-rayon pool
 /// (`initThreadPool(threads − 1)`: the calling thread is the last one), started at the first
 /// parallel product. Rayon only hosts it: nothing else runs on that pool.

@@ -1,6 +1,7 @@
 //! The one table of WGSL sources (src/gpu/shaders/*.wgsl). A kernel that depends on the
-//! weight type is its body plus that type's `subdot` (WGSL has no includes): [`source`]
-//! joins them, and the naga test validates every joined module.
+//! weight type is its body plus that type's `subdot` (WGSL has no includes), one that reads
+//! keys and values its body plus `kv_f16`: [`source`] joins them, and the naga test
+//! validates every joined module.
 
 use crate::gguf::GgmlType;
 
@@ -9,6 +10,10 @@ pub struct Shader {
     pub name: &'static str,
     pub text: &'static str,
 }
+
+/// Keys and values rounded as the CPU backend's f16 cache holds them (`kv_f16`), for the
+/// kernels that attend over them or write them into the cache.
+const KV_F16: &str = include_str!("shaders/kv_f16.wgsl");
 
 /// Every kernel body.
 pub const KERNELS: &[Shader] = &[
@@ -160,6 +165,10 @@ pub const WEIGHT_TYPES: &[(GgmlType, Shader)] = &[
 pub fn source(kernel: &str, ty: Option<GgmlType>) -> Option<String> {
     let body = KERNELS.iter().find(|s| s.name == kernel)?;
     let mut out = body.text.to_string();
+    if matches!(kernel, "attention" | "attention_branches" | "kv_write") {
+        out.push('\n');
+        out.push_str(KV_F16);
+    }
     if let Some(ty) = ty {
         let (_, w) = WEIGHT_TYPES.iter().find(|(t, _)| *t == ty)?;
         out.push('\n');
@@ -178,8 +187,8 @@ pub fn all_modules() -> Vec<(String, String)> {
                     out.push((format!("{}+{}", k.name, w.name), src));
                 }
             }
-        } else {
-            out.push((k.name.to_string(), k.text.to_string()));
+        } else if let Some(src) = source(k.name, None) {
+            out.push((k.name.to_string(), src));
         }
     }
     out

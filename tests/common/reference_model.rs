@@ -15,6 +15,9 @@ use std::collections::HashMap;
 pub struct RefModel {
     pub cfg: ModelConfig,
     w: HashMap<String, (Vec<f64>, usize, usize)>,
+    /// Keys and values rounded to f16 before they are attended, as the CPU backend's cache
+    /// (and llama.cpp's) holds them.
+    f16_kv: bool,
 }
 
 fn dequant(bytes: &[u8], ty: GgmlType, rows: usize, cols: usize) -> Vec<f64> {
@@ -72,7 +75,20 @@ impl RefModel {
                 (dequant(&buf, t.ty, rows, cols), rows, cols),
             );
         }
-        Self { cfg, w }
+        Self {
+            cfg,
+            w,
+            f16_kv: false,
+        }
+    }
+
+    /// The same model with its keys and values rounded to f16 (what the CPU backend holds).
+    #[allow(dead_code)] // not every test binary that includes this file asks for it
+    pub fn f16_kv(self) -> Self {
+        Self {
+            f16_kv: true,
+            ..self
+        }
     }
 
     fn get(&self, name: &str) -> &(Vec<f64>, usize, usize) {
@@ -189,6 +205,12 @@ impl RefModel {
             });
             self.rope(&mut q, nh * hd, base);
             self.rope(&mut k, nkv * hd, base);
+            let mut v = v;
+            if self.f16_kv {
+                for x in k.iter_mut().chain(v.iter_mut()) {
+                    *x = half::f16::from_f64(*x).to_f64();
+                }
+            }
             let mut out = vec![0.0; t * nh * hd];
             for i in 0..t {
                 for hh in 0..nh {

@@ -1173,10 +1173,10 @@ impl BlockScale for f32 {
 }
 
 impl BlockScale for u16 {
-    const X: f32 = f32::from_bits(0x7780_0000);
+    const X: f32 = crate::cpu::ops::F16_UNSCALE;
     #[inline(always)]
     fn over_x(self) -> f32 {
-        f32::from_bits(((self as i16 as i32) << 13) as u32 & 0x8FFF_E000)
+        crate::cpu::ops::f16_scaled(self)
     }
 }
 

@@ -4,6 +4,7 @@
 // row is read once for the whole group. Two entry points:
 //   scores: s[t, h, j] for j over the first n_cached slots then n_tok new rows (-inf: hidden)
 //   mix:    out[t, h, :] = softmax(s[t, h, :]) · V, one workgroup per (t, KV head, 64 dims)
+// The chunk's own keys and values are read rounded as the cache will hold them (kv_f16).
 // The new keys and values enter the cache after this (kv_write.wgsl, recorded later), so a ring
 // slot this chunk overwrites is still read with its old key here. A session fills its cache
 // from position 0, so the slots holding positions < first are slots 0 .. min(n_slots, first)
@@ -97,7 +98,7 @@ fn scores(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
     } else {
         let kb = (j - p.n_cached) * kv_w + kh * p.head_dim;
         for (var d = 0u; d < p.head_dim; d++) {
-            let kv = k_new[kb + d];
+            let kv = kv_f16(k_new[kb + d]);
             for (var g = 0u; g < grp; g++) {
                 acc[g] += q[qb + g * p.head_dim + d] * kv;
             }
@@ -184,7 +185,7 @@ fn mix(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l
                 if (jj < p.n_cached) {
                     v = v_cache[jj * kv_w + kh * p.head_dim + d];
                 } else {
-                    v = v_new[(jj - p.n_cached) * kv_w + kh * p.head_dim + d];
+                    v = kv_f16(v_new[(jj - p.n_cached) * kv_w + kh * p.head_dim + d]);
                 }
                 for (var g = 0u; g < grp; g++) {
                     acc[g] += wt[g * 64u + u] * v;

@@ -98,7 +98,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 if (j < p.n_cached) {
                     kv = k_cache[ko + d];
                 } else {
-                    kv = k_new[ko + d];
+                    kv = kv_f16(k_new[ko + d]);
                 }
                 for (var g = 0u; g < grp; g++) {
                     dots[g] += qs[g * hd + d] * kv;
@@ -137,7 +137,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     if (jj < p.n_cached) {
                         vals[i] = v_cache[vo + d];
                     } else {
-                        vals[i] = v_new[vo + d];
+                        vals[i] = kv_f16(v_new[vo + d]);
                     }
                 }
             }

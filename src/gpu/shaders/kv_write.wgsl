@@ -1,5 +1,6 @@
 // The chunk's keys and values enter the KV cache: row t (position first + t) goes to ring
-// slot (first + t) % n_slots, and the slot records its position. Recorded after the
+// slot (first + t) % n_slots, rounded as an f16 cache holds them (kv_f16), and the slot
+// records its position. Recorded after the
 // attention of the chunk, which still sees the slots as they were.
 struct Params {
     n_tok: u32,
@@ -27,8 +28,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let pos = p.first + t;
     let slot = pos % p.n_slots;
     for (var j = li; j < p.kv_w; j += 64u) {
-        k_cache[slot * p.kv_w + j] = k_new[t * p.kv_w + j];
-        v_cache[slot * p.kv_w + j] = v_new[t * p.kv_w + j];
+        k_cache[slot * p.kv_w + j] = kv_f16(k_new[t * p.kv_w + j]);
+        v_cache[slot * p.kv_w + j] = kv_f16(v_new[t * p.kv_w + j]);
     }
     if (li == 0u) {
         slot_pos[slot] = i32(pos);
