@@ -598,21 +598,21 @@ impl<B: Backend> Session<B> {
             }
             rows += l.len() - 1;
         }
-        let n_vocab = self.model.cfg().n_vocab;
         for group in groups {
+            // A label's ids but its last run; each row scores the label's next id.
             let ids: Vec<u32> = group
                 .iter()
                 .flat_map(|&g| labels[g][..labels[g].len() - 1].iter().copied())
                 .collect();
+            let next: Vec<u32> = group
+                .iter()
+                .flat_map(|&g| labels[g][1..].iter().copied())
+                .collect();
             let lens: Vec<usize> = group.iter().map(|&g| labels[g].len() - 1).collect();
-            let logits = self.branch_rows(&ids, &lens, usage).await?;
+            let scores = self.branch_log_probs(&ids, &lens, &next, usage).await?;
             let mut at = 0;
             for (&g, &len) in group.iter().zip(&lens) {
-                out[g] += logits[at * n_vocab..(at + len) * n_vocab]
-                    .chunks_exact(n_vocab)
-                    .zip(&labels[g][1..])
-                    .map(|(row, &id)| log_prob(row, id))
-                    .sum::<f64>();
+                out[g] += scores[at..at + len].iter().sum::<f64>();
                 at += len;
             }
         }
@@ -620,27 +620,37 @@ impl<B: Backend> Session<B> {
     }
 
     /// Run `ids` as branches of `lens` ids after the cache (which keeps only what it holds):
-    /// the logits of every row, read back in slices of a few rows.
-    async fn branch_rows(
+    /// `log p(next[r])` after each row r. The logits are read back and scored a slice of a
+    /// few rows at a time, so what is held is a slice's, not every row's (up to
+    /// [`PREFILL_CHUNK`] rows of the vocabulary: 128 MiB for Gemma 3, which wasm memory would
+    /// keep for the page's life).
+    async fn branch_log_probs(
         &mut self,
         ids: &[u32],
         lens: &[usize],
+        next: &[u32],
         usage: &mut ClassifyUsage,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<Vec<f64>> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         usage.prompt_tokens += ids.len();
         usage.decoder_passes += 1;
         let h = self.forward_branches(ids, lens)?;
-        let mut rows = Vec::new();
+        let n_vocab = self.model.cfg().n_vocab;
+        let mut out = Vec::with_capacity(ids.len());
         for start in (0..ids.len()).step_by(LOGIT_ROWS) {
             let n = LOGIT_ROWS.min(ids.len() - start);
             let slice = self.be.rows(&h, start, n)?;
             let logits = self.model.lm_head(&mut self.be, &slice)?;
-            rows.extend(self.be.read(&logits).await?);
+            let rows = self.be.read(&logits).await?;
+            out.extend(
+                rows.chunks_exact(n_vocab)
+                    .zip(&next[start..start + n])
+                    .map(|(row, &id)| log_prob(row, id)),
+            );
         }
-        Ok(rows)
+        Ok(out)
     }
 
     /// Run `ids` after the part of them the cache holds; the logits of the rows from
