@@ -124,6 +124,25 @@ fn tk_err(e: impl std::fmt::Display) -> Error {
     Error::Tokenizer(e.to_string())
 }
 
+/// One bit a token id (a `Vec<bool>` would take a byte: 448 KiB more for two such sets over
+/// Gemma 3's 262 144 tokens, kept for the engine's life).
+struct Bits(Vec<u64>);
+
+impl Bits {
+    fn from_fn(n: usize, f: impl Fn(usize) -> bool) -> Self {
+        let mut words = vec![0u64; n.div_ceil(64)];
+        for i in (0..n).filter(|&i| f(i)) {
+            words[i / 64] |= 1 << (i % 64);
+        }
+        Self(words)
+    }
+
+    /// Whether bit `i` is set (false past the end).
+    fn get(&self, i: usize) -> bool {
+        self.0.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1)
+    }
+}
+
 /// A tokenizer with two faces: `encode_raw` parses control tokens written in the text (as
 /// Hugging Face's `encode` does), `encode_user` never does, so a visitor who types
 /// `<start_of_turn>` gets plain text, not a turn marker.
@@ -139,7 +158,7 @@ pub struct Tokenizer {
     n_vocab: usize,
     /// Ids of byte-fallback tokens (`<0x00>`..`<0xFF>`): a streamed piece may end inside a
     /// UTF-8 character only after one of them.
-    byte_tokens: Vec<bool>,
+    byte_tokens: Bits,
     /// GPT-2 byte-level BPE: any token may end inside a UTF-8 character.
     byte_level: bool,
     /// SentencePiece with a dummy prefix (Llama 2): decoding strips one leading space, so a
@@ -148,7 +167,7 @@ pub struct Tokenizer {
     /// The file asks for <bos> in front of a prompt (`tokenizer.ggml.add_bos_token`).
     add_bos: bool,
     /// Control tokens by id: never produced from user text.
-    control: Vec<bool>,
+    control: Bits,
     /// The file's Jinja chat template (`tokenizer.chat_template`), rendered by chat/.
     chat_template: Option<String>,
 }
@@ -200,9 +219,9 @@ impl Tokenizer {
             .get("tokenizer.ggml.add_bos_token")
             .and_then(Value::as_u64)
             .map_or(!byte_level, |v| v != 0);
-        let byte_tokens = (0..n as u32)
-            .map(|i| vocab.piece(i).and_then(parse_byte_token).is_some())
-            .collect();
+        let byte_tokens = Bits::from_fn(n, |i| {
+            vocab.piece(i as u32).and_then(parse_byte_token).is_some()
+        });
         let control: Vec<bool> = (0..n)
             .map(|i| {
                 let t = vocab.piece(i as u32).unwrap_or("");
@@ -259,7 +278,7 @@ impl Tokenizer {
             byte_level,
             space_prefix,
             add_bos,
-            control,
+            control: Bits::from_fn(n, |i| control[i]),
             chat_template,
         })
     }
@@ -371,11 +390,11 @@ impl Tokenizer {
             eos,
             end_of_generation: eos.into_iter().collect(),
             n_vocab: n,
-            byte_tokens: vec![false; n],
+            byte_tokens: Bits::from_fn(n, |_| false),
             byte_level: false,
             space_prefix: false,
             add_bos: bos.is_some(),
-            control,
+            control: Bits::from_fn(n, |i| control[i]),
             chat_template: None,
         }
     }
@@ -457,7 +476,7 @@ impl Tokenizer {
 
     /// True for control tokens (`<bos>`, `<end_of_turn>`, `<unusedN>`, ...).
     pub fn is_control(&self, id: u32) -> bool {
-        self.control.get(id as usize).copied().unwrap_or(false)
+        self.control.get(id as usize)
     }
 
     /// The bytes each id stands for in generated text, for a constraint engine: a control
@@ -482,7 +501,7 @@ impl Tokenizer {
                     b.extend_from_slice(piece.as_bytes());
                     return Ok(b);
                 }
-                if self.byte_tokens.get(id as usize).copied().unwrap_or(false) {
+                if self.byte_tokens.get(id as usize) {
                     let hex = piece.trim_start_matches("<0x").trim_end_matches('>');
                     return u8::from_str_radix(hex, 16)
                         .map(|b| vec![b])
@@ -533,7 +552,7 @@ impl StreamDecoder {
     pub fn step(&mut self, tok: &Tokenizer, id: u32) -> Result<String> {
         self.pending.push(id);
         let text = tok.decode(&self.pending, false)?;
-        let is_byte = tok.byte_level || tok.byte_tokens.get(id as usize).copied().unwrap_or(false);
+        let is_byte = tok.byte_level || tok.byte_tokens.get(id as usize);
         if is_byte && text.ends_with('\u{FFFD}') && self.pending.len() < MAX_PENDING_BYTES {
             return Ok(String::new());
         }
@@ -817,4 +836,21 @@ fn build_byte_level(
     tk.with_decoder(Some(ByteLevel::new(false, true, true)));
     added.install(&mut tk)?;
     Ok(tk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bits;
+
+    /// Each id's bit, across word boundaries, and false past the end.
+    #[test]
+    fn bits_hold_each_id() {
+        for n in [0usize, 1, 63, 64, 65, 200] {
+            let set = |i: usize| i % 3 == 0 || i == 63 || i == 64;
+            let b = Bits::from_fn(n, set);
+            for i in 0..n + 70 {
+                assert_eq!(b.get(i), i < n && set(i), "n {n}, id {i}");
+            }
+        }
+    }
 }
