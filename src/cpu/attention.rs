@@ -133,6 +133,17 @@ impl KvCache {
     }
 }
 
+/// Work items per group of heads for `n_tok` rows: one, unless the rows and KV heads are
+/// fewer than the threads (a decode step), which then share the group's heads.
+fn head_parts(n_tok: usize, p: AttnParams) -> usize {
+    let threads = pool::threads();
+    if n_tok * p.n_head_kv >= threads {
+        1
+    } else {
+        (p.n_head / p.n_head_kv).min(threads)
+    }
+}
+
 /// A call's keys or values as the cache holds them.
 fn to_f16(a: &Act) -> Vec<u16> {
     a.data.iter().map(|&x| f32_to_f16(x)).collect()
@@ -156,7 +167,16 @@ pub fn attend(
     }
     let first = pos.first().copied().unwrap_or(0);
     let (k, v) = (to_f16(k), to_f16(v));
-    let out = attend_rows(q, &k, &v, kv, first, &vec![0; n_tok], p);
+    let out = attend_rows(
+        q,
+        &k,
+        &v,
+        kv,
+        first,
+        &vec![0; n_tok],
+        p,
+        head_parts(n_tok, p),
+    );
     let kv_w = kv.width;
     let n_slots = kv.pos.len();
     for (t, &p) in pos.iter().enumerate() {
@@ -181,6 +201,7 @@ pub fn attend_branches(
 ) -> Result<Act> {
     let starts = crate::backend::branch_starts(lens);
     check_shapes(q, k, v, kv, starts.len(), p)?;
+    let parts = head_parts(starts.len(), p);
     Ok(attend_rows(
         q,
         &to_f16(k),
@@ -189,6 +210,7 @@ pub fn attend_branches(
         first,
         &starts,
         p,
+        parts,
     ))
 }
 
@@ -225,30 +247,10 @@ fn check_shapes(
 /// The heads that share a KV head (grouped-query attention) go together: each key and value
 /// is converted to f32 once for all of them, then every head takes the f32 [`dot`] and
 /// [`axpy`] as with an f32 cache (its values bit for bit what those give on the rounded keys
-/// and values). A step of fewer rows and KV heads than threads splits the group's heads
-/// over the threads instead (each part converting what it reads).
-fn attend_rows(
-    q: &Act,
-    k: &[u16],
-    v: &[u16],
-    kv: &KvCache,
-    first: usize,
-    starts: &[usize],
-    p: AttnParams,
-) -> Act {
-    let threads = pool::threads();
-    let group = p.n_head / p.n_head_kv;
-    let parts = if starts.len() * p.n_head_kv >= threads {
-        1
-    } else {
-        group.min(threads)
-    };
-    attend_parts(q, k, v, kv, first, starts, p, parts)
-}
-
-/// [`attend_rows`] with each group's heads split into `parts` work items.
+/// and values). The group's heads are split into `parts` work items ([`head_parts`]), each
+/// converting what it reads.
 #[allow(clippy::too_many_arguments)]
-fn attend_parts(
+fn attend_rows(
     q: &Act,
     k: &[u16],
     v: &[u16],
@@ -574,10 +576,10 @@ mod tests {
                 };
                 let (qt, kt, vt) = (row(&q, qw), row(&k, kw), row(&v, kw));
                 let (k16, v16) = (to_f16(&kt), to_f16(&vt));
-                let one = attend_parts(&qt, &k16, &v16, &kv, t, &[0], p, 1);
+                let one = attend_rows(&qt, &k16, &v16, &kv, t, &[0], p, 1);
                 let group = n_head / n_kv;
                 for parts in 2..=group {
-                    let split = attend_parts(&qt, &k16, &v16, &kv, t, &[0], p, parts);
+                    let split = attend_rows(&qt, &k16, &v16, &kv, t, &[0], p, parts);
                     assert_eq!(one.data, split.data, "{n_head}/{n_kv} heads, {parts} parts");
                 }
                 got.extend(attend(&qt, &kt, &vt, &mut kv, &[t], p).unwrap().data);

@@ -846,7 +846,7 @@ mod tests {
     #[test]
     fn bits_hold_each_id() {
         for n in [0usize, 1, 63, 64, 65, 200] {
-            let set = |i: usize| i % 3 == 0 || i == 63 || i == 64;
+            let set = |i: usize| i.is_multiple_of(3) || i == 63 || i == 64;
             let b = Bits::from_fn(n, set);
             for i in 0..n + 70 {
                 assert_eq!(b.get(i), i < n && set(i), "n {n}, id {i}");
