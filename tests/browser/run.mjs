@@ -1240,7 +1240,11 @@ try {
         assertEq(r.webgpu.top[p][0][0], r.cpu.top[p][0][0], `top-1 at ${p}`);
         worst = Math.max(worst, Math.abs(r.webgpu.top[p][0][1] - r.cpu.top[p][0][1]));
       }
-      assert(worst < 1e-3, `top-1 logits differ by ${worst}`);
+      // Both backends hold keys and values as f16 values (rounded alike, bit for bit: the
+      // native op test), but the CPU's 16-bit activations and the GPU's f32 give keys a hair
+      // apart, and one that straddles an f16 rounding boundary differs by a whole f16 step:
+      // with Qwen2's key biases that step is large (0.0016 here).
+      assert(worst < 5e-3, `top-1 logits differ by ${worst}`);
       assertEq(rec.errors, [], 'console errors');
     } finally {
       await rec.context.close();
