@@ -3,7 +3,8 @@
 //! absolute position, so visibility is decided by positions, never by slot order.
 //!
 //! Keys and values are held as f16, as llama.cpp holds them: half the memory (Gemma 3 270M:
-//! 18 KiB a position instead of 36, 72 MiB less at 4096 positions). A call's own rows are
+//! 18 KiB a position instead of 36 over its 18 layers; 19.5 MiB less at 4096 positions, where
+//! its sliding-window layers keep 512). A call's own rows are
 //! rounded to f16 too before they are attended, so that a position reads the same key
 //! whether it came in this call or an earlier one: a prompt gives the same values fed in
 //! any chunks, restored from a saved prefix or not. Against the float64 reference this
