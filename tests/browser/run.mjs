@@ -1102,7 +1102,17 @@ try {
       // tab closed mid-load (killed) lets the lock go and leaves the beacon: risky.
       const other = await rec.context.newPage();
       await other.goto(`${A}/www/`);
-      await other.evaluate(async (key) => { (await import('/pkg/probe.js')).beacon.set(key); }, SHA);
+      // `set` requests the lock and returns; the browser grants it a moment later (under load
+      // that moment was long enough for the probe below to look first): wait for the grant,
+      // as a load under way has it.
+      await other.evaluate(async (key) => {
+        (await import('/pkg/probe.js')).beacon.set(key);
+        for (let i = 0; i < 100; i += 1) {
+          const { held = [] } = await navigator.locks.query();
+          if (held.some((l) => l.name === 'kerze-loading:' + key)) return;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      }, SHA);
       const loadingThere = await inPage(page, 'return k.probe({ model });', null);
       await other.close();
       // The browser lets go of a closed tab's locks a moment after close() returns: wait for
