@@ -458,3 +458,14 @@ pub fn check_w5<S>(
             && corr.len() >= 4 * (k / QK)
     );
 }
+
+/// Coded values as f32: `out[i] = units[i / per] · codes[i]` for whole blocks of `per`
+/// (a K-quant's scales or offsets: [`super::Scales::Coded`]).
+pub fn expand_codes(units: &[f32], codes: &[i8], per: usize, out: &mut [f32]) {
+    let blocks = codes.chunks_exact(per).zip(out.chunks_exact_mut(per));
+    for ((c, o), &u) in blocks.zip(units) {
+        for (o, &c) in o.iter_mut().zip(c) {
+            *o = u * f32::from(c);
+        }
+    }
+}

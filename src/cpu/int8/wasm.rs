@@ -696,3 +696,36 @@ fn pack_group<const G: usize>(wide: v128, lanes: &mut [v128; 4]) {
     };
     lanes[G / 3] = v128_or(lanes[G / 3], f);
 }
+
+/// See [`super::portable::expand_codes`]: eight codes a 64-bit load (a block of Q4_K's), or
+/// sixteen a 128-bit one (Q6_K's), widened to four lanes, converted and multiplied by the
+/// unit's splat (the same product per value); the compiler leaves the scalar loop scalar,
+/// four instructions a value where this takes about 1.2.
+pub fn expand_codes(units: &[f32], codes: &[i8], per: usize, out: &mut [f32]) {
+    let n = codes.len().min(out.len()) / per * per;
+    if per != 8 && per != 16 || units.len() < n / per {
+        return super::portable::expand_codes(units, codes, per, out);
+    }
+    let (cp, op) = (codes.as_ptr(), out.as_mut_ptr());
+    // SAFETY: every block read and written lies below n, inside `codes` and `out`, and its
+    // unit inside `units` (checked); loads and stores are unaligned.
+    unsafe {
+        let store = |o: *mut f32, w: v128, u: v128| {
+            let lo = f32x4_convert_i32x4(i32x4_extend_low_i16x8(w));
+            let hi = f32x4_convert_i32x4(i32x4_extend_high_i16x8(w));
+            v128_store(o.cast(), f32x4_mul(lo, u));
+            v128_store(o.add(4).cast(), f32x4_mul(hi, u));
+        };
+        for (b, &unit) in units[..n / per].iter().enumerate() {
+            let (c, o, u) = (cp.add(b * per), op.add(b * per), f32x4_splat(unit));
+            if per == 8 {
+                let w = v128_load64_zero(c.cast());
+                store(o, i16x8_extend_low_i8x16(w), u);
+            } else {
+                let w = v128_load(c.cast());
+                store(o, i16x8_extend_low_i8x16(w), u);
+                store(o.add(8), i16x8_extend_high_i8x16(w), u);
+            }
+        }
+    }
+}
