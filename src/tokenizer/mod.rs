@@ -126,6 +126,7 @@ fn tk_err(e: impl std::fmt::Display) -> Error {
 
 /// One bit a token id (a `Vec<bool>` would take a byte: 448 KiB more for two such sets over
 /// Gemma 3's 262 144 tokens, kept for the engine's life).
+#[derive(Clone)]
 struct Bits(Vec<u64>);
 
 impl Bits {
