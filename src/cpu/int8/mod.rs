@@ -189,12 +189,7 @@ impl Scales {
     /// block, finite, and non-negative unless `signed`; `Coded`: `unit(block)` times an
     /// integer code, `per` values a block); else every value so far and these become f32.
     /// F32 values are unpacked in place by the load: there `f` is already held.
-    fn append<'b>(
-        &mut self,
-        f: &[f32],
-        blocks: impl Iterator<Item = &'b [u8]>,
-        unit: UnitFn,
-    ) {
+    fn append<'b>(&mut self, f: &[f32], blocks: impl Iterator<Item = &'b [u8]>, unit: UnitFn) {
         let at = self.len();
         let kept = match self {
             Scales::F32(_) => return,
