@@ -371,17 +371,21 @@ impl Backend for CpuBackend {
         now(load_cpu_weight(info, &SyncReads(src), false))?
     }
 
-    /// In wasm a quarter of [`crate::generate::PREFILL_CHUNK`]: a step's activations (Gemma 3
-    /// 270M: the feed-forward's 2048-wide rows, the quantized copies) stay in the tab's
-    /// memory for good: 128 positions' ~4 MiB more than 64's, 64's ~1.6 MiB more than 32's,
-    /// each for the same prefill rate within noise in Chromium (131 tok/s either way at 32;
-    /// a weight row meets 8 activation tiles instead of 16). Natively, where memory is
-    /// returned and prefill is measured against llama.cpp, the whole chunk.
+    /// In wasm a quarter of [`crate::generate::PREFILL_CHUNK`] on one thread, half on more: a
+    /// step's activations (Gemma 3 270M: the feed-forward's 2048-wide rows, the quantized
+    /// copies) stay in the tab's memory for good: 128 positions' ~4 MiB more than 64's, 64's
+    /// ~1.6 MiB more than 32's. One thread in Chromium prefills as fast at 32 (131 tok/s
+    /// either way: a weight row meets 8 activation tiles instead of 16); two threads lost 7%
+    /// at 32 (221 → 205 tok/s, 4 pairs: a step's share of each thread halves, its
+    /// synchronization does not). Natively, where memory is returned and prefill is measured
+    /// against llama.cpp, the whole chunk.
     fn prompt_rows(&self) -> usize {
-        if cfg!(target_arch = "wasm32") {
+        if !cfg!(target_arch = "wasm32") {
+            crate::generate::PREFILL_CHUNK
+        } else if pool::threads() == 1 {
             crate::generate::PREFILL_CHUNK / 4
         } else {
-            crate::generate::PREFILL_CHUNK
+            crate::generate::PREFILL_CHUNK / 2
         }
     }
 
