@@ -115,12 +115,8 @@ impl KvCache {
         let w = self.width;
         let (mut k, mut v) = (vec![0; w], vec![0; w]);
         for s in 0..used {
-            for (d, &x) in k.iter_mut().zip(&rows.k[s * w..(s + 1) * w]) {
-                *d = f32_to_f16(x);
-            }
-            for (d, &x) in v.iter_mut().zip(&rows.v[s * w..(s + 1) * w]) {
-                *d = f32_to_f16(x);
-            }
+            round_into(&mut k, &rows.k[s * w..(s + 1) * w]);
+            round_into(&mut v, &rows.v[s * w..(s + 1) * w]);
             self.write_slot(s, &k, &v, rows.position(s, n_past));
         }
         Ok(())
@@ -145,9 +141,18 @@ fn head_parts(n_tok: usize, p: AttnParams) -> usize {
     }
 }
 
+/// `src` as the cache holds it, into `dst` (as long).
+fn round_into(dst: &mut [u16], src: &[f32]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        *d = f32_to_f16(x);
+    }
+}
+
 /// A call's keys or values as the cache holds them.
 fn to_f16(a: &Act) -> Vec<u16> {
-    a.data.iter().map(|&x| f32_to_f16(x)).collect()
+    let mut out = vec![0; a.data.len()];
+    round_into(&mut out, &a.data);
+    out
 }
 
 /// Attend `q` (rows at `pos`) over the cache plus the new `k`, `v`, then store them.

@@ -1385,23 +1385,20 @@ fn f16_at(blk: &[u8], at: usize) -> f32 {
     f16_bits_to_f32(u16::from_le_bytes([blk[at], blk[at + 1]]))
 }
 
-/// An f16 as f32, exactly as `half` converts it, in a few branch-free operations: the
-/// loader converts one per block (7 million for Gemma 3 270M), where `half` calls out to a
-/// runtime-dispatched function natively and takes a branchy software path in wasm. The
-/// exponent and mantissa shifted into an f32 and scaled by 2¹¹² are the value for normal and
-/// subnormal numbers alike (the product is exact); infinities and NaNs (a quiet NaN with the
-/// payload, as `half` gives) keep an all-ones exponent.
+/// An f16 as f32, exactly as `half` converts it: the loader converts one per block (7
+/// million for Gemma 3 270M), where `half` calls out to a runtime-dispatched function
+/// natively and takes a branchy software path in wasm. A finite one is
+/// [`crate::cpu::ops::f16_to_f32`] (normal and subnormal alike, a few branch-free
+/// operations); infinities and NaNs (a quiet NaN with the payload, as `half` gives) keep an
+/// all-ones exponent.
 #[inline(always)]
 fn f16_bits_to_f32(h: u16) -> f32 {
+    if h & 0x7FFF < 0x7C00 {
+        return crate::cpu::ops::f16_to_f32(h);
+    }
     let sign = u32::from(h & 0x8000) << 16;
-    let em = u32::from(h & 0x7FFF);
-    let bits = if em >= 0x7C00 {
-        let man = (em & 0x3FF) << 13;
-        0x7F80_0000 | man | if man != 0 { 0x0040_0000 } else { 0 }
-    } else {
-        (f32::from_bits(em << 13) * f32::from_bits(0x7780_0000)).to_bits()
-    };
-    f32::from_bits(sign | bits)
+    let man = u32::from(h & 0x3FF) << 13;
+    f32::from_bits(sign | 0x7F80_0000 | man | if man != 0 { 0x0040_0000 } else { 0 })
 }
 
 /// Q8_0: f16 d, 32 signed bytes; value = d·q. (Fixed-size views: one 32-byte copy.)
