@@ -1990,9 +1990,11 @@ pub fn check_kernels() -> Result<usize, String> {
         compared += a.len();
     }
     // The five-bit layout: rows of 1, 2, 3 and 20 blocks (every tail of a unit), values at
-    // both ends, packed and unpacked by this build's kernels and the portable ones; then
-    // products of up to 4 rows, 1 and 3 rows apart, against the int8 kernel on the same
-    // values, bit for bit (this build's against this build's, portable against portable).
+    // both ends, packed and unpacked by this build's kernels and the portable ones (this
+    // build's last row first, so that a byte written past a row's end would show in the next
+    // row or past the last); then products of up to 4 rows, 1 and 3 rows apart, against the
+    // int8 kernel on the same values, bit for bit (this build's against this build's,
+    // portable against portable).
     for k in [32, 64, 96, 640] {
         let rows = 10;
         let q: Vec<i8> = (0..rows * k)
@@ -2003,13 +2005,13 @@ pub fn check_kernels() -> Result<usize, String> {
             })
             .collect();
         let rb = Packing::Fives.row_bytes(k);
-        let (mut pa, mut pb) = (vec![0u8; rows * rb], vec![1u8; rows * rb]);
-        for r in 0..rows {
+        let (mut pa, mut pb) = (vec![0u8; rows * rb + 64], vec![1u8; rows * rb]);
+        for r in (0..rows).rev() {
             let row = &q[r * k..(r + 1) * k];
             pack_fives(row, &mut pa[r * rb..(r + 1) * rb]);
             portable::pack_fives(row, &mut pb[r * rb..(r + 1) * rb]);
         }
-        if pa != pb {
+        if pa[..rows * rb] != pb || pa[rows * rb..].iter().any(|&b| b != 0) {
             return Err(format!("int8 pack_fives, {k} values: {pa:?} vs {pb:?}"));
         }
         let (mut ua, mut ub) = (vec![0i8; k], vec![1i8; k]);

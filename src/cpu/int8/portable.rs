@@ -327,7 +327,8 @@ pub fn dot_w4_nib(
 /// Values per unit of the five-bit layout ([`super::Packing::Fives`]): three blocks of 32.
 pub const FIVES_UNIT: usize = 3 * QK;
 
-/// Bytes per unit of the five-bit layout: four vectors of eight 16-bit lanes.
+/// Bytes per whole unit of the five-bit layout: four vectors of eight 16-bit lanes (a row's
+/// last unit holds only the vectors its groups need: [`fives_row_bytes`]).
 pub const FIVES_UNIT_BYTES: usize = 64;
 
 /// Where field `f` (0, 1, 2) of a five-bit lane starts: bits 0..5, 5..10 and 10..15 (bit 15
@@ -335,8 +336,9 @@ pub const FIVES_UNIT_BYTES: usize = 64;
 pub const FIVES_SHIFT: [u32; 3] = [0, 5, 10];
 
 /// One row of values in −16..=15 (`q`, whole blocks of 32) in the five-bit layout `out`
-/// (`q.len()` rounded up to units of 96 values, 64 bytes each, the last unit's missing values
-/// zero): group `g` (values `8g..8g + 8` of a unit) in the unit's vector `g / 3` as field
+/// (units of 96 values, 64 bytes each; a last unit of one or two blocks in the 32 or 48
+/// bytes its groups fill, its missing values zero: [`fives_row_bytes`]): group `g` (values
+/// `8g..8g + 8` of a unit) in the unit's vector `g / 3` as field
 /// `g % 3` of its eight little-endian 16-bit lanes, value `8g + l` in lane `l`, as the code
 /// `value + 16` (0..=31). A group's eight values meet the same eight activations as in the
 /// int8 row, in the same lanes of `i32x4.dot_i16x8_s`, so a kernel can make every integer sum
@@ -352,7 +354,8 @@ pub fn pack_fives(q: &[i8], out: &mut [u8]) {
                 lanes[g / 3 * 8 + l] |= code << FIVES_SHIFT[g % 3];
             }
         }
-        for (o, lane) in out[u * FIVES_UNIT_BYTES..(u + 1) * FIVES_UNIT_BYTES]
+        let bytes = fives_row_bytes(unit.len());
+        for (o, lane) in out[u * FIVES_UNIT_BYTES..u * FIVES_UNIT_BYTES + bytes]
             .chunks_exact_mut(2)
             .zip(lanes)
         {
@@ -429,9 +432,12 @@ pub fn dot_w5_unpacked(
     }
 }
 
-/// Bytes of a row of `k` values in the five-bit layout.
+/// Bytes of a row of `k` values (whole blocks) in the five-bit layout: its groups of 8,
+/// three to a 16-byte vector. A whole unit's twelve groups fill four vectors; a last unit of
+/// one block (four groups) two, of two blocks three, so a row of Gemma 3's 640 values takes
+/// 432 bytes, not the 448 of seven whole units.
 pub const fn fives_row_bytes(k: usize) -> usize {
-    k.div_ceil(FIVES_UNIT) * FIVES_UNIT_BYTES
+    (k / 8).div_ceil(3) * 16
 }
 
 /// The bounds every [`dot_w5`] reads within (the SIMD versions' SAFETY rests on it).

@@ -454,10 +454,10 @@ unsafe fn rows_w4_nib<const R: usize, const G16: bool, const BIASED: bool>(
 /// field of vector `G / 3`, eight 16-bit codes (value + 16).
 ///
 /// # Safety
-/// `p` must point at a whole unit (64 bytes).
+/// `p` must point at a unit holding group `G` (its vector `G / 3`).
 #[inline(always)]
 unsafe fn five_codes<const G: usize>(p: *const u8) -> v128 {
-    // SAFETY: G / 3 < 4 vectors of the unit, the caller's promise; loads are unaligned.
+    // SAFETY: vector G / 3 of the unit, the caller's promise; loads are unaligned.
     let v = unsafe { v128_load(p.add(16 * (G / 3)).cast()) };
     match G % 3 {
         0 => v128_and(v, u16x8_splat(0x1F)),
@@ -474,8 +474,8 @@ pub fn unpack_fives(bytes: &[u8], out: &mut [i8]) {
     assert!(n.is_multiple_of(QK) && bytes.len() >= fives_row_bytes(n));
     for u in 0..n.div_ceil(FIVES_UNIT) {
         let blocks = (n - u * FIVES_UNIT) / QK;
-        // SAFETY: unit u is inside `bytes` (asserted), and its first `blocks` blocks'
-        // values inside `out`.
+        // SAFETY: unit u's vectors that hold its first `blocks` blocks' groups are inside
+        // `bytes` (asserted: `fives_row_bytes`), and those blocks' values inside `out`.
         unsafe {
             let (p, o) = (
                 bytes.as_ptr().add(u * FIVES_UNIT_BYTES),
@@ -498,7 +498,8 @@ pub fn unpack_fives(bytes: &[u8], out: &mut [i8]) {
 /// Groups `A` and `A + 1 = B` of the unit at `p` as 16 int8 values at `o + 8A`.
 ///
 /// # Safety
-/// `p` must point at a whole unit and `o + 8A..o + 8A + 16` be writable.
+/// `p` must point at a unit holding groups `A` and `B`, and `o + 8A..o + 8A + 16` be
+/// writable.
 #[inline(always)]
 unsafe fn unpack_pair<const A: usize, const B: usize>(p: *const u8, o: *mut i8) {
     // SAFETY: the caller's promise; stores are unaligned.
@@ -624,10 +625,10 @@ unsafe fn block_w5<
 /// (masked in place: its codes times 32) into `sums[1]`.
 ///
 /// # Safety
-/// `p` must point at a whole unit (64 bytes).
+/// `p` must point at a unit holding group `G` (its vector `G / 3`).
 #[inline(always)]
 unsafe fn group_w5<const G: usize>(p: *const u8, x: v128, sums: &mut [v128; 2]) {
-    // SAFETY: G / 3 < 4 vectors of the unit, the caller's promise; loads are unaligned.
+    // SAFETY: vector G / 3 of the unit, the caller's promise; loads are unaligned.
     let v = unsafe { v128_load(p.add(16 * (G / 3)).cast()) };
     match G % 3 {
         0 => sums[0] = i32x4_add(sums[0], i32x4_dot_i16x8(v128_and(v, u16x8_splat(0x1F)), x)),
@@ -665,8 +666,11 @@ pub fn pack_fives(q: &[i8], out: &mut [u8]) {
                 pack_pair::<8, 9>(src, &mut lanes);
                 pack_pair::<10, 11>(src, &mut lanes);
             }
+            // The vectors the unit's groups fill: a last unit of one or two blocks is
+            // shorter (`fives_row_bytes`).
             let dst = out.as_mut_ptr().add(u * FIVES_UNIT_BYTES);
-            for (i, l) in lanes.into_iter().enumerate() {
+            let vectors = (4 * blocks.min(3)).div_ceil(3);
+            for (i, l) in lanes.into_iter().enumerate().take(vectors) {
                 v128_store(dst.add(16 * i).cast(), l);
             }
         }
