@@ -66,8 +66,8 @@ impl Vocab {
         pieces.data.shrink_to_fit();
         let n = pieces.len();
         // Ids + 1 up to n; a vocabulary of 2³² pieces is beyond any file (and memory).
-        let id_bits = u32::try_from(n).unwrap_or(u32::MAX).leading_zeros();
-        let id_mask = u32::MAX.checked_shr(id_bits).unwrap_or(0);
+        let tag_bits = u32::try_from(n).unwrap_or(u32::MAX).leading_zeros();
+        let id_mask = u32::MAX.checked_shr(tag_bits).unwrap_or(0);
         let mut vocab = Self {
             slots: vec![0; n + n / 3 + 1],
             pieces,
@@ -208,20 +208,22 @@ enum Merges {
 }
 
 /// [`Merges::Ranked`] for `orders` where it holds them: every order other than the smallest
-/// grows strictly with the id.
+/// grows strictly with the id. [`NO_MERGE`] is no merge here too, as [`Merges::Scored`]
+/// takes it.
 fn ranked(orders: &[Option<u32>]) -> Option<Merges> {
-    let top = orders.iter().flatten().min().copied()?;
+    let order = |i: usize| orders[i].filter(|&o| o != NO_MERGE);
+    let n = orders.len();
+    let top = (0..n).filter_map(order).min()?;
     let mut last = top;
-    for &o in orders.iter().flatten().filter(|&&o| o != top) {
+    for o in (0..n).filter_map(order).filter(|&o| o != top) {
         if o <= last {
             return None;
         }
         last = o;
     }
-    let n = orders.len();
     Some(Merges::Ranked {
-        merges: Bits::from_fn(n, |i| orders[i].is_some()),
-        top: Bits::from_fn(n, |i| orders[i] == Some(top)),
+        merges: Bits::from_fn(n, |i| order(i).is_some()),
+        top: Bits::from_fn(n, |i| order(i) == Some(top)),
     })
 }
 
@@ -645,6 +647,30 @@ mod tests {
                 assert_eq!(v.id(miss), None, "{n} pieces: {miss}");
             }
         }
+    }
+
+    /// Ranked merges hold what the orders say: the best order (ties too) ranks 0, others by
+    /// id, `NO_MERGE` and `None` do not merge; orders that do not grow with the id keep the
+    /// list of orders.
+    #[test]
+    fn ranked_merges_take_the_orders_as_scored_does() {
+        let orders = [Some(9), None, Some(3), Some(NO_MERGE), Some(3), Some(12)];
+        let Some(Merges::Ranked { merges, top }) = ranked(&orders) else {
+            panic!("ranked");
+        };
+        let got: Vec<(bool, bool)> = (0..6).map(|i| (merges.get(i), top.get(i))).collect();
+        let want = [
+            (true, false),
+            (false, false),
+            (true, true),
+            (false, false),
+            (true, true),
+        ];
+        assert_eq!(got[..5], want);
+        assert_eq!(got[5], (true, false));
+        assert!(ranked(&[Some(9), Some(3), Some(8)]).is_none());
+        assert!(ranked(&[Some(3), Some(9), Some(9)]).is_none());
+        assert!(ranked(&[None, Some(NO_MERGE)]).is_none());
     }
 
     #[test]
