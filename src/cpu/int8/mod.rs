@@ -166,19 +166,12 @@ impl Scales {
                 buf
             }
             Scales::Coded { units, codes, per } => {
-                // Only the values are written: no need to zero what stays.
-                buf.truncate(g.len());
+                // Whole blocks: every range asked is whole rows (or all groups so far, when
+                // a load falls back to f32), and a row is whole blocks.
+                debug_assert!(g.start.is_multiple_of(*per) && g.len().is_multiple_of(*per));
+                // Every value is written: what `resize` keeps need not be zeroed.
                 buf.resize(g.len(), 0.0);
-                let (units, codes) = (&units[g.start / per..], &codes[g.clone()]);
-                if g.start.is_multiple_of(*per) && g.len().is_multiple_of(*per) {
-                    // Whole blocks (rows are).
-                    expand_codes(units, codes, *per, buf);
-                } else {
-                    let first = g.start % per;
-                    for (i, (v, &c)) in buf.iter_mut().zip(codes).enumerate() {
-                        *v = units[(first + i) / per] * f32::from(c);
-                    }
-                }
+                expand_codes(&units[g.start / per..], &codes[g], *per, buf);
                 buf
             }
         }
@@ -461,7 +454,7 @@ impl QMatrix {
         let mut offsets = u
             .offsets
             .then(|| Scales::with_capacity(layout, n / group, per));
-        let (unit, offset_unit) = u.units.unwrap_or((|b| f16_at(b, 0), |b| f16_at(b, 2)));
+        let (unit, offset_unit) = u.units.unwrap_or((no_unit, no_unit));
         // A chunk's scales and offsets as f32 where the matrix keeps another layout
         // (appended to it).
         let (mut chunk_scales, mut chunk_offsets) = (Vec::new(), Vec::new());
@@ -1371,14 +1364,46 @@ fn unpacker(ty: GgmlType) -> Option<Unpacker> {
             _ => None,
         },
         units: match ty {
-            GgmlType::Q4_K | GgmlType::Q5_K => Some((|b| f16_at(b, 0), |b| f16_at(b, 2))),
-            GgmlType::Q2_K => Some((|b| f16_at(b, 80), |b| f16_at(b, 82))),
-            GgmlType::Q3_K => Some((|b| f16_at(b, 108), |_| 0.0)),
-            GgmlType::Q6_K => Some((|b| f16_at(b, 208), |_| 0.0)),
+            GgmlType::Q4_K | GgmlType::Q5_K => Some((k4_d, k4_dmin)),
+            GgmlType::Q2_K => Some((q2_k_d, q2_k_dmin)),
+            GgmlType::Q3_K => Some((q3_k_d, no_unit)),
+            GgmlType::Q6_K => Some((q6_k_d, no_unit)),
             _ => None,
         },
         ..u
     })
+}
+
+/// The K-quants' block units (`d`, `dmin`), which their unpackers and the coded layout's
+/// units ([`Unpacker::units`]) read alike.
+fn k4_d(blk: &[u8]) -> f32 {
+    f16_at(blk, 0)
+}
+
+fn k4_dmin(blk: &[u8]) -> f32 {
+    f16_at(blk, 2)
+}
+
+fn q2_k_d(blk: &[u8]) -> f32 {
+    f16_at(blk, 80)
+}
+
+fn q2_k_dmin(blk: &[u8]) -> f32 {
+    f16_at(blk, 82)
+}
+
+fn q3_k_d(blk: &[u8]) -> f32 {
+    f16_at(blk, 108)
+}
+
+fn q6_k_d(blk: &[u8]) -> f32 {
+    f16_at(blk, 208)
+}
+
+/// The unit of a layout that takes none (f32 and f16 values, a type without offsets): a
+/// NaN, which no coded value would match ([`code_of`]), were it ever asked.
+fn no_unit(_: &[u8]) -> f32 {
+    f32::NAN
 }
 
 fn f16_at(blk: &[u8], at: usize) -> f32 {
@@ -1496,8 +1521,8 @@ fn unpack_k4(blk: &[u8], qh: Option<&[u8]>, qs: &[u8], q: &mut [i8], s: &mut [f3
 
 /// Q4_K and Q5_K's scale and offset of each sub-block of 32: `d·sc` and `dmin·m`.
 fn k4_scales(blk: &[u8], s: &mut [f32], o: &mut [f32]) {
-    let d = f16_at(blk, 0);
-    let dmin = f16_at(blk, 2);
+    let d = k4_d(blk);
+    let dmin = k4_dmin(blk);
     for sub in 0..8 {
         let (scv, mv) = scale_min_k4(&blk[4..16], sub);
         s[sub] = d * f32::from(scv);
@@ -1548,8 +1573,8 @@ fn unpack_q5_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
 /// f16 d, f16 dmin; value = d·sc·q − dmin·m.
 fn unpack_q2_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
     let (sc, qs) = (&blk[0..16], &blk[16..80]);
-    let d = f16_at(blk, 80);
-    let dmin = f16_at(blk, 82);
+    let d = q2_k_d(blk);
+    let dmin = q2_k_dmin(blk);
     for (g, &b) in sc.iter().enumerate() {
         s[g] = d * f32::from(b & 0xF);
         o[g] = dmin * f32::from(b >> 4);
@@ -1568,7 +1593,7 @@ fn unpack_q2_k(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
 /// per 16 values, minus 32), f16 d; value = d·(sc − 32)·(q − (4 unless the mask bit is set)).
 fn unpack_q3_k(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
     let (hm, qs, sc) = (&blk[0..32], &blk[32..96], &blk[96..108]);
-    let d = f16_at(blk, 108);
+    let d = q3_k_d(blk);
     for (g, sv) in s.iter_mut().enumerate() {
         let low = if g < 8 { sc[g] & 0xF } else { sc[g - 8] >> 4 };
         let high = (sc[8 + g % 4] >> (2 * (g / 4))) & 3;
@@ -1590,7 +1615,7 @@ fn unpack_q3_k(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
 /// 16 values), f16 d; value = d·scale·(q − 32).
 fn unpack_q6_k(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
     let (ql, qh, sc) = (&blk[0..128], &blk[128..192], &blk[192..208]);
-    let d = f16_at(blk, 208);
+    let d = q6_k_d(blk);
     for (g, sv) in s.iter_mut().enumerate() {
         *sv = d * f32::from(sc[g] as i8);
     }

@@ -669,7 +669,7 @@ pub fn pack_fives(q: &[i8], out: &mut [u8]) {
             // The vectors the unit's groups fill: a last unit of one or two blocks is
             // shorter (`fives_row_bytes`).
             let dst = out.as_mut_ptr().add(u * FIVES_UNIT_BYTES);
-            let vectors = (4 * blocks.min(3)).div_ceil(3);
+            let vectors = fives_row_bytes(blocks.min(3) * QK) / 16;
             for (i, l) in lanes.into_iter().enumerate().take(vectors) {
                 v128_store(dst.add(16 * i).cast(), l);
             }
