@@ -39,7 +39,7 @@ impl Pieces {
 }
 
 /// Piece → id, hashing the pieces in place: an open-addressed table of `u32` slots, each
-/// `id + 1` (0: empty) with the hash's top bits above it as a tag, so a probe compares a
+/// `id + 1` (0: empty) with the piece's hash bits above it as a tag, so a probe compares a
 /// piece only where the tag matches. A third more slots than pieces (linear probing, three
 /// quarters full): 1.3 MiB for Gemma 3's 262 144, where a general hash table of ids held 2.5
 /// MiB (its control bytes and a power-of-two size at most 7/8 full), kept for the engine's
@@ -106,8 +106,7 @@ impl Vocab {
             if slot == 0 {
                 return Err(at);
             }
-            let id = (slot & self.id_mask).wrapping_sub(1);
-            if slot & !self.id_mask == tag && self.pieces.get(id) == Some(s) {
+            if slot & !self.id_mask == tag && self.pieces.get(self.slot_id(slot)) == Some(s) {
                 return Ok(at);
             }
             at = if at + 1 == self.slots.len() {
@@ -125,7 +124,12 @@ impl Vocab {
 
     pub fn id(&self, s: &str) -> Option<u32> {
         let at = self.find(s, self.probe_start(s)).ok()?;
-        Some((self.slots[at] & self.id_mask).wrapping_sub(1))
+        Some(self.slot_id(self.slots[at]))
+    }
+
+    /// The id a full slot holds.
+    fn slot_id(&self, slot: u32) -> u32 {
+        (slot & self.id_mask).wrapping_sub(1)
     }
 
     pub fn piece(&self, id: u32) -> Option<&str> {
