@@ -254,8 +254,8 @@ struct InspectArgs {
 
 #[derive(clap::Args, Debug)]
 struct SynthArgs {
-    /// The family (not with --like)
-    #[arg(long, required_unless_present = "like")]
+    /// The family (not with --like or --shape-of)
+    #[arg(long, required_unless_present_any = ["like", "shape_of"], conflicts_with_all = ["like", "shape_of"])]
     family: Option<String>,
     /// Where to write the file
     #[arg(long)]
@@ -272,6 +272,14 @@ struct SynthArgs {
     /// The tokenizer.json whose vocabulary --like uses
     #[arg(long)]
     vocab: Option<std::path::PathBuf>,
+    /// A GGUF, or only its header (its first `header_bytes`, as `inspect --json` says),
+    /// whose metadata and tensors (names, types, dims) the file gets, with random weights:
+    /// a model's speed where its file cannot go
+    #[arg(long, value_name = "GGUF", conflicts_with = "like")]
+    shape_of: Option<std::path::PathBuf>,
+    /// The random weights' seed (with --shape-of)
+    #[arg(long, default_value_t = 1, requires = "shape_of")]
+    seed: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -851,6 +859,7 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
             "bytes_read": (b.bytes_read - a.bytes_read) as f64 / steps,
             "buffers_created": (b.buffers_created - a.buffers_created) as f64 / steps,
             "bind_groups_created": (b.bind_groups_created - a.bind_groups_created) as f64 / steps,
+            "dispatches": (b.dispatches - a.dispatches) as f64 / steps,
         }),
         _ => serde_json::Value::Null,
     };
@@ -873,6 +882,8 @@ fn cmd_bench(a: &BenchArgs) -> Result<()> {
     let v = serde_json::json!({
         "gpu_per_decode_step": per_step,
         "backend": info.backend,
+        // Why this backend (on the GPU: the adapter's name).
+        "reason": info.reason,
         "threads": std::env::var("CANDLE_NUM_THREADS").unwrap_or_else(|_| "default".into()),
         "prompt_tokens": g.usage.prompt_tokens,
         "gen_tokens": g.usage.completion_tokens,
@@ -979,7 +990,10 @@ fn peak_rss_mb() -> Option<f64> {
 }
 
 fn cmd_synth(a: &SynthArgs) -> Result<()> {
-    let bytes = if a.like.is_some() {
+    let bytes = if let Some(path) = &a.shape_of {
+        let shape = Gguf::read_index(&crate::gguf::FileSource::open(path)?)?;
+        crate::synth::shaped_like(&shape, a.seed)?
+    } else if a.like.is_some() {
         let vocab = a
             .vocab
             .as_ref()
@@ -1019,6 +1033,8 @@ fn cmd_inspect(a: &InspectArgs) -> Result<()> {
     let v = serde_json::json!({
         "file": &a.model,
         "bytes": g.file_len,
+        // Where the tensors' data starts: this many bytes are the whole header.
+        "header_bytes": g.data_offset,
         "version": g.version,
         "tensors": g.tensors.len(),
         "tensor_types": types.iter().map(|(k, (n, b))| (k.clone(), serde_json::json!({"count": n, "bytes": b}))).collect::<serde_json::Map<_, _>>(),

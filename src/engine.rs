@@ -131,6 +131,7 @@ pub struct GpuCounters {
     pub bytes_read: u64,
     pub buffers_created: u64,
     pub bind_groups_created: u64,
+    pub dispatches: u64,
 }
 
 /// A loaded model on its device. While it runs on the GPU it keeps the model file at hand:
@@ -301,8 +302,8 @@ impl Engine {
     }
 
     /// GPU counters while the engine runs there: milliseconds spent recording commands,
-    /// submissions, bytes read back, buffers and bind groups created (benchmarks report them
-    /// per step).
+    /// submissions, bytes read back, buffers and bind groups created, dispatches recorded
+    /// (benchmarks report them per step).
     #[cfg(feature = "gpu")]
     pub fn gpu_counters(&self) -> Option<GpuCounters> {
         use std::sync::atomic::Ordering::Relaxed;
@@ -313,6 +314,7 @@ impl Engine {
                 bytes_read: s.be.gpu.bytes_read.load(Relaxed),
                 buffers_created: s.be.gpu.buffers_created.load(Relaxed),
                 bind_groups_created: s.be.bind_groups_created(),
+                dispatches: s.be.dispatches(),
             }),
             Run::Cpu(_) => None,
         }

@@ -594,3 +594,71 @@ pub fn qwen25_05b_like(tokenizer_json: &[u8]) -> Result<Vec<u8>> {
     }
     Ok(w.to_bytes())
 }
+
+/// A file of `shape`'s metadata (its vocabulary, its chat template, every key; the name
+/// marked synthetic) and tensors (names, types, dims, in its order) with random weights from
+/// `seed`: a model's speed without its weights, e.g. on a machine the model file cannot reach
+/// (`kerze synth --shape-of`, from the header alone: [`crate::gguf::Gguf::read_index`]).
+/// Matrices are normal with std 1/√cols (0.05 for the token embedding), norms and frequency
+/// factors near 1, other vectors near 0; quantized by candle into each tensor's type.
+pub fn shaped_like(shape: &crate::gguf::Gguf, seed: u64) -> Result<Vec<u8>> {
+    let mut w = Writer::new();
+    for (k, v) in &shape.metadata {
+        // The writer aligns the data to its default.
+        if k == "general.alignment" {
+            continue;
+        }
+        let v = match (k.as_str(), v) {
+            ("general.name", Value::String(s)) => Value::String(format!(
+                "kerze synthetic, random weights in the shape of {s}"
+            )),
+            _ => v.clone(),
+        };
+        w.kv(k, v);
+    }
+    if !shape.metadata.contains_key("general.name") {
+        w.kv(
+            "general.name",
+            Value::String("kerze synthetic, random weights".into()),
+        );
+    }
+    let mut rng = Rng::new(seed);
+    for t in &shape.tensors {
+        let (rows, cols) = t.rows_cols();
+        let is_vector = t.dims.len() == 1;
+        let near_one = t.name.contains("norm") || t.name.starts_with("rope_");
+        let data = if is_vector && matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+            let (mean, std) = if near_one { (1.0, 0.1) } else { (0.0, 0.1) };
+            let v: Vec<f32> = (0..cols).map(|_| mean + std * rng.normal()).collect();
+            match t.ty {
+                GgmlType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                GgmlType::F16 => v
+                    .iter()
+                    .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                    .collect(),
+                _ => v
+                    .iter()
+                    .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
+                    .collect(),
+            }
+        } else {
+            let std = if t.name == "token_embd.weight" {
+                0.05
+            } else {
+                1.0 / (cols as f32).sqrt()
+            };
+            quantize(&mut rng, rows, cols, std, t.ty)?
+        };
+        if data.len() as u64 != t.n_bytes {
+            return Err(Error::InvalidArgument(format!(
+                "synth: {} as {} came to {} bytes, not the {} of its shape",
+                t.name,
+                t.ty,
+                data.len(),
+                t.n_bytes
+            )));
+        }
+        w.tensor(&t.name, t.ty, &t.dims, data);
+    }
+    Ok(w.into_bytes())
+}

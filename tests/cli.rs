@@ -575,3 +575,78 @@ fn catalog_sizes_are_inspects() {
         "only {checked} catalog files in models/: run make fetch"
     );
 }
+
+/// `kerze synth --shape-of` from a model's header alone (`inspect`'s `header_bytes`, the
+/// bytes a machine the model file cannot reach is sent): the same metadata (its vocabulary:
+/// the bench's prompt ids are the model's), tensors of the same names, types and sizes, one
+/// seed one file, and the engine runs it.
+#[test]
+fn synth_takes_a_models_shape_from_its_header() {
+    let model = common::model_path();
+    let real = json_of(kerze().args(["inspect", "--json", "--model"]).arg(&model));
+    let header_bytes = real["header_bytes"].as_u64().unwrap() as usize;
+    let dir = std::env::temp_dir().join(format!("kerze-cli-shape-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = dir.join("header.gguf");
+    let bytes = std::fs::read(&model).unwrap();
+    assert!(header_bytes > 1 << 20 && header_bytes < bytes.len() / 16);
+    std::fs::write(&header, &bytes[..header_bytes]).unwrap();
+    drop(bytes);
+    // A header is no model.
+    let out = kerze()
+        .args(["inspect", "--model"])
+        .arg(&header)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("truncated"));
+    let synth = |seed: &str, out: &std::path::Path| {
+        let o = kerze()
+            .args(["synth", "--seed", seed, "--shape-of"])
+            .arg(&header)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let (a, b) = (dir.join("a.gguf"), dir.join("b.gguf"));
+    synth("7", &a);
+    let v = json_of(kerze().args(["inspect", "--json", "--model"]).arg(&a));
+    for key in ["tensors", "tensor_types", "needs"] {
+        assert_eq!(v[key], real[key], "{key}");
+    }
+    let (mut got, mut want) = (v["config"].clone(), real["config"].clone());
+    got["name"] = want["name"].clone();
+    assert_eq!(got, want);
+    let name = v["metadata"]["general.name"].as_str().unwrap();
+    assert!(name.starts_with("kerze synthetic"), "{name}");
+    let (mut got, mut want) = (v["metadata"].clone(), real["metadata"].clone());
+    for m in [&mut got, &mut want] {
+        let m = m.as_object_mut().unwrap();
+        m.remove("general.name");
+        m.remove("general.alignment");
+    }
+    assert_eq!(got, want);
+    let ids = |m: &std::path::Path| {
+        let o = kerze()
+            .args(["bench", "--prompt-ids", "--model"])
+            .arg(m)
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+        o.stdout
+    };
+    assert_eq!(ids(&a), ids(&model));
+    let run = json_of(
+        kerze()
+            .args(["bench", "--json", "--device", "cpu", "--prompt-tokens", "8"])
+            .args(["--gen-tokens", "4", "--model"])
+            .arg(&a),
+    );
+    assert_eq!(run["gen_tokens"], 4);
+    // One seed, one file.
+    synth("7", &b);
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -520,6 +520,7 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
                 s.be.gpu.submits.load(Ordering::Relaxed),
                 s.be.gpu.buffers_created.load(Ordering::Relaxed),
                 s.be.bind_groups_created(),
+                s.be.dispatches(),
             ]
         };
         loop {
@@ -528,13 +529,23 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
                 break;
             };
             let c1 = counts(&s);
-            steps.push([0, 1, 2, 3].map(|i| c1[i] - c0[i]));
+            steps.push([0, 1, 2, 3, 4].map(|i| c1[i] - c0[i]));
         }
         // Every step but the last computes the next token; the first decode step may meet
         // new shapes (one-row activations), none after it.
-        for (i, &[bytes, submits, buffers, binds]) in steps[..steps.len() - 1].iter().enumerate() {
+        // A decode step's dispatches: the same every step (the cache's length is a
+        // parameter, not a shape), a few per layer.
+        let dispatches = steps[0][4];
+        let n_layer = s.model.cfg().n_layer as u64;
+        assert!(
+            dispatches >= 8 * n_layer && dispatches <= 40 * n_layer,
+            "{dispatches} dispatches in a step"
+        );
+        for (i, &[bytes, submits, buffers, binds, d]) in steps[..steps.len() - 1].iter().enumerate()
+        {
             assert!(bytes > 0 && bytes <= 4096, "{bytes} bytes read in a step");
             assert_eq!(submits, 1, "submissions in a step");
+            assert_eq!(d, dispatches, "dispatches in step {i}");
             if i > 0 {
                 assert_eq!(
                     (buffers, binds),
@@ -546,7 +557,7 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
         let want = pollster::block_on(cpu.generate(ids, &opts, &|| false, &mut |_| {})).unwrap();
         assert_eq!(g.generated(), want.generated(), "{:?}", case.prompt);
         eprintln!(
-            "{:?}: {} steps, {} bytes read per step, {:.2} ms encoding per step, pool {} KiB; prefill {:.1} tok/s, decode {:.2} tok/s on {}",
+            "{:?}: {} steps, {} bytes read and {dispatches} dispatches per step, {:.2} ms encoding per step, pool {} KiB; prefill {:.1} tok/s, decode {:.2} tok/s on {}",
             case.prompt,
             steps.len(),
             steps[0][0],

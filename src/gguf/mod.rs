@@ -215,6 +215,18 @@ pub struct Gguf {
 impl Gguf {
     /// Parse the header of `src`, reading only as much of it as the header needs.
     pub fn read(src: &(impl ByteSource + ?Sized)) -> Result<Self> {
+        Self::read_with(src, true)
+    }
+
+    /// The header alone: the metadata and the tensor index of a file whose tensors' data may
+    /// lie past its end (a GGUF's first [`Gguf::data_offset`] bytes, as `kerze inspect`
+    /// reports them in `header_bytes`). What `kerze synth --shape-of` reads: a model's shape
+    /// without its weights. Nothing here may be loaded as a model.
+    pub fn read_index(src: &(impl ByteSource + ?Sized)) -> Result<Self> {
+        Self::read_with(src, false)
+    }
+
+    fn read_with(src: &(impl ByteSource + ?Sized), whole: bool) -> Result<Self> {
         let file_len = src.len();
         // Gemma 3's header (with a 262 144-token vocabulary) is about 6.5 MB: start at 8 MiB
         // and grow only if the header really is longer.
@@ -223,7 +235,7 @@ impl Gguf {
             let len = usize::try_from(window).map_err(|_| Error::Gguf("file too large".into()))?;
             let mut buf = vec![0u8; len];
             src.read_at(0, &mut buf)?;
-            match parse_header(&buf, file_len) {
+            match parse_header(&buf, file_len, whole) {
                 Err(ParseError::NeedMore) if window < file_len => {
                     window = file_len.min(window.saturating_mul(4));
                 }
@@ -426,7 +438,8 @@ fn min_value_size(ty: u32) -> Option<u64> {
     })
 }
 
-fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf, ParseError> {
+/// `whole`: every tensor's data must lie inside the file (else only the header must).
+fn parse_header(buf: &[u8], file_len: u64, whole: bool) -> Result<Gguf, ParseError> {
     let mut c = Cursor {
         buf,
         pos: 0,
@@ -523,7 +536,7 @@ fn parse_header(buf: &[u8], file_len: u64) -> Result<Gguf, ParseError> {
         let end = offset
             .checked_add(t.n_bytes)
             .ok_or_else(|| format!("tensor {} size overflows", t.name))?;
-        if end > file_len {
+        if whole && end > file_len {
             return Err(format!(
                 "tensor {} ends at byte {end}, past the end of the file ({file_len} bytes): the file is truncated",
                 t.name
@@ -623,6 +636,30 @@ mod tests {
         let bytes = small();
         for cut in 0..bytes.len() {
             assert!(Gguf::read(&bytes[..cut]).is_err(), "cut at {cut} parsed");
+        }
+    }
+
+    #[test]
+    fn the_index_reads_from_the_header_alone() {
+        let bytes = small();
+        let whole = Gguf::read(bytes.as_slice()).unwrap();
+        let end = whole.data_offset as usize;
+        // Cut anywhere from the data's start on: the index is whole, the model is not.
+        for cut in end..bytes.len() {
+            let g = Gguf::read_index(&bytes[..cut]).unwrap();
+            assert_eq!((&g.metadata, &g.tensors), (&whole.metadata, &whole.tensors));
+            assert!(
+                Gguf::read(&bytes[..cut]).is_err(),
+                "cut at {cut} read as a model"
+            );
+        }
+        // Inside the header (it ends at most 31 bytes of padding before the data) it is an
+        // error as before.
+        for cut in 0..end.saturating_sub(31) {
+            assert!(
+                Gguf::read_index(&bytes[..cut]).is_err(),
+                "cut at {cut} parsed"
+            );
         }
     }
 

@@ -96,6 +96,11 @@ impl GpuBackend {
         self.rec.bind_groups_created
     }
 
+    /// Dispatches recorded so far.
+    pub fn dispatches(&self) -> u64 {
+        self.rec.dispatches
+    }
+
     /// Bytes of activation buffers held by the pool.
     pub fn pool_bytes(&self) -> u64 {
         self.pool.bytes()

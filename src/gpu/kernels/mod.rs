@@ -171,6 +171,8 @@ pub struct Recorder {
     binds: HashMap<BindKey, wgpu::BindGroup>,
     /// Bind groups created so far (tests count them per step).
     pub bind_groups_created: u64,
+    /// Dispatches recorded so far.
+    pub dispatches: u64,
 }
 
 impl Recorder {
@@ -199,6 +201,7 @@ impl Recorder {
             generation: 0,
             binds: HashMap::new(),
             bind_groups_created: 0,
+            dispatches: 0,
         }
     }
 
@@ -304,6 +307,7 @@ impl Recorder {
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &dynamic);
         pass.dispatch_workgroups(groups.0, groups.1, 1);
+        self.dispatches += 1;
     }
 
     /// Record a buffer copy.

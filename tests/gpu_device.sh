@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The WebGPU backend's speed on a real GPU, as one prepared run for a machine that has a GPU
+# but reaches neither the model file nor a package registry, and takes a small working tree
+# (the team's device machines: 64 MiB travel with the repo).
+#
+#   tests/gpu_device.sh pack   here, once: into .device/ (ignored by git, ~25 MiB) the native
+#                              binary with the GPU backend (stripped), the model's header
+#                              (its metadata, vocabulary and tensor index: 6.5 MB for Gemma 3
+#                              270M, `kerze inspect`'s header_bytes) and Debian's Vulkan loader.
+#   tests/gpu_device.sh run    there, in the repo root: the model again from its header with
+#                              random weights (`kerze synth --shape-of`: the same tensors,
+#                              types and vocabulary, so the same work a step), then
+#                              `kerze bench` on the GPU and, for scale, on the CPU. JSON lines
+#                              in $OUT (else .device/out) and a summary on stdout.
+#
+# Random weights change no GPU work: every product, the attention and the greedy top-1 run
+# on all their values whatever they are. (The CPU's LM head filter does depend on them: its
+# number here is not the real model's.)
+#
+# Variables: MODEL (pack; default the Makefile's), RUNS (GPU runs of 128 + 64 tokens, 3),
+# LONG (a 512 + 256-token run too, 1), CPU (the CPU run, 1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DIR=.device
+MODEL=${MODEL:-models/gemma-3-270m-q4_k_m.gguf}
+
+case "${1:-}" in
+pack)
+  make target/release/kerze
+  mkdir -p "$DIR/debs"
+  strip -o "$DIR/kerze" target/release/kerze
+  n=$("$DIR/kerze" inspect --json --model "$MODEL" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["header_bytes"])')
+  head -c "$n" "$MODEL" >"$DIR/header.gguf"
+  # The loader library (the GPU's driver brings its own ICD), for a machine without it.
+  rm -f "$DIR"/debs/*.deb
+  (cd "$DIR/debs" && { apt-get download -qq libvulkan1 2>/dev/null ||
+    { apt-get update -qq && apt-get download -qq libvulkan1; }; })
+  du -sh "$DIR"
+  ;;
+run)
+  OUT=${OUT:-$DIR/out}
+  mkdir -p "$OUT"
+  if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
+    for f in "$DIR"/debs/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+  fi
+  # NVIDIA's ICD where the driver is mounted but not registered.
+  icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  if [ -e "$icd" ] && [ -z "${VK_DRIVER_FILES:-}" ]; then export VK_DRIVER_FILES=$icd; fi
+  command -v nvidia-smi >/dev/null && nvidia-smi -L
+  # Mesa's drivers (where present) warn without one.
+  export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp/kerze-xdg}
+  mkdir -p -m 700 "$XDG_RUNTIME_DIR"
+  model=${TMPDIR:-/tmp}/kerze-shaped.gguf
+  t0=$(date +%s%N)
+  "$DIR/kerze" synth --shape-of "$DIR/header.gguf" --out "$model" >/dev/null
+  echo "the model from its header in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+  bench() { # label, then kerze bench's arguments
+    local label=$1
+    shift
+    "$DIR/kerze" bench --json --model "$model" "$@" |
+      python3 -c 'import json, sys; v = json.load(sys.stdin); v["label"] = sys.argv[1]; print(json.dumps(v))' "$label" |
+      tee -a "$OUT/bench.jsonl"
+  }
+  : >"$OUT/bench.jsonl"
+  if ! "$DIR/kerze" bench --json --device webgpu --model "$model" --prompt-tokens 8 --gen-tokens 2 >/dev/null; then
+    echo "no GPU run: the Vulkan loader and drivers seen here:" >&2
+    ldconfig -p | grep -i vulkan >&2 || true
+    ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/nvidia/share/vulkan/icd.d >&2 || true
+    exit 1
+  fi
+  for _ in $(seq "${RUNS:-3}"); do bench gpu-128+64 --device webgpu; done
+  for _ in $(seq "${LONG:-1}"); do bench gpu-512+256 --device webgpu --prompt-tokens 512 --gen-tokens 256; done
+  for _ in $(seq "${CPU:-1}"); do bench cpu-128+64 --device cpu; done
+  python3 - "$OUT/bench.jsonl" <<'EOF'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+for label in dict.fromkeys(r["label"] for r in runs):
+    rs = [r for r in runs if r["label"] == label]
+    med = lambda k: statistics.median(r[k] for r in rs)
+    line = f"{label}: {len(rs)} run(s), {rs[0]['backend']} ({rs[0]['reason']}): prefill {med('prefill_tokens_per_s'):.1f} tok/s, decode {med('decode_tokens_per_s'):.1f} tok/s ({1e6 / med('decode_tokens_per_s'):.0f} us a step)"
+    g = rs[0].get("gpu_per_decode_step")
+    if g:
+        line += f"; a decode step: {g['dispatches']:.0f} dispatches, {g['submits']:.0f} submit(s), {g['encode_ms'] * 1e3:.0f} us recording, {g['bytes_read']:.0f} bytes read back"
+    print(line)
+EOF
+  ;;
+*)
+  echo "usage: $0 pack | run" >&2
+  exit 2
+  ;;
+esac
