@@ -155,8 +155,14 @@ const ARENA_BYTES: u64 = 4 << 20;
 const MAX_BIND_GROUPS: usize = 16_384;
 
 /// Records the commands of a step into one encoder: uniforms and small inputs go into one
-/// arena buffer, written once at submission; bind groups come from a cache.
+/// arena buffer, written once at submission; bind groups come from a cache. Dispatches go
+/// into one compute pass until a copy or the submission ends it: WebGPU makes each dispatch
+/// its own usage scope, so a dispatch still sees what the one before it wrote, and a pass per
+/// dispatch only added two calls (and in a browser two messages to its GPU process) to each.
 pub struct Recorder {
+    /// The open compute pass of `enc` (ended before anything else is recorded on `enc`;
+    /// declared first, so that it is dropped, and ended, before `enc`).
+    pass: Option<wgpu::ComputePass<'static>>,
     enc: Option<wgpu::CommandEncoder>,
     /// When the open encoder got its first command (ms, crate::clock).
     t0: Option<f64>,
@@ -192,6 +198,7 @@ impl Recorder {
         });
         gpu.count_buffer();
         Self {
+            pass: None,
             enc: None,
             t0: None,
             encode_ms: 0.0,
@@ -205,8 +212,8 @@ impl Recorder {
         }
     }
 
-    /// The open encoder (a new one when there is none).
-    pub fn enc(&mut self, gpu: &Gpu) -> &mut wgpu::CommandEncoder {
+    /// The open encoder (a new one when there is none). Not while a pass is open.
+    fn enc(&mut self, gpu: &Gpu) -> &mut wgpu::CommandEncoder {
         self.t0.get_or_insert_with(crate::clock::now_ms);
         self.enc
             .get_or_insert_with(|| gpu.device.create_command_encoder(&Default::default()))
@@ -299,11 +306,17 @@ impl Recorder {
                 b
             }
         };
-        let enc = self.enc(gpu);
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: None,
-            timestamp_writes: None,
-        });
+        let pass = match self.pass.take() {
+            Some(pass) => pass,
+            None => self
+                .enc(gpu)
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                })
+                .forget_lifetime(),
+        };
+        let pass = self.pass.insert(pass);
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, &bind, &dynamic);
         pass.dispatch_workgroups(groups.0, groups.1, 1);
@@ -320,6 +333,7 @@ impl Recorder {
         dst_off: u64,
         size: u64,
     ) {
+        self.pass = None;
         self.enc(gpu)
             .copy_buffer_to_buffer(src, src_off, dst, dst_off, size);
     }
@@ -327,6 +341,8 @@ impl Recorder {
     /// What was recorded, ready to submit (the arena is written first: a queue write lands
     /// before the next submission), or `None` when nothing was.
     pub fn take(&mut self, gpu: &Gpu) -> Option<wgpu::CommandEncoder> {
+        // Dropping the pass ends it.
+        self.pass = None;
         if let Some(t0) = self.t0.take() {
             self.encode_ms += crate::clock::now_ms() - t0;
         }
