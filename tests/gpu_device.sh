@@ -3,10 +3,11 @@
 # but reaches neither the model file nor a package registry, and takes a small working tree
 # (the team's device machines: 64 MiB travel with the repo).
 #
-#   tests/gpu_device.sh pack   here, once: into .device/ (ignored by git, ~25 MiB) the native
+#   tests/gpu_device.sh pack   here, once: into .device/ (ignored by git, ~24 MiB) the native
 #                              binary with the GPU backend (stripped), the model's header
 #                              (its metadata, vocabulary and tensor index: 6.5 MB for Gemma 3
-#                              270M, `kerze inspect`'s header_bytes) and Debian's Vulkan loader.
+#                              270M, `kerze inspect`'s header_bytes) and Debian's Vulkan loader
+#                              and GL dispatch libraries (NVIDIA's driver links against them).
 #   tests/gpu_device.sh run    there, in the repo root: the model again from its header with
 #                              random weights (`kerze synth --shape-of`: the same tensors,
 #                              types and vocabulary, so the same work a step), then
@@ -32,19 +33,31 @@ pack)
   n=$("$DIR/kerze" inspect --json --model "$MODEL" |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["header_bytes"])')
   head -c "$n" "$MODEL" >"$DIR/header.gguf"
-  # The loader library (the GPU's driver brings its own ICD), for a machine without it.
+  # The Vulkan loader and the GL dispatch libraries NVIDIA's Vulkan driver links against,
+  # for a machine without them (the driver itself is the GPU machine's).
   rm -f "$DIR"/debs/*.deb
-  (cd "$DIR/debs" && { apt-get download -qq libvulkan1 2>/dev/null ||
-    { apt-get update -qq && apt-get download -qq libvulkan1; }; })
+  debs="libvulkan1 libglvnd0 libegl1 libopengl0 libgl1 libglx0 libgles2"
+  # shellcheck disable=SC2086
+  (cd "$DIR/debs" && { apt-get download -qq $debs 2>/dev/null ||
+    { apt-get update -qq && apt-get download -qq $debs; }; })
   du -sh "$DIR"
   ;;
 run)
   OUT=${OUT:-$DIR/out}
   mkdir -p "$OUT"
-  if ! ldconfig -p | grep -q 'libvulkan.so.1 '; then
-    for f in "$DIR"/debs/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-  fi
+  # Each packed library the machine lacks (one it has stays as it is).
+  for f in "$DIR"/debs/*.deb; do
+    case $(basename "$f") in
+      libvulkan1_*) so=libvulkan.so.1 ;; libglvnd0_*) so=libGLdispatch.so.0 ;;
+      libegl1_*) so=libEGL.so.1 ;; libopengl0_*) so=libOpenGL.so.0 ;; libgl1_*) so=libGL.so.1 ;;
+      libglx0_*) so=libGLX.so.0 ;; libgles2_*) so=libGLESv2.so.2 ;; *) so= ;;
+    esac
+    if [ -n "$so" ] && ! ldconfig -p | grep -q "^[[:space:]]*$so "; then
+      echo "unpacking $(basename "$f") (no $so here)"
+      dpkg -x "$f" /
+    fi
+  done
+  ldconfig
   # NVIDIA's ICD where the driver is mounted but not registered.
   icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   if [ -e "$icd" ] && [ -z "${VK_DRIVER_FILES:-}" ]; then export VK_DRIVER_FILES=$icd; fi
