@@ -83,6 +83,21 @@ run)
     ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d /usr/local/nvidia/share/vulkan/icd.d >&2 || true
     exit 1
   fi
+  # Exactness on this GPU (software renderers are not real ones: subgroup sizes, workgroup
+  # memory and float rounding differ): teacher-forced logits against the CPU engine's.
+  ids=$("$DIR/kerze" bench --prompt-ids --prompt-tokens 64 --model "$model" |
+    python3 -c 'import json, sys; print(",".join(map(str, json.load(sys.stdin))))')
+  for d in webgpu cpu; do
+    "$DIR/kerze" logits --json --top 5 --device "$d" --ids "$ids" --model "$model" >"$OUT/logits-$d.json"
+  done
+  python3 - "$OUT/logits-webgpu.json" "$OUT/logits-cpu.json" <<'EOF'
+import json, sys
+gpu, cpu = (json.load(open(p))["top"] for p in sys.argv[1:3])
+agree = sum(g[0][0] == c[0][0] for g, c in zip(gpu, cpu))
+deltas = [abs(dict(g)[i] - l) for g, c in zip(gpu, cpu) for i, l in c if i in dict(g)]
+print(f"GPU against CPU, teacher-forced, {len(cpu)} positions: top-1 the same at {agree}, "
+      f"max |logit difference| {max(deltas):.4f} over {len(deltas)} shared top-5 entries")
+EOF
   for _ in $(seq "${RUNS:-3}"); do bench gpu-128+64 --device webgpu; done
   for _ in $(seq "${LONG:-1}"); do bench gpu-512+256 --device webgpu --prompt-tokens 512 --gen-tokens 256; done
   for _ in $(seq "${CPU:-1}"); do bench cpu-128+64 --device cpu; done
