@@ -616,7 +616,7 @@ fn synth_takes_a_models_shape_from_its_header() {
     for key in ["tensors", "tensor_types", "needs"] {
         assert_eq!(v[key], real[key], "{key}");
     }
-    let (mut got, mut want) = (v["config"].clone(), real["config"].clone());
+    let (mut got, want) = (v["config"].clone(), real["config"].clone());
     got["name"] = want["name"].clone();
     assert_eq!(got, want);
     let name = v["metadata"]["general.name"].as_str().unwrap();
