@@ -595,13 +595,31 @@ pub fn qwen25_05b_like(tokenizer_json: &[u8]) -> Result<Vec<u8>> {
     Ok(w.to_bytes())
 }
 
+/// The most tensor data [`shaped_like`] writes (the file is made in memory).
+pub const SHAPED_MAX_BYTES: u64 = 8 << 30;
+
+/// Values [`shaped_like`] draws and quantizes at a time (64 MiB of f32).
+const SHAPED_CHUNK_VALUES: usize = 1 << 24;
+
 /// A file of `shape`'s metadata (its vocabulary, its chat template, every key; the name
 /// marked synthetic) and tensors (names, types, dims, in its order) with random weights from
 /// `seed`: a model's speed without its weights, e.g. on a machine the model file cannot reach
 /// (`kerze synth --shape-of`, from the header alone: [`crate::gguf::Gguf::read_index`]).
 /// Matrices are normal with std 1/√cols (0.05 for the token embedding), norms and frequency
-/// factors near 1, other vectors near 0; quantized by candle into each tensor's type.
+/// factors near 1, other vectors near 0; quantized by candle into each tensor's type, a run
+/// of whole rows at a time. A shape of more than [`SHAPED_MAX_BYTES`] is refused.
 pub fn shaped_like(shape: &crate::gguf::Gguf, seed: u64) -> Result<Vec<u8>> {
+    let total = shape
+        .tensors
+        .iter()
+        .fold(0u64, |a, t| a.saturating_add(t.n_bytes));
+    if total > SHAPED_MAX_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "synth: the shape holds {:.1} GiB of tensors, more than the {} GiB a file made in memory may",
+            total as f64 / (1u64 << 30) as f64,
+            SHAPED_MAX_BYTES >> 30
+        )));
+    }
     let mut w = Writer::new();
     for (k, v) in &shape.metadata {
         // The writer aligns the data to its default.
@@ -647,7 +665,13 @@ pub fn shaped_like(shape: &crate::gguf::Gguf, seed: u64) -> Result<Vec<u8>> {
             } else {
                 1.0 / (cols as f32).sqrt()
             };
-            quantize(&mut rng, rows, cols, std, t.ty)?
+            let step = (SHAPED_CHUNK_VALUES / cols.max(1)).max(1);
+            let mut data = Vec::with_capacity(t.n_bytes as usize);
+            for start in (0..rows).step_by(step) {
+                let n = step.min(rows - start);
+                data.extend(quantize(&mut rng, n, cols, std, t.ty)?);
+            }
+            data
         };
         if data.len() as u64 != t.n_bytes {
             return Err(Error::InvalidArgument(format!(
@@ -661,4 +685,65 @@ pub fn shaped_like(shape: &crate::gguf::Gguf, seed: u64) -> Result<Vec<u8>> {
         w.tensor(&t.name, t.ty, &t.dims, data);
     }
     Ok(w.into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{Gguf, TensorInfo};
+
+    #[test]
+    fn a_shape_gives_its_tensors_and_metadata_with_other_weights() {
+        let tiny = tiny_gemma3().unwrap();
+        let g = Gguf::read(tiny.as_slice()).unwrap();
+        let header = &tiny[..g.data_offset as usize];
+        let a = shaped_like(&Gguf::read_index(header).unwrap(), 3).unwrap();
+        assert_eq!(
+            a,
+            shaped_like(&g, 3).unwrap(),
+            "the header alone or the whole file"
+        );
+        let s = Gguf::read(a.as_slice()).unwrap();
+        let index = |g: &Gguf| -> Vec<(String, GgmlType, Vec<u64>, u64)> {
+            g.tensors
+                .iter()
+                .map(|t| (t.name.clone(), t.ty, t.dims.clone(), t.n_bytes))
+                .collect()
+        };
+        assert_eq!(index(&s), index(&g));
+        let mut meta = s.metadata.clone();
+        assert!(meta["general.name"]
+            .as_str()
+            .unwrap()
+            .starts_with("kerze synthetic"));
+        meta.remove("general.name");
+        let mut want = g.metadata.clone();
+        want.remove("general.name");
+        assert_eq!(meta, want);
+        // Other weights: no tensor's bytes are the original's.
+        for (t, u) in s.tensors.iter().zip(&g.tensors) {
+            let (x, y) = (t.offset as usize, u.offset as usize);
+            let n = t.n_bytes as usize;
+            assert_ne!(a[x..x + n], tiny[y..y + n], "{}", t.name);
+        }
+    }
+
+    #[test]
+    fn a_shape_too_large_to_make_in_memory_is_refused() {
+        let g = Gguf {
+            version: 3,
+            metadata: Default::default(),
+            tensors: vec![TensorInfo {
+                name: "w".into(),
+                ty: GgmlType::Q8_0,
+                dims: vec![1 << 16, 1 << 18],
+                offset: 0,
+                n_bytes: (1u64 << 34) / 32 * 34,
+            }],
+            data_offset: 0,
+            file_len: 0,
+        };
+        let e = shaped_like(&g, 1).unwrap_err().to_string();
+        assert!(e.contains("GiB"), "{e}");
+    }
 }
