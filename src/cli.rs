@@ -277,9 +277,9 @@ struct SynthArgs {
     /// a model's speed where its file cannot go
     #[arg(long, value_name = "GGUF", conflicts_with = "like")]
     shape_of: Option<std::path::PathBuf>,
-    /// The random weights' seed (with --shape-of)
-    #[arg(long, default_value_t = 1, requires = "shape_of")]
-    seed: u64,
+    /// The random weights' seed (with --shape-of; default 1)
+    #[arg(long, requires = "shape_of")]
+    seed: Option<u64>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -990,9 +990,16 @@ fn peak_rss_mb() -> Option<f64> {
 }
 
 fn cmd_synth(a: &SynthArgs) -> Result<()> {
+    // clap leaves `requires` unchecked once --family is given: refused here, not ignored.
+    if a.seed.is_some() && a.shape_of.is_none() {
+        return Err(Error::InvalidArgument("--seed is for --shape-of".into()));
+    }
+    if a.vocab.is_some() && a.like.is_none() {
+        return Err(Error::InvalidArgument("--vocab is for --like".into()));
+    }
     let bytes = if let Some(path) = &a.shape_of {
         let shape = Gguf::read_index(&crate::gguf::FileSource::open(path)?)?;
-        crate::synth::shaped_like(&shape, a.seed)?
+        crate::synth::shaped_like(&shape, a.seed.unwrap_or(1))?
     } else if a.like.is_some() {
         let vocab = a
             .vocab

@@ -228,6 +228,33 @@ fn bad_arguments_fail_with_a_clear_message() {
         (&["tokenize"], 2, "--model <MODEL>"),
         (&["synth", "--out", "x.gguf"], 2, "--family <FAMILY>"),
         (
+            &[
+                "synth", "--family", "gemma3", "--seed", "3", "--out", "x.gguf",
+            ],
+            2,
+            "--seed is for --shape-of",
+        ),
+        (
+            &[
+                "synth", "--family", "gemma3", "--vocab", "t.json", "--out", "x.gguf",
+            ],
+            2,
+            "--vocab is for --like",
+        ),
+        (
+            &[
+                "synth",
+                "--family",
+                "gemma3",
+                "--shape-of",
+                "h.gguf",
+                "--out",
+                "x.gguf",
+            ],
+            2,
+            "cannot be used with",
+        ),
+        (
             &["serve", "--model", "m", "--slots", "0"],
             2,
             "invalid value '0' for '--slots <SLOTS>'",
