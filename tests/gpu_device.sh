@@ -61,7 +61,9 @@ run)
   # NVIDIA's ICD where the driver is mounted but not registered.
   icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   if [ -e "$icd" ] && [ -z "${VK_DRIVER_FILES:-}" ]; then export VK_DRIVER_FILES=$icd; fi
-  command -v nvidia-smi >/dev/null && nvidia-smi -L
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt" || true
+  fi
   # Mesa's drivers (where present) warn without one.
   export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp/kerze-xdg}
   mkdir -p -m 700 "$XDG_RUNTIME_DIR"
