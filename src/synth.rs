@@ -65,7 +65,16 @@ pub fn vocab() -> Vec<(String, f32, i32)> {
 }
 
 fn quantize(rng: &mut Rng, rows: usize, cols: usize, std: f32, ty: GgmlType) -> Result<Vec<u8>> {
-    let data: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * std).collect();
+    encode(
+        (0..rows * cols).map(|_| rng.normal() * std).collect(),
+        rows,
+        cols,
+        ty,
+    )
+}
+
+/// `data` (`rows` of `cols`) as tensor data of type `ty`.
+fn encode(data: Vec<f32>, rows: usize, cols: usize, ty: GgmlType) -> Result<Vec<u8>> {
     if ty == GgmlType::F32 {
         return Ok(data.iter().flat_map(|x| x.to_le_bytes()).collect());
     }
@@ -643,36 +652,21 @@ pub fn shaped_like(shape: &crate::gguf::Gguf, seed: u64) -> Result<Vec<u8>> {
     let mut rng = Rng::new(seed);
     for t in &shape.tensors {
         let (rows, cols) = t.rows_cols();
-        let is_vector = t.dims.len() == 1;
-        let near_one = t.name.contains("norm") || t.name.starts_with("rope_");
-        let data = if is_vector && matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-            let (mean, std) = if near_one { (1.0, 0.1) } else { (0.0, 0.1) };
-            let v: Vec<f32> = (0..cols).map(|_| mean + std * rng.normal()).collect();
-            match t.ty {
-                GgmlType::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-                GgmlType::F16 => v
-                    .iter()
-                    .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-                    .collect(),
-                _ => v
-                    .iter()
-                    .flat_map(|x| half::bf16::from_f32(*x).to_le_bytes())
-                    .collect(),
-            }
+        let (mean, std) = if t.dims.len() == 1 {
+            let near_one = t.name.contains("norm") || t.name.starts_with("rope_");
+            (if near_one { 1.0 } else { 0.0 }, 0.1)
+        } else if t.name == "token_embd.weight" {
+            (0.0, 0.05)
         } else {
-            let std = if t.name == "token_embd.weight" {
-                0.05
-            } else {
-                1.0 / (cols as f32).sqrt()
-            };
-            let step = (SHAPED_CHUNK_VALUES / cols.max(1)).max(1);
-            let mut data = Vec::with_capacity(t.n_bytes as usize);
-            for start in (0..rows).step_by(step) {
-                let n = step.min(rows - start);
-                data.extend(quantize(&mut rng, n, cols, std, t.ty)?);
-            }
-            data
+            (0.0, 1.0 / (cols as f32).sqrt())
         };
+        let step = (SHAPED_CHUNK_VALUES / cols.max(1)).max(1);
+        let mut data = Vec::with_capacity(t.n_bytes as usize);
+        for start in (0..rows).step_by(step) {
+            let n = step.min(rows - start);
+            let v = (0..n * cols).map(|_| mean + std * rng.normal()).collect();
+            data.extend(encode(v, n, cols, t.ty)?);
+        }
         if data.len() as u64 != t.n_bytes {
             return Err(Error::InvalidArgument(format!(
                 "synth: {} as {} came to {} bytes, not the {} of its shape",

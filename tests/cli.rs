@@ -615,10 +615,11 @@ fn synth_takes_a_models_shape_from_its_header() {
     let dir = std::env::temp_dir().join(format!("kerze-cli-shape-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let header = dir.join("header.gguf");
-    let bytes = std::fs::read(&model).unwrap();
-    assert!(header_bytes > 1 << 20 && header_bytes < bytes.len() / 16);
-    std::fs::write(&header, &bytes[..header_bytes]).unwrap();
-    drop(bytes);
+    let file_len = std::fs::metadata(&model).unwrap().len() as usize;
+    assert!(header_bytes > 1 << 20 && header_bytes < file_len / 16);
+    let mut bytes = vec![0u8; header_bytes];
+    std::io::Read::read_exact(&mut std::fs::File::open(&model).unwrap(), &mut bytes).unwrap();
+    std::fs::write(&header, &bytes).unwrap();
     // A header is no model.
     let out = kerze()
         .args(["inspect", "--model"])
