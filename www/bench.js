@@ -93,13 +93,17 @@ async function benchEmbed(engine) {
   return rows;
 }
 
-run().then((result) => {
+// The result as `window.benchResult` and, for a harness to await (tests/browser/lib.mjs
+// `benchResult`), the promise `window.benchDone`.
+window.benchDone = run().then((result) => {
   document.getElementById('status').textContent = 'done';
   document.getElementById('result').textContent = JSON.stringify(result, null, 2);
   console.log(`KERZE_BENCH ${JSON.stringify(result)}`);
   window.benchResult = result;
+  return result;
 }, (e) => {
   document.getElementById('status').textContent = `${e.name}: ${e.message}`;
   console.log(`KERZE_BENCH_ERROR ${e.name}: ${e.message}`);
   window.benchResult = { error: `${e.name}: ${e.message}` };
+  return window.benchResult;
 });

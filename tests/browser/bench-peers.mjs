@@ -42,7 +42,7 @@
 // section's under `scaling`).
 import fs from 'node:fs';
 import path from 'node:path';
-import { serve, stopServers, launch, rendererRssMb, ROOT } from './lib.mjs';
+import { serve, stopServers, launch, rendererRssMb, benchResult, ROOT } from './lib.mjs';
 
 const RUNS = Number(process.env.KERZE_PEERS_RUNS ?? 5);
 const THREADS = (process.env.KERZE_PEERS_THREADS ?? '1,2').split(',').map(Number);
@@ -96,15 +96,14 @@ async function runOnce(engine, threads, promptText) {
     if (engine.startsWith('kerze')) {
       const m = `&model=${encodeURIComponent(MODEL)}${engine === 'kerze-simd128' ? '&simd=simd128' : ''}`;
       await page.goto(`${origin}/www/bench.html?warm=1&threads=${threads}${m}`);
-      await page.waitForFunction(() => window.benchResult, null, { timeout: 600000 });
+      await benchResult(page);
       firstVisitPeak = rss.peak();
       await page.goto('about:blank');
       await page.waitForTimeout(1000);
       rss.reset();
       t0 = performance.now();
       await page.goto(`${origin}/www/bench.html?threads=${threads}${m}`);
-      await page.waitForFunction(() => window.benchResult, null, { timeout: 600000 });
-      result = await page.evaluate(() => window.benchResult);
+      result = await benchResult(page);
     } else {
       await page.goto(`${origin}/www/bench-wllama.html?threads=${threads}${m}`);
       t0 = performance.now();

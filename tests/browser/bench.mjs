@@ -7,7 +7,7 @@
 // Beside each kerze run, the peer (www/bench-wllama.html: @wllama/wllama, llama.cpp's wasm
 // build) on the same file, prompt text and token counts in the same browser, and the ratios
 // (KERZE_BENCH_PEER=0 skips it).
-import { serve, stopServers, launch, rendererRssMb } from './lib.mjs';
+import { serve, stopServers, launch, rendererRssMb, benchResult } from './lib.mjs';
 
 const origin = await serve('.', ['--only', 'www,pkg,dist,models,node_modules', '--coop-coep']);
 const browser = await launch();
@@ -19,12 +19,11 @@ try {
       ? `&file=${encodeURIComponent(process.env.KERZE_BENCH_FILE)}`
       : `&model=${encodeURIComponent(process.env.KERZE_BENCH_MODEL ?? 'gemma-3-270m')}`;
     await warm.goto(`${origin}/www/bench.html?warm=1${m}`);
-    await warm.waitForFunction(() => window.benchResult, null, { timeout: 600000 });
+    await benchResult(warm);
     await warm.close();
     const page = await context.newPage();
     await page.goto(`${origin}/www/bench.html?threads=${threads}${m}`);
-    await page.waitForFunction(() => window.benchResult, null, { timeout: 600000 });
-    const result = await page.evaluate(() => window.benchResult);
+    const result = await benchResult(page);
     const pid = browser.process?.()?.pid;
     // Playwright's chromium.launch has no process handle in all versions: fall back to
     // every renderer of a chromium whose parent is this node process.

@@ -100,6 +100,20 @@ export async function launch({ webgpu = false, extraArgs = [] } = {}) {
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args });
 }
 
+/**
+ * www/bench.html's result, awaited inside the page (its `benchDone` promise) rather than
+ * polled: Playwright's `waitForFunction` polls on requestAnimationFrame, so the page drew a
+ * frame every 16 ms through the compositor, the GPU process and the browser for the whole
+ * measured run — on 2 vCPUs two threads lost 4-5% of their decode to it (3 alternating
+ * rounds: 55.2-55.5 tok/s polled, 57.0-58.2 awaited), and the peer's page was awaited.
+ */
+export async function benchResult(page, timeoutMs = 600000) {
+  return page.evaluate((ms) => Promise.race([
+    window.benchDone,
+    new Promise((_, reject) => setTimeout(() => reject(new Error(`no bench result in ${ms} ms`)), ms)),
+  ]), timeoutMs);
+}
+
 /** A fresh context + page that records requests (also from workers) and console errors. */
 export async function openPage(browser, { bypassCSP = false } = {}) {
   const context = await browser.newContext({ bypassCSP });
