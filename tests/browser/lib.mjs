@@ -108,10 +108,14 @@ export async function launch({ webgpu = false, extraArgs = [] } = {}) {
  * rounds: 55.2-55.5 tok/s polled, 57.0-58.2 awaited), and the peer's page was awaited.
  */
 export async function benchResult(page, timeoutMs = 600000) {
-  return page.evaluate((ms) => Promise.race([
-    window.benchDone,
-    new Promise((_, reject) => setTimeout(() => reject(new Error(`no bench result in ${ms} ms`)), ms)),
-  ]), timeoutMs);
+  return page.evaluate((ms) => {
+    if (!window.benchDone) throw new Error('the bench page did not start (no window.benchDone)');
+    let timer;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no bench result in ${ms} ms`)), ms);
+    });
+    return Promise.race([window.benchDone, late]).finally(() => clearTimeout(timer));
+  }, timeoutMs);
 }
 
 /** A fresh context + page that records requests (also from workers) and console errors. */
