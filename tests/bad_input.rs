@@ -146,6 +146,71 @@ fn mutated_headers_give_typed_errors() {
 
 /// The same for a Qwen2 file with a byte-level BPE vocabulary, merges and a chat template:
 /// the new tokenizer and family paths see mutated headers too.
+/// Found by `make fuzz` (case 92576 of seed 11): a tensor name's length mutated to span the
+/// rest of the file read megabytes into the name, and the error message repeated them (9.0 MB
+/// at once for a 2.5 MB file). GGUF allows 64 bytes; a longer name is refused where it is.
+/// And a header's strings with invalid UTF-8 (a string value, a string array's pieces) are
+/// repaired into one allocation of their size (3 bytes per bad byte), not grown to up to
+/// twice that as they are repaired.
+#[test]
+fn long_names_and_bad_text_cost_no_more_than_their_bytes() {
+    let base = kerze::synth::tiny_gemma3().unwrap();
+    let g = Gguf::read(base.as_slice()).unwrap();
+    // The first tensor name's length field: the name spans the rest of the file.
+    let first = g.tensors[0].name.as_bytes();
+    let at = (0..g.data_offset as usize)
+        .find(|&i| {
+            base[i + 8..].starts_with(first) && base[i..i + 8] == (first.len() as u64).to_le_bytes()
+        })
+        .unwrap();
+    let mut long = base.clone();
+    let rest = (long.len() - at - 8) as u64;
+    long[at..at + 8].copy_from_slice(&rest.to_le_bytes());
+    reset_largest();
+    let e = Gguf::read(long.as_slice()).unwrap_err().to_string();
+    assert!(
+        e.contains("a tensor name of") && e.contains("at most 64"),
+        "{e}"
+    );
+    // The header is read into one buffer of up to the file's size; nothing beside it.
+    assert!(largest() <= long.len(), "{} bytes at once", largest());
+
+    // A 4 MiB string value and a 4 MiB string array of bytes that are no UTF-8: each
+    // repaired text (12 MiB) is larger than the file, so the largest allocation is one.
+    let n = 4 << 20;
+    let bad = rewrite(|kv, _| {
+        kv.push(("bad.text".into(), Value::String("\u{1}".repeat(n))));
+        let pieces: Vec<String> = (0..1024).map(|_| "\u{2}".repeat(n / 1024)).collect();
+        kv.push((
+            "bad.list".into(),
+            Value::Array(kerze::gguf::Array::Str(
+                pieces.iter().map(String::as_str).collect(),
+            )),
+        ));
+    });
+    // Every run of the placeholders (the strings' bytes; no other field has 512 of them in
+    // a row) made 0xFF.
+    let mut bad = bad;
+    let mut i = 0;
+    while i < bad.len() {
+        let run = bad[i..].iter().take_while(|&&b| b == bad[i]).count();
+        if run >= 512 && (bad[i] == 1 || bad[i] == 2) {
+            bad[i..i + run].fill(0xFF);
+        }
+        i += run;
+    }
+    reset_largest();
+    let g = Gguf::read(bad.as_slice()).unwrap();
+    let largest = largest();
+    assert_eq!(g.metadata["bad.text"], Value::String("\u{FFFD}".repeat(n)));
+    let Value::Array(kerze::gguf::Array::Str(list)) = &g.metadata["bad.list"] else {
+        panic!("bad.list is not a string array")
+    };
+    assert!(list.iter().all(|s| s == "\u{FFFD}".repeat(n / 1024)));
+    // Each repaired text is 12 MiB; grown as it was repaired, one reached 16 MiB.
+    assert!(largest <= 3 * n, "{largest} bytes at once");
+}
+
 #[test]
 fn mutated_byte_level_qwen_headers_give_typed_errors() {
     let q = kerze::synth::Quants::all(GgmlType::Q4_1);

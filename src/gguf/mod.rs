@@ -27,6 +27,12 @@ use std::task::{Context, Poll, Waker};
 const MAGIC: &[u8; 4] = b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
 const MAX_DIMS: usize = 4;
+/// The longest tensor name GGUF allows (its specification: at most 64 bytes; ggml refuses
+/// longer ones). A bound, so that a hostile header's name cannot be megabytes of the file
+/// copied into memory and into every error message that names the tensor.
+const MAX_TENSOR_NAME: u64 = 64;
+/// The longest metadata key GGUF allows (2¹⁶ − 1 bytes).
+const MAX_KEY: u64 = 65_535;
 
 /// Random access to the bytes of a model file: a slice in memory, a file natively, a JS
 /// `Uint8Array` in the browser. Tensors are copied out of it once, into their final place.
@@ -333,7 +339,19 @@ impl<'a> Cursor<'a> {
     fn string(&mut self, what: &str) -> Result<String, ParseError> {
         let n = self.count(what, 1)?;
         let bytes = self.take(n)?;
-        Ok(String::from_utf8_lossy(bytes).into_owned())
+        Ok(value::lossy(bytes))
+    }
+    /// A string GGUF bounds to `max` bytes (a key, a tensor name); a longer one is refused.
+    fn bounded_string(&mut self, what: &str, max: u64) -> Result<String, ParseError> {
+        let at = self.pos;
+        let n = u64::from_le_bytes(self.array()?);
+        if n > max {
+            return Err(
+                format!("{what} of {n} bytes at byte {at}: GGUF allows at most {max}").into(),
+            );
+        }
+        self.pos = at;
+        self.string(what)
     }
     fn array_value(&mut self) -> Result<Array, ParseError> {
         let elem_ty = self.u32()?;
@@ -466,7 +484,7 @@ fn parse_header(buf: &[u8], file_len: u64, whole: bool) -> Result<Gguf, ParseErr
 
     let mut metadata = BTreeMap::new();
     for _ in 0..n_kv {
-        let key = c.string("key length")?;
+        let key = c.bounded_string("a metadata key", MAX_KEY)?;
         let ty = c.u32()?;
         let v = c.value(ty)?;
         if metadata.insert(key.clone(), v).is_some() {
@@ -490,7 +508,7 @@ fn parse_header(buf: &[u8], file_len: u64, whole: bool) -> Result<Gguf, ParseErr
     // of the header is known.
     let mut tensors: Vec<TensorInfo> = Vec::with_capacity(n_tensors);
     for _ in 0..n_tensors {
-        let name = c.string("tensor name length")?;
+        let name = c.bounded_string("a tensor name", MAX_TENSOR_NAME)?;
         let n_dims = c.u32()? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
             return Err(format!(
@@ -615,6 +633,45 @@ mod tests {
                 .map(|p| String::from_utf8_lossy(p).into_owned())
                 .collect();
             assert_eq!(s.iter().collect::<Vec<_>>(), want);
+        }
+    }
+
+    /// GGUF bounds a tensor name to 64 bytes and a key to 2¹⁶ − 1: a longer one (a hostile
+    /// header's length) is refused with what and where it is, not read into memory.
+    #[test]
+    fn names_and_keys_longer_than_gguf_allows_are_refused() {
+        let file = |name: &str, key: &str| {
+            let mut w = Writer::new();
+            w.kv(key, Value::U32(1))
+                .tensor(name, GgmlType::F32, &[1], vec![0u8; 4]);
+            w.to_bytes()
+        };
+        assert!(Gguf::read(file(&"n".repeat(64), "k").as_slice()).is_ok());
+        let e = Gguf::read(file(&"n".repeat(65), "k").as_slice())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a tensor name of 65 bytes at byte") && e.contains("at most 64"),
+            "{e}"
+        );
+        assert!(Gguf::read(file("n", &"k".repeat(65_535)).as_slice()).is_ok());
+        let e = Gguf::read(file("n", &"k".repeat(65_536)).as_slice())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a metadata key of 65536 bytes at byte 24"),
+            "{e}"
+        );
+    }
+
+    /// A string with invalid UTF-8 reads as `String::from_utf8_lossy` gives it, in an
+    /// allocation of exactly its size.
+    #[test]
+    fn a_repaired_string_is_its_lossy_text_at_its_size() {
+        for bytes in [&b"ok"[..], b"\xFF\xFE", b"a\xE2\x96b\xFFc", b"\xE2\x96\x81"] {
+            let s = value::lossy(bytes);
+            assert_eq!(s, String::from_utf8_lossy(bytes));
+            assert_eq!(s.capacity(), s.len());
         }
     }
 

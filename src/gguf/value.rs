@@ -152,18 +152,53 @@ impl Strings {
             Ok(text) => text.into_bytes(),
             Err(e) => e.into_bytes(),
         };
+        let data: &[u8] = &data;
+        let pieces = || {
+            let mut start = 0;
+            ends.iter().map(move |&end| {
+                let piece = data.get(start..end).unwrap_or_default();
+                start = end;
+                piece
+            })
+        };
+        // The repaired text's exact size first: pushed piece by piece, it would grow by
+        // doubling to up to twice its size (up to 3 bytes of U+FFFD for each bad byte of a
+        // hostile file's array).
         let mut s = Self::with_capacity(ends.len());
-        let mut start = 0;
-        for &end in &ends {
-            let piece = data.get(start..end).unwrap_or_default();
-            match std::str::from_utf8(piece) {
-                Ok(t) => s.push(t),
-                Err(_) => s.push(&String::from_utf8_lossy(piece)),
-            }
-            start = end;
+        s.data.reserve_exact(pieces().map(lossy_len).sum());
+        for piece in pieces() {
+            push_lossy(&mut s.data, piece);
+            s.ends.push(s.data.len());
         }
         s
     }
+}
+
+/// The size of `bytes` as text with each invalid sequence replaced by U+FFFD (as
+/// `String::from_utf8_lossy` replaces them).
+fn lossy_len(bytes: &[u8]) -> usize {
+    bytes
+        .utf8_chunks()
+        .map(|c| c.valid().len() + if c.invalid().is_empty() { 0 } else { 3 })
+        .sum()
+}
+
+/// `bytes` appended to `out` as text, each invalid sequence as U+FFFD.
+fn push_lossy(out: &mut String, bytes: &[u8]) {
+    for c in bytes.utf8_chunks() {
+        out.push_str(c.valid());
+        if !c.invalid().is_empty() {
+            out.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
+}
+
+/// `bytes` as text, each invalid sequence as U+FFFD (`String::from_utf8_lossy`'s text), in one
+/// allocation of exactly its size (a string read from a file is bounded only by the file).
+pub(super) fn lossy(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(lossy_len(bytes));
+    push_lossy(&mut s, bytes);
+    s
 }
 
 impl<'a> FromIterator<&'a str> for Strings {
