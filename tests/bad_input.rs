@@ -72,6 +72,16 @@ fn load(src: &dyn ByteSource) -> kerze::Result<()> {
     Engine::load(src, &LoadOptions::default(), &mut |_, _| {}).map(|_| ())
 }
 
+/// The mutations' seed: `fixed`, or `fixed` plus `KERZE_FUZZ_SEED` (`make fuzz
+/// KERZE_FUZZ_SEED=n` draws other cases than the default run).
+fn seed(fixed: u64) -> u64 {
+    let extra: u64 = std::env::var("KERZE_FUZZ_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    fixed.wrapping_add(extra)
+}
+
 /// Parse and load mutated copies of `base`; every outcome must be Ok or a typed error,
 /// never a panic, and no allocation may exceed `limit` bytes.
 fn fuzz(base: &[u8], cases: usize, seed: u64, limit: usize) -> (usize, usize) {
@@ -119,7 +129,9 @@ fn fuzz(base: &[u8], cases: usize, seed: u64, limit: usize) -> (usize, usize) {
             let cfg = Gguf::read(b.as_slice())
                 .ok()
                 .and_then(|g| kerze::ModelConfig::from_gguf(&g, None).ok());
-            panic!("case {i}: allocated {largest} bytes at once (limit {limit}); config {cfg:?}");
+            panic!(
+                "case {i} (seed {seed}): allocated {largest} bytes at once (limit {limit}); config {cfg:?}"
+            );
         }
     }
     (ok, err)
@@ -136,7 +148,7 @@ fn mutated_headers_give_typed_errors() {
     // fixed-size buffers): a count in a header reserves memory only for entries the file can
     // hold, and an entry in memory (a tensor's name, type, dims, offset) is at most ~2.3× its
     // smallest encoding.
-    let (ok, err) = fuzz(&base, cases, 11, 3 * base.len() + (1 << 20));
+    let (ok, err) = fuzz(&base, cases, seed(11), 3 * base.len() + (1 << 20));
     eprintln!("{cases} mutated files: {ok} loaded, {err} typed errors");
     assert!(
         err > cases / 2,
@@ -144,8 +156,6 @@ fn mutated_headers_give_typed_errors() {
     );
 }
 
-/// The same for a Qwen2 file with a byte-level BPE vocabulary, merges and a chat template:
-/// the new tokenizer and family paths see mutated headers too.
 /// Found by `make fuzz` (case 92576 of seed 11): a tensor name's length mutated to span the
 /// rest of the file read megabytes into the name, and the error message repeated them (9.0 MB
 /// at once for a 2.5 MB file). GGUF allows 64 bytes; a longer name is refused where it is.
@@ -211,6 +221,8 @@ fn long_names_and_bad_text_cost_no_more_than_their_bytes() {
     assert!(largest <= 3 * n, "{largest} bytes at once");
 }
 
+/// The same for a Qwen2 file with a byte-level BPE vocabulary, merges and a chat template:
+/// the new tokenizer and family paths see mutated headers too.
 #[test]
 fn mutated_byte_level_qwen_headers_give_typed_errors() {
     let q = kerze::synth::Quants::all(GgmlType::Q4_1);
@@ -219,7 +231,7 @@ fn mutated_byte_level_qwen_headers_give_typed_errors() {
         .ok()
         .and_then(|s| s.parse().ok())
         .map_or(1500, |n: usize| n / 2);
-    let (ok, err) = fuzz(&base, cases, 23, 3 * base.len() + (1 << 20));
+    let (ok, err) = fuzz(&base, cases, seed(23), 3 * base.len() + (1 << 20));
     eprintln!("{cases} mutated byte-level files: {ok} loaded, {err} typed errors");
     assert!(err > cases / 2, "{ok} ok / {err} errors");
 }
