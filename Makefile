@@ -328,8 +328,9 @@ bench-constrain: setup fetch build
 bench-analysis: setup fetch build
 	node tests/browser/bench-analysis.mjs
 
-# 100 000 mutated headers of the tiny Gemma 3 and 50 000 of the byte-level Qwen2; another
-# draw with KERZE_FUZZ_SEED=n.
+# 100 000 mutated headers of the tiny Gemma 3, 50 000 of the byte-level Qwen2 and 1 000
+# mutated ONNX exports (the classifier's, from `make onnx-models`); another draw with
+# KERZE_FUZZ_SEED=n.
 fuzz:
 	KERZE_FUZZ_CASES=100000 cargo test --release --test bad_input mutated_ -- --nocapture
 

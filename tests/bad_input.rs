@@ -665,6 +665,14 @@ fn onnx_bombs_are_typed_errors_without_giant_allocations() {
     let mut lie = vec![0x08, 8, 0x3a];
     varint(1 << 60, &mut lie);
     lie.extend([0u8; 16]);
+    // A node without an output (found by `make fuzz` at seed 1: a Cast whose output was
+    // mutated away panicked where the walk read it).
+    let mut cast = field(1, b"y");
+    cast.extend(field(3, b"c"));
+    cast.extend(field(4, b"Cast"));
+    let (r, _) = convert_onnx(&onnx_model(&field(1, &cast)));
+    let e = r.unwrap_err().to_string();
+    assert!(e.contains("node 'c' (Cast) has no output"), "{e}");
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("150 000 empty nodes", onnx_model(&nodes)),
         ("a million dims", onnx_model(&dims_graph)),
@@ -712,7 +720,7 @@ fn mutated_onnx_exports_give_typed_errors() {
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(300, |n: usize| n / 100);
-    let mut rng = kerze::sampler::Rng::new(17);
+    let mut rng = kerze::sampler::Rng::new(seed(17));
     // The graph's structure (nodes, names, attributes) lies outside the big weights: mutate
     // anywhere, but mostly in the first and last 64 KiB where the nodes are.
     let limit = base.len() * 10 + (64 << 20);
@@ -738,9 +746,13 @@ fn mutated_onnx_exports_give_typed_errors() {
         }
         reset_largest();
         let r = std::panic::catch_unwind(|| kerze::convert::convert_onnx(&b, &tok, &cfg, None))
-            .unwrap_or_else(|_| panic!("case {i} panicked"));
+            .unwrap_or_else(|_| panic!("case {i} (seed {}) panicked", seed(17)));
         let big = largest();
-        assert!(big <= limit, "case {i}: allocated {big} bytes at once");
+        assert!(
+            big <= limit,
+            "case {i} (seed {}): allocated {big} bytes at once",
+            seed(17)
+        );
         match r {
             Ok(_) => ok += 1,
             Err(
@@ -749,7 +761,7 @@ fn mutated_onnx_exports_give_typed_errors() {
                 | Error::UnsupportedTensorType { .. }
                 | Error::Model(_),
             ) => err += 1,
-            Err(e) => panic!("case {i}: {e:?}"),
+            Err(e) => panic!("case {i} (seed {}): {e:?}", seed(17)),
         }
     }
     eprintln!("{cases} mutated ONNX exports: {ok} converted, {err} typed errors");

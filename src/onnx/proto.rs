@@ -360,6 +360,10 @@ fn node<'a>(b: &'a [u8], budget: &mut Budget) -> Result<Node<'a>> {
             _ => {}
         }
     }
+    // Every ONNX operator has an output; the graph's walk reads each node's first.
+    if n.outputs.is_empty() {
+        return Err(bad(format!("node '{}' ({}) has no output", n.name, n.op)));
+    }
     Ok(n)
 }
 
