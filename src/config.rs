@@ -59,7 +59,7 @@ impl Family {
             .copied()
             .find(|f| f.arch() == arch)
             .ok_or_else(|| Error::UnsupportedArch {
-                arch: arch.to_string(),
+                arch: crate::error::excerpt(arch, 64),
                 supported: SUPPORTED_ARCHS,
             })
     }
@@ -411,5 +411,11 @@ mod tests {
                 ..
             })
         ));
+        // A file's megabyte-long name is named by its start.
+        let long = format!("é{}", "x".repeat(1 << 20));
+        let Err(Error::UnsupportedArch { arch, .. }) = Family::from_arch(&long) else {
+            panic!("a long name is no family")
+        };
+        assert_eq!(arch, format!("é{}…", "x".repeat(62)));
     }
 }

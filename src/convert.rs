@@ -332,7 +332,7 @@ pub fn read_config(cfg: &Json, pooling: Option<&Json>, sbert: Option<&Json>) -> 
         Some("bert") => false,
         Some("distilbert") => true,
         other => return Err(Error::UnsupportedArch {
-            arch: other.unwrap_or("(none)").to_string(),
+            arch: crate::error::excerpt(other.unwrap_or("(none)"), 64),
             supported:
                 "BERT-family encoders (config.json model_type bert or distilbert) in kerze convert",
         }),
@@ -351,7 +351,21 @@ pub fn read_config(cfg: &Json, pooling: Option<&Json>, sbert: Option<&Json>) -> 
         hp(key("intermediate_size", "hidden_dim"))?,
         hp("max_position_embeddings")?,
     );
+    // What the loader would refuse in the file (config.rs), refused here, before a file is
+    // written that no engine loads.
+    if n_head == 0 || n_embd % n_head != 0 {
+        return Err(bad(format!(
+            "config.json: {} {n_embd} is not a multiple of {} {n_head}",
+            key("hidden_size", "dim"),
+            key("num_attention_heads", "n_heads")
+        )));
+    }
     let eps = cfg["layer_norm_eps"].as_f64().unwrap_or(1e-12) as f32;
+    if !(eps > 0.0 && eps < 1.0) {
+        return Err(bad(format!(
+            "config.json: layer_norm_eps {eps} is not between 0 and 1"
+        )));
+    }
     if distil && cfg["sinusoidal_pos_embds"] == true {
         return Err(bad(
             "config.json: sinusoidal position embeddings are not supported",

@@ -1,6 +1,19 @@
 //! The one error type of the crate. Every message names the cause and, where there is one,
 //! the remedy. `kind()` is the stable name JS sees as `Error.name`.
 
+/// At most `max` bytes of `s` for a message (a name read from a file, which a hostile one
+/// can make megabytes long), cut at a character boundary and marked with `…`.
+pub fn excerpt(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
 /// Everything that can go wrong, from bytes to tokens.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

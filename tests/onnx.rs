@@ -306,6 +306,32 @@ fn a_graph_that_is_not_bert_names_what_it_found() {
     let m = std::fs::read(d.join("minilm/model_quantized.onnx")).unwrap();
     let err = kerze::convert::convert_onnx(&m, &tok, c.to_string().as_bytes(), None).unwrap_err();
     assert!(err.to_string().contains("6 attention blocks"), "{err}");
+    // Heads that do not divide the width, and an epsilon no LayerNorm takes: refused before a
+    // file is written (the loader would refuse the file).
+    for (k, v, says) in [
+        (
+            "num_attention_heads",
+            0.into(),
+            "hidden_size 384 is not a multiple of num_attention_heads 0",
+        ),
+        (
+            "num_attention_heads",
+            7.into(),
+            "is not a multiple of num_attention_heads 7",
+        ),
+        (
+            "layer_norm_eps",
+            (-1.0).into(),
+            "layer_norm_eps -1 is not between 0 and 1",
+        ),
+    ] {
+        let mut c: Value = serde_json::from_slice(&cfg).unwrap();
+        c[k] = v;
+        let err =
+            kerze::convert::convert_onnx(&m, &tok, c.to_string().as_bytes(), None).unwrap_err();
+        assert!(matches!(err, Error::Model(_)), "{err:?}");
+        assert!(err.to_string().contains(says), "{err}");
+    }
 }
 
 #[test]

@@ -341,13 +341,14 @@ impl<'a> Cursor<'a> {
         let bytes = self.take(n)?;
         Ok(value::lossy(bytes))
     }
-    /// A string GGUF bounds to `max` bytes (a key, a tensor name); a longer one is refused.
-    fn bounded_string(&mut self, what: &str, max: u64) -> Result<String, ParseError> {
+    /// A string GGUF bounds to `max` bytes (`noun`: a key, a tensor name); a longer one is
+    /// refused. `what` names its length, as for [`Cursor::string`].
+    fn bounded_string(&mut self, what: &str, noun: &str, max: u64) -> Result<String, ParseError> {
         let at = self.pos;
         let n = u64::from_le_bytes(self.array()?);
         if n > max {
             return Err(
-                format!("{what} of {n} bytes at byte {at}: GGUF allows at most {max}").into(),
+                format!("{noun} of {n} bytes at byte {at}: GGUF allows at most {max}").into(),
             );
         }
         self.pos = at;
@@ -484,10 +485,11 @@ fn parse_header(buf: &[u8], file_len: u64, whole: bool) -> Result<Gguf, ParseErr
 
     let mut metadata = BTreeMap::new();
     for _ in 0..n_kv {
-        let key = c.bounded_string("a metadata key", MAX_KEY)?;
+        let key = c.bounded_string("key length", "a metadata key", MAX_KEY)?;
         let ty = c.u32()?;
         let v = c.value(ty)?;
         if metadata.insert(key.clone(), v).is_some() {
+            let key = crate::error::excerpt(&key, 64);
             return Err(format!("metadata key {key} appears twice").into());
         }
     }
@@ -508,7 +510,7 @@ fn parse_header(buf: &[u8], file_len: u64, whole: bool) -> Result<Gguf, ParseErr
     // of the header is known.
     let mut tensors: Vec<TensorInfo> = Vec::with_capacity(n_tensors);
     for _ in 0..n_tensors {
-        let name = c.bounded_string("a tensor name", MAX_TENSOR_NAME)?;
+        let name = c.bounded_string("tensor name length", "a tensor name", MAX_TENSOR_NAME)?;
         let n_dims = c.u32()? as usize;
         if n_dims == 0 || n_dims > MAX_DIMS {
             return Err(format!(
