@@ -8,7 +8,7 @@
 //! cannot recurse, and the number of parsed items (nodes, attributes, names, data pieces) has
 //! a ceiling, so a file of tiny repeated messages cannot turn into a giant allocation.
 
-use crate::error::{Error, Result};
+use crate::error::{excerpt, Error, Result};
 
 /// The most names, values and data pieces one file may hold together (each costs 8–24 bytes
 /// here): BERT-large's export has ~20 k.
@@ -362,7 +362,8 @@ fn node<'a>(b: &'a [u8], budget: &mut Budget) -> Result<Node<'a>> {
     }
     // Every ONNX operator has an output; the graph's walk reads each node's first.
     if n.outputs.is_empty() {
-        return Err(bad(format!("node '{}' ({}) has no output", n.name, n.op)));
+        let (name, op) = (excerpt(n.name, 64), excerpt(n.op, 64));
+        return Err(bad(format!("node '{name}' ({op}) has no output")));
     }
     Ok(n)
 }
