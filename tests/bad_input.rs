@@ -188,7 +188,7 @@ fn long_names_and_bad_text_cost_no_more_than_their_bytes() {
     // A 4 MiB string value and a 4 MiB string array of bytes that are no UTF-8: each
     // repaired text (12 MiB) is larger than the file, so the largest allocation is one.
     let n = 4 << 20;
-    let bad = rewrite(|kv, _| {
+    let mut bad = rewrite(|kv, _| {
         kv.push(("bad.text".into(), Value::String("\u{1}".repeat(n))));
         let pieces: Vec<String> = (0..1024).map(|_| "\u{2}".repeat(n / 1024)).collect();
         kv.push((
@@ -200,7 +200,6 @@ fn long_names_and_bad_text_cost_no_more_than_their_bytes() {
     });
     // Every run of the placeholders (the strings' bytes; no other field has 512 of them in
     // a row) made 0xFF.
-    let mut bad = bad;
     let mut i = 0;
     while i < bad.len() {
         let run = bad[i..].iter().take_while(|&&b| b == bad[i]).count();
@@ -720,7 +719,8 @@ fn mutated_onnx_exports_give_typed_errors() {
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(300, |n: usize| n / 100);
-    let mut rng = kerze::sampler::Rng::new(seed(17));
+    let seed = seed(17);
+    let mut rng = kerze::sampler::Rng::new(seed);
     // The graph's structure (nodes, names, attributes) lies outside the big weights: mutate
     // anywhere, but mostly in the first and last 64 KiB where the nodes are.
     let limit = base.len() * 10 + (64 << 20);
@@ -746,12 +746,11 @@ fn mutated_onnx_exports_give_typed_errors() {
         }
         reset_largest();
         let r = std::panic::catch_unwind(|| kerze::convert::convert_onnx(&b, &tok, &cfg, None))
-            .unwrap_or_else(|_| panic!("case {i} (seed {}) panicked", seed(17)));
+            .unwrap_or_else(|_| panic!("case {i} (seed {seed}) panicked"));
         let big = largest();
         assert!(
             big <= limit,
-            "case {i} (seed {}): allocated {big} bytes at once",
-            seed(17)
+            "case {i} (seed {seed}): allocated {big} bytes at once"
         );
         match r {
             Ok(_) => ok += 1,
@@ -761,7 +760,7 @@ fn mutated_onnx_exports_give_typed_errors() {
                 | Error::UnsupportedTensorType { .. }
                 | Error::Model(_),
             ) => err += 1,
-            Err(e) => panic!("case {i} (seed {}): {e:?}", seed(17)),
+            Err(e) => panic!("case {i} (seed {seed}): {e:?}"),
         }
     }
     eprintln!("{cases} mutated ONNX exports: {ok} converted, {err} typed errors");
