@@ -1,5 +1,5 @@
-// Prefill/decode tokens/s of a 128-token prompt + 64 greedy tokens, and the time from cached
-// bytes to ready. Prints JSON into #result and to the console ("KERZE_BENCH {...}").
+// Prefill/decode tokens/s of a 128-token prompt (?prompt=N for another length) + 64 greedy
+// tokens, and the time from cached bytes to ready. Prints JSON into #result and to the console ("KERZE_BENCH {...}").
 import { createEngine, catalog } from '../pkg/index.js';
 
 const q = new URLSearchParams(location.search);
@@ -8,6 +8,8 @@ const device = q.get('device') ?? 'auto';
 const worker = q.get('worker') !== '0';
 // kerze's wasm build: 'auto' (the relaxed-SIMD twin where the browser has it), 'simd128'.
 const simd = q.get('simd') ?? 'auto';
+// Prompt tokens: the default's 128, or a long context's attention (?prompt=1600).
+const promptTokens = Number(q.get('prompt') ?? 128);
 // ?model=<catalog id> (default gemma-3-270m) or ?file=<name> (any file there), from ../models/.
 const modelId = q.get('model') ?? 'gemma-3-270m';
 const file = q.get('file') ?? catalog[modelId].file;
@@ -41,7 +43,9 @@ async function run() {
     window.benchEngine = engine;
     return result;
   }
-  const ids = (await engine.tokenize(BENCH_TEXT.repeat(64), { bos: true })).slice(0, 128);
+  // ~25 tokens a sentence: enough of them for the prompt.
+  const text = BENCH_TEXT.repeat(Math.ceil(promptTokens / 20) + 4);
+  const ids = (await engine.tokenize(text, { bos: true })).slice(0, promptTokens);
   const r = await engine.complete(ids, { maxTokens: 64, temperature: 0, stopTokens: [] });
   const result = {
     backend: engine.info.backend,
@@ -57,7 +61,7 @@ async function run() {
     create_engine_ms: createMs,
     tokenizer_ms: engine.info.tokenizerMs,
     wasm_memory_bytes: engine.info.memoryBytes,
-    // The 128 prompt tokens as text: the peer page (bench-wllama.html) runs the same text.
+    // The prompt tokens as text: the peer page (bench-wllama.html) runs the same text.
     prompt_text: await engine.detokenize(ids, { skipSpecial: true }),
   };
   // Kept loaded, so the renderer's memory can be read after load (tests/browser/bench.mjs).

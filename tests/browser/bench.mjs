@@ -3,7 +3,8 @@
 // after load (all renderer processes of this browser, read from /proc). Prints JSON lines.
 // KERZE_BENCH_MODEL=<catalog id> benchmarks another catalog model (default gemma-3-270m),
 // KERZE_BENCH_FILE=<name> any file in models/ (e.g. the synthetic Qwen2.5-0.5B-like one of
-// `kerze synth --like qwen2.5-0.5b-q4_k_m`).
+// `kerze synth --like qwen2.5-0.5b-q4_k_m`). KERZE_BENCH_PROMPT=<tokens> runs a longer prompt
+// than the default 128 (the peer gets the same text).
 // Beside each kerze run, the peer (www/bench-wllama.html: @wllama/wllama, llama.cpp's wasm
 // build) on the same file, prompt text and token counts in the same browser, and the ratios
 // (KERZE_BENCH_PEER=0 skips it).
@@ -22,7 +23,8 @@ try {
     await benchResult(warm);
     await warm.close();
     const page = await context.newPage();
-    await page.goto(`${origin}/www/bench.html?threads=${threads}${m}`);
+    const prompt = process.env.KERZE_BENCH_PROMPT ? `&prompt=${Number(process.env.KERZE_BENCH_PROMPT)}` : '';
+    await page.goto(`${origin}/www/bench.html?threads=${threads}${m}${prompt}`);
     const result = await benchResult(page);
     const pid = browser.process?.()?.pid;
     // Playwright's chromium.launch has no process handle in all versions: fall back to
@@ -38,7 +40,7 @@ try {
     if (process.env.KERZE_BENCH_PEER === '0' || result.embed) continue;
     const peerContext = await browser.newContext();
     const peer = await peerContext.newPage();
-    await peer.goto(`${origin}/www/bench-wllama.html?threads=${threads}${m}`);
+    await peer.goto(`${origin}/www/bench-wllama.html?threads=${threads}${m}${prompt}`);
     const w = await peer.evaluate((text) => window.runWllama(text), result.prompt_text);
     await peer.waitForTimeout(Number(process.env.KERZE_BENCH_SETTLE ?? 3000));
     const wrss = rendererRssMb(pid ?? process.pid);
