@@ -130,14 +130,37 @@ impl KvCache {
     }
 }
 
-/// Work items per group of heads for `n_tok` rows: one, unless the rows and KV heads are
-/// fewer than the threads (a decode step), which then share the group's heads.
-fn head_parts(n_tok: usize, p: AttnParams) -> usize {
+/// How a call's work items divide the attention of each (row, KV head).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Split {
+    /// One item per (row, KV head, part of its heads): the group's heads in this many parts,
+    /// each item converting every key and value it reads.
+    Heads(usize),
+    /// Three passes ([`attend_by_keys`]): the keys in ranges, each head's softmax, the
+    /// values by dimensions; each key and value converted once.
+    Keys,
+}
+
+/// Keys (the cached ones plus a call's row) from which a decode step on several threads
+/// takes [`Split::Keys`]. Split by heads, every item converts all of its KV head's keys and
+/// values (Gemma 3 270M's one KV head serves four heads), so a second thread took little off
+/// attention and more threads than a group has heads none. Natively, one row over one KV
+/// head of 256 and four heads, two threads: 1 600 keys in 595 µs in one item, 484-602 split
+/// by heads, 372-378 by keys; 512 keys in 194, 184 and 129 µs. The split by keys starts the
+/// pool three times, so short contexts keep the one pass.
+const KEY_SPLIT_MIN_KEYS: usize = 256;
+
+/// The split for `n_tok` rows over `n_keys` keys at most: one item per (row, KV head)
+/// unless those are fewer than the threads (a decode step), which then share a group's
+/// heads, or over many keys its keys and then its heads.
+fn split(n_tok: usize, n_keys: usize, p: AttnParams) -> Split {
     let threads = pool::threads();
     if n_tok * p.n_head_kv >= threads {
-        1
+        Split::Heads(1)
+    } else if n_keys >= KEY_SPLIT_MIN_KEYS {
+        Split::Keys
     } else {
-        (p.n_head / p.n_head_kv).min(threads)
+        Split::Heads((p.n_head / p.n_head_kv).min(threads))
     }
 }
 
@@ -173,16 +196,7 @@ pub fn attend(
     }
     let first = pos.first().copied().unwrap_or(0);
     let (k, v) = (to_f16(k), to_f16(v));
-    let out = attend_rows(
-        q,
-        &k,
-        &v,
-        kv,
-        first,
-        &vec![0; n_tok],
-        p,
-        head_parts(n_tok, p),
-    );
+    let out = attend_rows(q, &k, &v, kv, first, &vec![0; n_tok], p, None);
     let kv_w = kv.width;
     let n_slots = kv.pos.len();
     for (t, &p) in pos.iter().enumerate() {
@@ -207,7 +221,6 @@ pub fn attend_branches(
 ) -> Result<Act> {
     let starts = crate::backend::branch_starts(lens);
     check_shapes(q, k, v, kv, starts.len(), p)?;
-    let parts = head_parts(starts.len(), p);
     Ok(attend_rows(
         q,
         &to_f16(k),
@@ -216,7 +229,7 @@ pub fn attend_branches(
         first,
         &starts,
         p,
-        parts,
+        None,
     ))
 }
 
@@ -246,6 +259,85 @@ fn check_shapes(
     Ok(())
 }
 
+/// The keys a call's rows see: the cached positions before `first` (in slot order) and the
+/// call's own (`k`, `v` as f16), row `t` those of its branch up to itself.
+struct Keys<'a> {
+    kv: &'a KvCache,
+    cached: Vec<(usize, usize)>,
+    k: &'a [u16],
+    v: &'a [u16],
+    first: usize,
+    starts: &'a [usize],
+    /// Values a row of `k` and `v` (every KV head's).
+    kv_w: usize,
+}
+
+impl<'a> Keys<'a> {
+    fn new(kv: &'a KvCache, k: &'a [u16], v: &'a [u16], first: usize, starts: &'a [usize]) -> Self {
+        // Cached keys visible to at least one query of this call, in slot order.
+        let cached = (kv.pos.iter().enumerate())
+            .filter_map(|(s, pk)| pk.filter(|&pk| pk < first).map(|pk| (s, pk)))
+            .collect();
+        Self {
+            kv,
+            cached,
+            k,
+            v,
+            first,
+            starts,
+            kv_w: kv.width,
+        }
+    }
+
+    /// Position of row `t`'s query.
+    fn query_pos(&self, t: usize) -> usize {
+        self.first + t - self.starts[t]
+    }
+
+    /// Keys row `t` sees, its own last.
+    fn count(&self, t: usize) -> usize {
+        self.cached.len() + t - self.starts[t] + 1
+    }
+
+    /// Key `j` of row `t` for KV head `kh` (`hd` values): a cached slot (`j <
+    /// cached.len()`) or the call's row `starts[t] + j − cached.len()`; its position, key and
+    /// value.
+    fn at(&self, t: usize, kh: usize, hd: usize, j: usize) -> (usize, &'a [u16], &'a [u16]) {
+        let at = kh * hd..(kh + 1) * hd;
+        match self.cached.get(j) {
+            Some(&(s, pk)) => (pk, &self.kv.key(s)[at.clone()], &self.kv.value(s)[at]),
+            None => {
+                let b0 = self.starts[t];
+                let r = b0 + j - self.cached.len();
+                let at = r * self.kv_w + kh * hd..r * self.kv_w + (kh + 1) * hd;
+                (self.first + r - b0, &self.k[at.clone()], &self.v[at])
+            }
+        }
+    }
+}
+
+/// `row` (f32) from the f16 `bits`.
+fn widen(row: &mut [f32], bits: &[u16]) {
+    for (d, &x) in row.iter_mut().zip(bits) {
+        *d = f16_to_f32(x);
+    }
+}
+
+/// A head's scores into its weights, in place: minus their maximum, exponentiated, over
+/// their sum (the keys in order).
+fn softmax(head: &mut [f32]) {
+    let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f32;
+    for s in head.iter_mut() {
+        *s = (*s - max).exp();
+        sum += *s;
+    }
+    let inv = 1.0 / sum;
+    for s in head.iter_mut() {
+        *s *= inv;
+    }
+}
+
 /// Row `t` of `q` is at position `first + t - starts[t]`; it sees the cached positions
 /// before `first` and this call's rows `starts[t]..=t` (one run of consecutive positions
 /// from `first`, keys `k` and values `v` as f16), causal and windowed.
@@ -253,8 +345,8 @@ fn check_shapes(
 /// The heads that share a KV head (grouped-query attention) go together: each key and value
 /// is converted to f32 once for all of them, then every head takes the f32 [`dot`] and
 /// [`axpy`] as with an f32 cache (its values bit for bit what those give on the rounded keys
-/// and values). The group's heads are split into `parts` work items ([`head_parts`]), each
-/// converting what it reads.
+/// and values). The work items divide this as `how` says, or as [`split`] chooses: every
+/// split gives the same values, bit for bit.
 #[allow(clippy::too_many_arguments)]
 fn attend_rows(
     q: &Act,
@@ -264,20 +356,18 @@ fn attend_rows(
     first: usize,
     starts: &[usize],
     p: AttnParams,
-    parts: usize,
+    how: Option<Split>,
 ) -> Act {
+    let keys = Keys::new(kv, k, v, first, starts);
     let n_tok = starts.len();
+    let most = (0..n_tok).map(|t| keys.count(t)).max().unwrap_or(0);
+    let parts = match how.unwrap_or_else(|| split(n_tok, most, p)) {
+        Split::Keys => return attend_by_keys(q, &keys, p),
+        Split::Heads(parts) => parts,
+    };
     let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
-    let kv_w = n_kv * hd;
     let group = n_head / n_kv;
     let visible = |pq: usize, pk: usize| pk <= pq && pq - pk < p.window;
-    // Cached keys visible to at least one query of this call, in slot order.
-    let cached: Vec<(usize, usize)> = kv
-        .pos
-        .iter()
-        .enumerate()
-        .filter_map(|(s, pk)| pk.filter(|&pk| pk < first).map(|pk| (s, pk)))
-        .collect();
     let mut out = vec![0f32; n_tok * n_head * hd];
     let shared = SharedOut::new(&mut out);
     // One work item per (row, KV head, part of its heads), each writing its own heads'
@@ -292,8 +382,10 @@ fn attend_rows(
         }
     };
     let per_row = n_kv * parts;
-    let keys = cached.len() + n_tok.div_ceil(2);
-    let work = (n_tok * n_head).saturating_mul(keys).saturating_mul(2 * hd);
+    let mean_keys = keys.cached.len() + n_tok.div_ceil(2);
+    let work = (n_tok * n_head)
+        .saturating_mul(mean_keys)
+        .saturating_mul(2 * hd);
     pool::for_chunks(n_tok * per_row, work, |items| {
         let mut scores: Vec<f32> = Vec::new();
         let mut row = vec![0f32; hd];
@@ -302,49 +394,22 @@ fn attend_rows(
             let (kh, part) = ((item % per_row) / parts, item % parts);
             let heads = kh * group + part * group / parts..kh * group + (part + 1) * group / parts;
             let nh = heads.len();
-            let b0 = starts[t];
-            let pq = first + t - b0;
-            let n_keys = cached.len() + t - b0 + 1;
-            // Key j: a cached slot (j < cached.len()) or this call's row b0 + j − cached.len().
-            let key_at = |j: usize| -> (usize, &[u16], &[u16]) {
-                let at = kh * hd..(kh + 1) * hd;
-                match cached.get(j) {
-                    Some(&(s, pk)) => (pk, &kv.key(s)[at.clone()], &kv.value(s)[at]),
-                    None => {
-                        let r = b0 + j - cached.len();
-                        let at = r * kv_w + kh * hd..r * kv_w + (kh + 1) * hd;
-                        (first + r - b0, &k[at.clone()], &v[at])
-                    }
-                }
-            };
+            let (pq, n_keys) = (keys.query_pos(t), keys.count(t));
             // scores[i · n_keys + j]: head heads.start + i, key j.
             scores.clear();
             scores.resize(nh * n_keys, f32::NEG_INFINITY);
             for j in 0..n_keys {
-                let (pk, key, _) = key_at(j);
+                let (pk, key, _) = keys.at(t, kh, hd, j);
                 if !visible(pq, pk) {
                     continue;
                 }
-                for (d, &x) in row.iter_mut().zip(key) {
-                    *d = f16_to_f32(x);
-                }
+                widen(&mut row, key);
                 for (i, h) in heads.clone().enumerate() {
                     let qv = &q.data[t * q.width + h * hd..t * q.width + (h + 1) * hd];
                     scores[i * n_keys + j] = dot(qv, &row) * p.scale;
                 }
             }
-            for head in scores.chunks_exact_mut(n_keys) {
-                let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f32;
-                for s in head.iter_mut() {
-                    *s = (*s - max).exp();
-                    sum += *s;
-                }
-                let inv = 1.0 / sum;
-                for s in head.iter_mut() {
-                    *s *= inv;
-                }
-            }
+            scores.chunks_exact_mut(n_keys).for_each(softmax);
             // SAFETY: item (t, kh, part) alone writes its heads' values of row t (consecutive
             // heads), inside `out`, which outlives `for_chunks`.
             let o = unsafe { shared.part((t * n_head + heads.start) * hd, nh * hd) };
@@ -352,16 +417,113 @@ fn attend_rows(
                 if (0..nh).all(|i| scores[i * n_keys + j] == 0.0) {
                     continue;
                 }
-                let (_, _, value) = key_at(j);
-                for (d, &x) in row.iter_mut().zip(value) {
-                    *d = f16_to_f32(x);
-                }
+                widen(&mut row, keys.at(t, kh, hd, j).2);
                 for (i, oh) in o.chunks_exact_mut(hd).enumerate() {
                     let w = scores[i * n_keys + j];
                     if w != 0.0 {
                         axpy(oh, w, &row);
                     }
                 }
+            }
+        }
+    });
+    Act {
+        data: out,
+        width: n_head * hd,
+    }
+}
+
+/// Keys per work item of [`attend_by_keys`]'s first pass.
+const KEYS_PER_ITEM: usize = 32;
+/// Dimensions of a head per work item of its last pass (a 64-byte line of each f16 value).
+const DIMS_PER_ITEM: usize = 64;
+
+/// [`attend_rows`] in three passes, for a few rows over many keys on several threads, each
+/// dividing the work anew so that no thread converts what another does: the keys in ranges
+/// (each key converted once, its scores for the group's heads), then each head's softmax,
+/// then the values by dimensions (each value's slice converted once, weighed for every head
+/// of the group). Every score, weight and sum is the one the single pass computes, in the
+/// same order, so the values are the same bit for bit. A pass reads little that another
+/// thread wrote (the scores); the values converted once into a shared f32 buffer instead
+/// cost the second thread more to read from the first one's cache than converting them.
+fn attend_by_keys(q: &Act, keys: &Keys, p: AttnParams) -> Act {
+    let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let group = n_head / n_kv;
+    let n_tok = keys.starts.len();
+    let visible = |pq: usize, pk: usize| pk <= pq && pq - pk < p.window;
+    // Row t's scores, then weights, for head h at `(t · n_head + h) · most`.
+    let most = (0..n_tok).map(|t| keys.count(t)).max().unwrap_or(0);
+    let mut scores = vec![f32::NEG_INFINITY; n_tok * n_head * most];
+    let shared = SharedOut::new(&mut scores);
+    let ranges = most.div_ceil(KEYS_PER_ITEM);
+    let work = (n_tok * n_kv * most).saturating_mul((group + 1) * hd);
+    pool::for_chunks(n_tok * n_kv * ranges, work, |items| {
+        let mut key = vec![0f32; hd];
+        for item in items {
+            let (unit, range) = (item / ranges, item % ranges);
+            let (t, kh) = (unit / n_kv, unit % n_kv);
+            let (pq, n_keys) = (keys.query_pos(t), keys.count(t));
+            for j in (range * KEYS_PER_ITEM).min(n_keys)..((range + 1) * KEYS_PER_ITEM).min(n_keys)
+            {
+                let (pk, k16, _) = keys.at(t, kh, hd, j);
+                if !visible(pq, pk) {
+                    continue;
+                }
+                widen(&mut key, k16);
+                for h in kh * group..(kh + 1) * group {
+                    let qv = &q.data[t * q.width + h * hd..t * q.width + (h + 1) * hd];
+                    // SAFETY: (t, h, j) for this item's keys j is its alone, inside `scores`,
+                    // which outlives `for_chunks`.
+                    unsafe { shared.set((t * n_head + h) * most + j, dot(qv, &key) * p.scale) };
+                }
+            }
+        }
+    });
+    // An exponential costs some 30 multiply-adds (in wasm a libm call): Gemma 3's local layers
+    // (512 keys) go to the team there.
+    let work = (n_tok * n_head * most).saturating_mul(32);
+    pool::for_chunks(n_tok * n_head, work, |items| {
+        for item in items {
+            let t = item / n_head;
+            // SAFETY: item (t, h)'s weights are its alone, inside `scores`, which outlives
+            // `for_chunks`.
+            softmax(unsafe { shared.part(item * most, keys.count(t)) });
+        }
+    });
+    let mut out = vec![0f32; n_tok * n_head * hd];
+    let shared = SharedOut::new(&mut out);
+    let slices = hd.div_ceil(DIMS_PER_ITEM);
+    let work = (n_tok * n_head * most).saturating_mul(hd);
+    pool::for_chunks(n_tok * n_kv * slices, work, |items| {
+        let mut value = vec![0f32; DIMS_PER_ITEM];
+        // The group's sums for this item's dimensions, written out once at the end: two
+        // threads adding into neighbouring dimensions of `out` shared its cache lines, and
+        // a pass took twice as long on two threads as on one.
+        let mut sums = vec![0f32; group * DIMS_PER_ITEM];
+        for item in items {
+            let (unit, slice) = (item / slices, item % slices);
+            let (t, kh) = (unit / n_kv, unit % n_kv);
+            let dims = slice * DIMS_PER_ITEM..((slice + 1) * DIMS_PER_ITEM).min(hd);
+            let (value, n) = (&mut value[..dims.len()], dims.len());
+            sums.fill(0.0);
+            let heads = kh * group..(kh + 1) * group;
+            let weights = |h: usize, j: usize| scores[(t * n_head + h) * most + j];
+            for j in 0..keys.count(t) {
+                if heads.clone().all(|h| weights(h, j) == 0.0) {
+                    continue;
+                }
+                widen(value, &keys.at(t, kh, hd, j).2[dims.clone()]);
+                for (h, sum) in heads.clone().zip(sums.chunks_exact_mut(n)) {
+                    let w = weights(h, j);
+                    if w != 0.0 {
+                        axpy(sum, w, value);
+                    }
+                }
+            }
+            for (h, sum) in heads.zip(sums.chunks_exact(n)) {
+                // SAFETY: these dimensions of (t, h) are this item's alone, inside `out`,
+                // which outlives `for_chunks`.
+                unsafe { shared.part((t * n_head + h) * hd + dims.start, n) }.copy_from_slice(sum);
             }
         }
     });
@@ -525,6 +687,53 @@ mod tests {
         }
     }
 
+    /// The two passes of the split by keys give what one pass gives, bit for bit: more keys
+    /// than an item of the first pass takes (ranges ending inside a row's keys), a ring that
+    /// has wrapped (cached keys outside the window), one and two KV heads, heads wider than
+    /// an item of the last pass takes, one row and several, branches after the cache.
+    #[test]
+    fn the_split_by_keys_equals_one_pass() {
+        let mut rng = crate::sampler::Rng::new(13);
+        for (window, slots, prefix, n_kv, head_dim) in [
+            (usize::MAX, 256, 150, 1, 16),
+            (40, 40, 100, 2, 16),
+            (usize::MAX, 256, 71, 2, 80),
+        ] {
+            let p = AttnParams {
+                n_head: 4,
+                n_head_kv: n_kv,
+                head_dim,
+                scale: 0.3,
+                window,
+            };
+            let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
+            let mut kv = KvCache::new(slots, kw);
+            let pos: Vec<usize> = (0..prefix).collect();
+            let (q, k, v) = (
+                random(&mut rng, prefix, qw),
+                random(&mut rng, prefix, kw),
+                random(&mut rng, prefix, kw),
+            );
+            attend(&q, &k, &v, &mut kv, &pos, p).unwrap();
+            for lens in [&[1][..], &[3], &[2, 1, 3]] {
+                let n: usize = lens.iter().sum();
+                let (q, k, v) = (
+                    random(&mut rng, n, qw),
+                    to_f16(&random(&mut rng, n, kw)),
+                    to_f16(&random(&mut rng, n, kw)),
+                );
+                let starts = crate::backend::branch_starts(lens);
+                let with = |how| attend_rows(&q, &k, &v, &kv, prefix, &starts, p, Some(how));
+                let (one, two) = (with(Split::Heads(1)), with(Split::Keys));
+                assert!(one.data.iter().all(|x| x.is_finite()));
+                assert_eq!(
+                    one.data, two.data,
+                    "window {window}, {n_kv} KV heads, {lens:?}"
+                );
+            }
+        }
+    }
+
     /// Against attention written out in f64 over the keys and values rounded to f16 (what
     /// the cache holds): grouped heads (1, 2, 3 and 6 to a KV head), a prompt of several rows
     /// and then single rows after it, each group's heads together or split over items; the
@@ -582,12 +791,14 @@ mod tests {
                 };
                 let (qt, kt, vt) = (row(&q, qw), row(&k, kw), row(&v, kw));
                 let (k16, v16) = (to_f16(&kt), to_f16(&vt));
-                let one = attend_rows(&qt, &k16, &v16, &kv, t, &[0], p, 1);
+                let with = |how| attend_rows(&qt, &k16, &v16, &kv, t, &[0], p, Some(how));
+                let one = with(Split::Heads(1));
                 let group = n_head / n_kv;
                 for parts in 2..=group {
-                    let split = attend_rows(&qt, &k16, &v16, &kv, t, &[0], p, parts);
+                    let split = with(Split::Heads(parts));
                     assert_eq!(one.data, split.data, "{n_head}/{n_kv} heads, {parts} parts");
                 }
+                assert_eq!(one.data, with(Split::Keys).data, "{n_head}/{n_kv}: by keys");
                 got.extend(attend(&qt, &kt, &vt, &mut kv, &[t], p).unwrap().data);
             }
             assert_eq!(kv.k.iter().map(|r| r.len() * 2).sum::<usize>(), 64 * kw * 2);
