@@ -1046,23 +1046,29 @@ try {
     assertEq([r.n, r.source, r.list], [2, 'network', []], 'loaded from the network, nothing cached');
   });
 
-  await test('threads build (both twins) is picked on a cross-origin-isolated page and gives the same ids', async () => {
+  await test('threads build (both twins) is picked on a cross-origin-isolated page and gives the same ids, over a long prompt too', async () => {
+    // Over 256 keys a decode step's attention on two threads splits by keys (src/cpu/attention.rs).
+    const long = 'The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. '.repeat(12);
     const r = await withPage(`${A}/www/`, (page) => inPage(page, `
       const out = [];
-      for (const simd of ['auto', 'simd128']) {
-        const e = await k.createEngine({ model, threads: 2, simd });
+      for (const [simd, threads] of [['auto', 2], ['simd128', 2], ['auto', 1]]) {
+        const e = await k.createEngine({ model, threads, simd });
         const ids = (await e.complete('${CERTAIN[1]}', { maxTokens: 16, temperature: 0 })).ids;
+        const long = await e.complete(arg, { maxTokens: 16, temperature: 0, stopTokens: [] });
         const info = e.info;
         await e.dispose();
-        out.push({ ids, backend: info.backend, simd: info.simd, threads: info.threads, isolated: crossOriginIsolated });
+        out.push({ ids, long: long.ids, longPrompt: long.usage.promptTokens, backend: info.backend, simd: info.simd, threads: info.threads, isolated: crossOriginIsolated });
       }
-      return out;`), { noWarnings: true });
-    assertEq(r.map((x) => x.simd), ['relaxed-simd', 'simd128'], 'twins');
+      return out;`, long), { noWarnings: true });
+    assertEq(r.map((x) => x.simd), ['relaxed-simd', 'simd128', 'relaxed-simd'], 'twins');
+    assertEq(r.map((x) => x.threads), [2, 2, 1], 'threads');
+    const longWant = cli(long).ids;
     for (const x of r) {
       assert(x.isolated, 'the demo server makes the page cross-origin isolated');
-      assertEq(x.backend, 'cpu-simd-threads', 'backend');
-      assertEq(x.threads, 2, 'threads');
-      assertEq(x.ids, cli(CERTAIN[1]).ids, `greedy ids (${x.simd})`);
+      assertEq(x.backend, x.threads === 2 ? 'cpu-simd-threads' : 'cpu-simd', 'backend');
+      assertEq(x.ids, cli(CERTAIN[1]).ids, `greedy ids (${x.simd}, ${x.threads} threads)`);
+      assert(x.longPrompt > 256, `a long prompt: ${x.longPrompt} tokens`);
+      assertEq(x.long, longWant, `greedy ids after the long prompt (${x.simd}, ${x.threads} threads)`);
     }
   });
 
