@@ -159,9 +159,9 @@ const KEY_SPLIT_MIN_KEYS: usize = 256;
 /// item, 360 with 8 (4: 362, 16: 368); 128 rows 2.70 → 2.24 ms.
 const ROW_BLOCK: usize = 8;
 
-/// The split for `n_tok` rows over `n_keys` keys at most: one item per (row, KV head)
-/// unless those are fewer than the threads (a decode step), which then share a group's
-/// heads, or over many keys its keys and then its heads.
+/// The split for `n_tok` rows over `n_keys` keys at most: one item per (block of rows, KV
+/// head), unless the rows and KV heads are fewer than the threads (a decode step): then
+/// over many keys the keys and then the heads, over few the group's heads in parts.
 fn split(n_tok: usize, n_keys: usize, p: AttnParams) -> Split {
     let threads = pool::threads();
     if n_tok * p.n_head_kv >= threads {
@@ -702,6 +702,25 @@ mod tests {
         }
     }
 
+    /// A cache of `slots` holding positions `0..prefix`, as a prompt of random rows left it.
+    fn prefilled(
+        rng: &mut crate::sampler::Rng,
+        p: AttnParams,
+        slots: usize,
+        prefix: usize,
+    ) -> KvCache {
+        let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
+        let mut kv = KvCache::new(slots, kw);
+        let pos: Vec<usize> = (0..prefix).collect();
+        let (q, k, v) = (
+            random(rng, prefix, qw),
+            random(rng, prefix, kw),
+            random(rng, prefix, kw),
+        );
+        attend(&q, &k, &v, &mut kv, &pos, p).unwrap();
+        kv
+    }
+
     /// Branches after a prefix equal each branch run alone after that prefix, on a copy of
     /// the cache, bit for bit: grouped heads, a global layer and a sliding window whose ring
     /// has wrapped; and the cache is left as the prefix made it.
@@ -717,14 +736,7 @@ mod tests {
                 window,
             };
             let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
-            let mut kv = KvCache::new(slots, kw);
-            let pos: Vec<usize> = (0..prefix).collect();
-            let (q, k, v) = (
-                random(&mut rng, prefix, qw),
-                random(&mut rng, prefix, kw),
-                random(&mut rng, prefix, kw),
-            );
-            attend(&q, &k, &v, &mut kv, &pos, p).unwrap();
+            let kv = prefilled(&mut rng, p, slots, prefix);
             let lens = [3, 1, 5, 2];
             let n: usize = lens.iter().sum();
             let (q, k, v) = (
@@ -761,63 +773,18 @@ mod tests {
         }
     }
 
-    /// Blocks of rows give what one row at a time gives, bit for bit: blocks that end
-    /// inside a branch and at its end, a ring that has wrapped (keys outside some rows'
-    /// windows but not others'), one and two KV heads, the group's heads together and split.
+    /// Every split gives what one row and one pass give, bit for bit: blocks of rows that
+    /// end inside a branch and at its end, the group's heads together and in parts, and the
+    /// split by keys (more keys than an item of its first pass takes, heads wider than an
+    /// item of its last pass takes); a ring that has wrapped (keys outside some rows'
+    /// windows but not others'), one and two KV heads, one row and several, branches after
+    /// the cache.
     #[test]
-    fn blocks_of_rows_equal_one_row_at_a_time() {
+    fn every_split_gives_one_rows_values() {
         let mut rng = crate::sampler::Rng::new(17);
-        for (window, slots, prefix, n_kv) in [(usize::MAX, 128, 30, 1), (12, 12, 40, 2)] {
-            let p = AttnParams {
-                n_head: 4,
-                n_head_kv: n_kv,
-                head_dim: 16,
-                scale: 0.3,
-                window,
-            };
-            let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
-            let mut kv = KvCache::new(slots, kw);
-            let pos: Vec<usize> = (0..prefix).collect();
-            let (q, k, v) = (
-                random(&mut rng, prefix, qw),
-                random(&mut rng, prefix, kw),
-                random(&mut rng, prefix, kw),
-            );
-            attend(&q, &k, &v, &mut kv, &pos, p).unwrap();
-            for lens in [&[21][..], &[5, 12, 1, 9]] {
-                let n: usize = lens.iter().sum();
-                let (q, k, v) = (
-                    random(&mut rng, n, qw),
-                    to_f16(&random(&mut rng, n, kw)),
-                    to_f16(&random(&mut rng, n, kw)),
-                );
-                let starts = crate::backend::branch_starts(lens);
-                let with = |parts, rows| {
-                    let how = Some(Split::Heads { parts, rows });
-                    attend_rows(&q, &k, &v, &kv, prefix, &starts, p, how).data
-                };
-                let one = with(1, 1);
-                assert!(one.iter().all(|x| x.is_finite()));
-                for (parts, rows) in [(1, 3), (1, 8), (2, 8), (4 / n_kv, 5)] {
-                    assert_eq!(
-                        one,
-                        with(parts, rows),
-                        "window {window}, {n_kv} KV heads, {lens:?}: {rows} rows, {parts} parts"
-                    );
-                }
-            }
-        }
-    }
-
-    /// The two passes of the split by keys give what one pass gives, bit for bit: more keys
-    /// than an item of the first pass takes (ranges ending inside a row's keys), a ring that
-    /// has wrapped (cached keys outside the window), one and two KV heads, heads wider than
-    /// an item of the last pass takes, one row and several, branches after the cache.
-    #[test]
-    fn the_split_by_keys_equals_one_pass() {
-        let mut rng = crate::sampler::Rng::new(13);
         for (window, slots, prefix, n_kv, head_dim) in [
             (usize::MAX, 256, 150, 1, 16),
+            (12, 12, 40, 2, 16),
             (40, 40, 100, 2, 16),
             (usize::MAX, 256, 71, 2, 80),
         ] {
@@ -829,15 +796,8 @@ mod tests {
                 window,
             };
             let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
-            let mut kv = KvCache::new(slots, kw);
-            let pos: Vec<usize> = (0..prefix).collect();
-            let (q, k, v) = (
-                random(&mut rng, prefix, qw),
-                random(&mut rng, prefix, kw),
-                random(&mut rng, prefix, kw),
-            );
-            attend(&q, &k, &v, &mut kv, &pos, p).unwrap();
-            for lens in [&[1][..], &[3], &[2, 1, 3]] {
+            let kv = prefilled(&mut rng, p, slots, prefix);
+            for lens in [&[1][..], &[3], &[21], &[2, 1, 3], &[5, 12, 1, 9]] {
                 let n: usize = lens.iter().sum();
                 let (q, k, v) = (
                     random(&mut rng, n, qw),
@@ -845,13 +805,23 @@ mod tests {
                     to_f16(&random(&mut rng, n, kw)),
                 );
                 let starts = crate::backend::branch_starts(lens);
-                let with = |how| attend_rows(&q, &k, &v, &kv, prefix, &starts, p, Some(how));
-                let (one, two) = (with(Split::Heads { parts: 1, rows: 1 }), with(Split::Keys));
-                assert!(one.data.iter().all(|x| x.is_finite()));
-                assert_eq!(
-                    one.data, two.data,
-                    "window {window}, {n_kv} KV heads, {lens:?}"
-                );
+                let with = |how| attend_rows(&q, &k, &v, &kv, prefix, &starts, p, Some(how)).data;
+                let one = with(Split::Heads { parts: 1, rows: 1 });
+                assert!(one.iter().all(|x| x.is_finite()));
+                let heads = |parts, rows| Split::Heads { parts, rows };
+                for how in [
+                    heads(1, 3),
+                    heads(1, 8),
+                    heads(2, 8),
+                    heads(4 / n_kv, 5),
+                    Split::Keys,
+                ] {
+                    assert_eq!(
+                        one,
+                        with(how),
+                        "window {window}, {n_kv} KV heads, {lens:?}: {how:?}"
+                    );
+                }
             }
         }
     }
