@@ -284,10 +284,19 @@ struct Keys<'a> {
     starts: &'a [usize],
     /// Values a row of `k` and `v` (every KV head's).
     kv_w: usize,
+    /// A key at `pk` is visible from a query at `pq` when `pq − pk < window`.
+    window: usize,
 }
 
 impl<'a> Keys<'a> {
-    fn new(kv: &'a KvCache, k: &'a [u16], v: &'a [u16], first: usize, starts: &'a [usize]) -> Self {
+    fn new(
+        kv: &'a KvCache,
+        k: &'a [u16],
+        v: &'a [u16],
+        first: usize,
+        starts: &'a [usize],
+        window: usize,
+    ) -> Self {
         // Cached keys visible to at least one query of this call, in slot order.
         let cached = (kv.pos.iter().enumerate())
             .filter_map(|(s, pk)| pk.filter(|&pk| pk < first).map(|pk| (s, pk)))
@@ -300,7 +309,14 @@ impl<'a> Keys<'a> {
             first,
             starts,
             kv_w: kv.width,
+            window,
         }
+    }
+
+    /// Whether row `t` sees a key at position `pk` (causal, windowed).
+    fn sees(&self, t: usize, pk: usize) -> bool {
+        let pq = self.query_pos(t);
+        pk <= pq && pq - pk < self.window
     }
 
     /// Position of row `t`'s query.
@@ -398,16 +414,15 @@ fn attend_rows(
     p: AttnParams,
     how: Option<Split>,
 ) -> Act {
-    let keys = Keys::new(kv, k, v, first, starts);
+    let keys = Keys::new(kv, k, v, first, starts, p.window);
     let n_tok = starts.len();
     let most = (0..n_tok).map(|t| keys.count(t)).max().unwrap_or(0);
     let (parts, block) = match how.unwrap_or_else(|| split(n_tok, most, p)) {
-        Split::Keys => return attend_by_keys(q, &keys, p),
+        Split::Keys => return attend_by_keys(q, &keys, most, p),
         Split::Heads { parts, rows } => (parts, rows.max(1)),
     };
     let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
     let group = n_head / n_kv;
-    let visible = |pq: usize, pk: usize| pk <= pq && pq - pk < p.window;
     let mut out = vec![0f32; n_tok * n_head * hd];
     let shared = SharedOut::new(&mut out);
     // Blocks of at most `block` consecutive rows of one branch (they see the same keys, up
@@ -455,7 +470,7 @@ fn attend_rows(
                 let (pk, key, _) = keys.at(rows.end - 1, kh, hd, j);
                 let mut converted = false;
                 for (r, t) in rows.clone().enumerate() {
-                    if j >= keys.count(t) || !visible(keys.query_pos(t), pk) {
+                    if j >= keys.count(t) || !keys.sees(t, pk) {
                         continue;
                     }
                     if !converted {
@@ -520,13 +535,12 @@ const DIMS_PER_ITEM: usize = 64;
 /// same order, so the values are the same bit for bit. A pass reads little that another
 /// thread wrote (the scores); the values converted once into a shared f32 buffer instead
 /// cost the second thread more to read from the first one's cache than converting them.
-fn attend_by_keys(q: &Act, keys: &Keys, p: AttnParams) -> Act {
+fn attend_by_keys(q: &Act, keys: &Keys, most: usize, p: AttnParams) -> Act {
     let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
     let group = n_head / n_kv;
     let n_tok = keys.starts.len();
-    let visible = |pq: usize, pk: usize| pk <= pq && pq - pk < p.window;
-    // Row t's scores, then weights, for head h at `(t · n_head + h) · most`.
-    let most = (0..n_tok).map(|t| keys.count(t)).max().unwrap_or(0);
+    // Row t's scores, then weights, for head h at `(t · n_head + h) · most` (`most`: the
+    // most keys a row sees).
     let mut scores = vec![f32::NEG_INFINITY; n_tok * n_head * most];
     let shared = SharedOut::new(&mut scores);
     let ranges = most.div_ceil(KEYS_PER_ITEM);
@@ -536,11 +550,11 @@ fn attend_by_keys(q: &Act, keys: &Keys, p: AttnParams) -> Act {
         for item in items {
             let (unit, range) = (item / ranges, item % ranges);
             let (t, kh) = (unit / n_kv, unit % n_kv);
-            let (pq, n_keys) = (keys.query_pos(t), keys.count(t));
+            let n_keys = keys.count(t);
             for j in (range * KEYS_PER_ITEM).min(n_keys)..((range + 1) * KEYS_PER_ITEM).min(n_keys)
             {
                 let (pk, k16, _) = keys.at(t, kh, hd, j);
-                if !visible(pq, pk) {
+                if !keys.sees(t, pk) {
                     continue;
                 }
                 widen(&mut key, k16);
