@@ -68,11 +68,12 @@ pub fn read_rate_gb_per_s(mb: usize) -> f64 {
 }
 
 /// This build's SIMD kernels against the portable ones (the float and int8 panels of
-/// dense/, the quantized matrices' products and the LM head's filter of int8/): the number
+/// dense/, the quantized matrices' products and the LM head's filter of int8/, the dot
+/// products of ops): the number
 /// of outputs compared, or what differed. The package runs it when it loads a relaxed-SIMD
 /// build, whose instructions are only as good as the browser's lowering of them.
 pub fn check_kernels() -> std::result::Result<usize, String> {
-    Ok(dense::check_kernels()? + int8::check_kernels()?)
+    Ok(dense::check_kernels()? + int8::check_kernels()? + ops::check_kernels()?)
 }
 
 /// Activations: `n_tok` rows of `width` f32.

@@ -16,9 +16,19 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// lanes, at half the rate.
 #[inline]
 pub fn dots<const N: usize>(a: [&[f32]; N], b: &[f32]) -> [f32; N] {
+    dots_with(a, b, lanes8)
+}
+
+/// [`dots`] on `lanes`' eight lane sums (this build's, or the portable ones).
+#[inline(always)]
+fn dots_with<const N: usize>(
+    a: [&[f32]; N],
+    b: &[f32],
+    lanes: impl Fn(&[&[f32]; N], &[f32]) -> [[f32; 8]; N],
+) -> [f32; N] {
     assert!(a.iter().all(|x| x.len() == b.len()), "dots: lengths differ");
     let m = b.len() / 8 * 8;
-    let lanes = lanes8(&a, &b[..m]);
+    let lanes = lanes(&a, &b[..m]);
     let mut out = [0f32; N];
     for ((o, acc), x) in out.iter_mut().zip(&lanes).zip(&a) {
         let mut s =
@@ -89,8 +99,12 @@ fn lanes8<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] {
     target_arch = "x86_64",
     all(target_arch = "wasm32", target_feature = "simd128")
 )))]
+use lanes8_portable as lanes8;
+
+/// [`lanes8`] in plain Rust: every build's definition, and the lanes of builds without SSE2
+/// or simd128.
 #[inline(always)]
-fn lanes8<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] {
+fn lanes8_portable<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] {
     let mut out = [[0f32; 8]; N];
     for (c, y) in b.chunks_exact(8).enumerate() {
         for (acc, x) in out.iter_mut().zip(a) {
@@ -101,6 +115,37 @@ fn lanes8<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] {
         }
     }
     out
+}
+
+/// This build's [`dots`] against the portable one, bit for bit, on random rows of lengths
+/// with and without a remainder of eight, one row and four: the number of outputs compared,
+/// or what differed. Part of [`super::check_kernels`], which the package runs in the browser.
+pub fn check_kernels() -> Result<usize, String> {
+    let mut rng = crate::sampler::Rng::new(3);
+    let mut compared = 0;
+    for n in [0, 1, 7, 8, 13, 64, 256, 261] {
+        let rows: Vec<Vec<f32>> = (0..4)
+            .map(|_| (0..n).map(|_| rng.spread() * 3.0).collect())
+            .collect();
+        let b: Vec<f32> = (0..n).map(|_| rng.spread()).collect();
+        let a = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
+        let (got, want) = (dots(a, &b), dots_with(a, &b, lanes8_portable));
+        let (one, one_want) = (dots([a[2]], &b), dots_with([a[2]], &b, lanes8_portable));
+        for (i, (g, w)) in got
+            .iter()
+            .chain(&one)
+            .zip(want.iter().chain(&one_want))
+            .enumerate()
+        {
+            if g.to_bits() != w.to_bits() {
+                return Err(format!(
+                    "dots of {n} values, output {i}: simd {g}, portable {w}"
+                ));
+            }
+        }
+        compared += 5;
+    }
+    Ok(compared)
 }
 
 /// `y += a * x`.
@@ -334,9 +379,10 @@ mod tests {
     }
 
     /// `dots` gives each row's `dot`, and `dot` its definition, bit for bit: lengths with and
-    /// without a remainder of eight, one row and four.
+    /// without a remainder of eight, one row and four; this build's `dots` is the portable one.
     #[test]
     fn dots_are_each_rows_dot() {
+        assert_eq!(check_kernels(), Ok(40));
         let mut rng = crate::sampler::Rng::new(3);
         for n in [0, 1, 7, 8, 13, 64, 256, 261] {
             let rows: Vec<Vec<f32>> = (0..4)
