@@ -1,5 +1,6 @@
 // Prefill/decode tokens/s of a 128-token prompt (?prompt=N for another length) + 64 greedy
-// tokens, and the time from cached bytes to ready. Prints JSON into #result and to the console ("KERZE_BENCH {...}").
+// tokens, and the time from cached bytes to ready. Prints JSON into #result and to the
+// console ("KERZE_BENCH {...}").
 import { createEngine, catalog } from '../pkg/index.js';
 
 const q = new URLSearchParams(location.search);
