@@ -13,7 +13,7 @@
 use std::ops::Range;
 
 use super::dense::DenseMatrix;
-use super::ops::{axpy, dot, dots, exp_approx, f16_to_f32, f32_to_f16};
+use super::ops::{axpys, dot, dots, exp_approx, f16_to_f32, f32_to_f16};
 use super::pool::{self, SharedOut};
 use super::Act;
 use crate::backend::{AttnParams, KvRows};
@@ -152,6 +152,11 @@ enum Split {
 /// by heads, 372-378 by keys; 512 keys in 194, 184 and 129 µs. The split by keys starts the
 /// pool three times, so short contexts keep the one pass.
 const KEY_SPLIT_MIN_KEYS: usize = 256;
+
+/// Values [`attend_rows`] converts and then sums into the outputs at once ([`axpys`]): 16
+/// of a head of 256 dimensions are 16 KiB as f32, in the first-level cache beside the
+/// outputs' 4 KiB.
+const VALUES_AT_ONCE: usize = 16;
 
 /// Rows of a branch per work item of a prompt's attention ([`Split::Heads`]): each key and
 /// value converted once for all of them, not once a row. Natively on one thread, a prompt of
@@ -353,6 +358,46 @@ fn widen(row: &mut [f32], bits: &[u16]) {
     }
 }
 
+/// Values summed into outputs by their weights, a few at a time ([`axpys`]): each value
+/// converted to f32 once, then up to [`VALUES_AT_ONCE`] of them weighed into every output
+/// with the outputs' values held in registers across them. A key every output weighs at
+/// zero is left out by the callers; one only some do adds `0 · v = ±0` to the others, which
+/// changes nothing: an output starts at +0 and a sum of finite terms from +0 is never −0 (f16
+/// values are finite), so each output is the sum of its nonzero terms in key order, whichever
+/// keys share its batch.
+struct Weighing {
+    /// The values taken so far, as f32, one after another.
+    values: Vec<f32>,
+    /// Their weights, one per output, value after value.
+    weights: Vec<f32>,
+}
+
+impl Weighing {
+    fn new() -> Self {
+        Self {
+            values: Vec::new(),
+            weights: Vec::new(),
+        }
+    }
+
+    /// `value` with one weight for each of `outs`; every [`VALUES_AT_ONCE`] values, summed
+    /// into them.
+    fn add(&mut self, outs: &mut [&mut [f32]], value: &[u16], weights: impl Iterator<Item = f32>) {
+        self.values.extend(value.iter().map(|&h| f16_to_f32(h)));
+        self.weights.extend(weights);
+        if self.values.len() >= VALUES_AT_ONCE * value.len() {
+            self.finish(outs);
+        }
+    }
+
+    /// The values taken so far, summed into `outs`.
+    fn finish(&mut self, outs: &mut [&mut [f32]]) {
+        axpys(outs, &self.weights, &self.values);
+        self.values.clear();
+        self.weights.clear();
+    }
+}
+
 /// Row `t`'s scores `q_h · key × scale` for the heads `heads`, each to `put(i, score)` (`i`:
 /// the head's place in `heads`): four heads at a time ([`dots`]), each the [`dot`] it would
 /// be alone.
@@ -399,9 +444,9 @@ fn softmax(head: &mut [f32]) {
 /// from `first`, keys `k` and values `v` as f16), causal and windowed.
 ///
 /// The heads that share a KV head (grouped-query attention) go together: each key and value
-/// is converted to f32 once for all of them, then every head takes the f32 [`dot`] and
-/// [`axpy`] as with an f32 cache (its values bit for bit what those give on the rounded keys
-/// and values). The work items divide this as `how` says, or as [`split`] chooses: every
+/// is converted to f32 once for all of them, then every head takes the f32 [`dot`] and the
+/// weighted sum ([`Weighing`]) as with an f32 cache (its values bit for bit what those give
+/// on the rounded keys and values). The work items divide this as `how` says, or as [`split`] chooses: every
 /// split gives the same values, bit for bit.
 #[allow(clippy::too_many_arguments)]
 fn attend_rows(
@@ -454,6 +499,7 @@ fn attend_rows(
     pool::for_chunks(n_blocks * per_block, work, |items| {
         let mut scores: Vec<f32> = Vec::new();
         let mut row = vec![0f32; hd];
+        let mut weighing = Weighing::new();
         for item in items {
             let rows = block_of(item / per_block);
             let (kh, part) = ((item % per_block) / parts, item % parts);
@@ -486,34 +532,28 @@ fn attend_rows(
                 for i in 0..nh {
                     let at = (r * nh + i) * n_keys;
                     softmax(&mut scores[at..at + keys.count(t)]);
+                    // Keys after a row's own weigh nothing.
+                    scores[at + keys.count(t)..at + n_keys].fill(0.0);
                 }
             }
             // SAFETY: item (block, kh, part) alone writes its heads' values of its rows
             // (consecutive heads of each), inside `out`, which outlives `for_chunks`.
             let mut o: Vec<&mut [f32]> = rows
                 .clone()
-                .map(|t| unsafe { shared.part((t * n_head + heads.start) * hd, nh * hd) })
+                .flat_map(|t| {
+                    unsafe { shared.part((t * n_head + heads.start) * hd, nh * hd) }
+                        .chunks_exact_mut(hd)
+                })
                 .collect();
+            let m = o.len();
             for j in 0..n_keys {
-                let weight = |r: usize, i: usize| scores[(r * nh + i) * n_keys + j];
-                if (0..rows.len()).all(|r| {
-                    j >= keys.count(rows.start + r) || (0..nh).all(|i| weight(r, i) == 0.0)
-                }) {
+                if (0..m).all(|x| scores[x * n_keys + j] == 0.0) {
                     continue;
                 }
-                widen(&mut row, keys.at(rows.end - 1, kh, hd, j).2);
-                for (r, o) in o.iter_mut().enumerate() {
-                    if j >= keys.count(rows.start + r) {
-                        continue;
-                    }
-                    for (i, oh) in o.chunks_exact_mut(hd).enumerate() {
-                        let w = weight(r, i);
-                        if w != 0.0 {
-                            axpy(oh, w, &row);
-                        }
-                    }
-                }
+                let value = keys.at(rows.end - 1, kh, hd, j).2;
+                weighing.add(&mut o, value, (0..m).map(|x| scores[x * n_keys + j]));
             }
+            weighing.finish(&mut o);
         }
     });
     Act {
@@ -583,7 +623,7 @@ fn attend_by_keys(q: &Act, keys: &Keys, most: usize, p: AttnParams) -> Act {
     let slices = hd.div_ceil(DIMS_PER_ITEM);
     let work = (n_tok * n_head * most).saturating_mul(hd);
     pool::for_chunks(n_tok * n_kv * slices, work, |items| {
-        let mut value = vec![0f32; DIMS_PER_ITEM];
+        let mut weighing = Weighing::new();
         // The group's sums for this item's dimensions, written out once at the end: two
         // threads adding into neighbouring dimensions of `out` shared its cache lines, and
         // a pass took twice as long on two threads as on one.
@@ -592,22 +632,19 @@ fn attend_by_keys(q: &Act, keys: &Keys, most: usize, p: AttnParams) -> Act {
             let (unit, slice) = (item / slices, item % slices);
             let (t, kh) = (unit / n_kv, unit % n_kv);
             let dims = slice * DIMS_PER_ITEM..((slice + 1) * DIMS_PER_ITEM).min(hd);
-            let (value, n) = (&mut value[..dims.len()], dims.len());
+            let n = dims.len();
             sums.fill(0.0);
+            let mut o: Vec<&mut [f32]> = sums.chunks_exact_mut(n).take(group).collect();
             let heads = kh * group..(kh + 1) * group;
             let weights = |h: usize, j: usize| scores[(t * n_head + h) * most + j];
             for j in 0..keys.count(t) {
                 if heads.clone().all(|h| weights(h, j) == 0.0) {
                     continue;
                 }
-                widen(value, &keys.at(t, kh, hd, j).2[dims.clone()]);
-                for (h, sum) in heads.clone().zip(sums.chunks_exact_mut(n)) {
-                    let w = weights(h, j);
-                    if w != 0.0 {
-                        axpy(sum, w, value);
-                    }
-                }
+                let value = &keys.at(t, kh, hd, j).2[dims.clone()];
+                weighing.add(&mut o, value, heads.clone().map(|h| weights(h, j)));
             }
+            weighing.finish(&mut o);
             for (h, sum) in heads.zip(sums.chunks_exact(n)) {
                 // SAFETY: these dimensions of (t, h) are this item's alone, inside `out`,
                 // which outlives `for_chunks`.
