@@ -424,15 +424,32 @@ fn scores_of(
     }
 }
 
-/// A head's scores into its weights, in place: minus their maximum, exponentiated, over
-/// their sum (the keys in order).
+/// A head's scores into its weights, in place: minus their maximum, exponentiated
+/// ([`exp_approx`], a key it does not see exactly 0), over their sum.
+/// Every exponential at once, then the sum, so that the exponentials vectorise (libm's is a
+/// call per value: in Chromium a 1 600-token prompt took 3% longer).
 fn softmax(head: &mut [f32]) {
     let max = head.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
     for s in head.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
+        *s = if *s == f32::NEG_INFINITY {
+            0.0
+        } else {
+            exp_approx(*s - max)
+        };
     }
+    // The sum in eight lanes (one add after another waits on the last: 4 cycles a key).
+    let mut lanes = [0f32; 8];
+    let whole = head.len() / 8 * 8;
+    for c in head[..whole].chunks_exact(8) {
+        for (l, &s) in lanes.iter_mut().zip(c) {
+            *l += s;
+        }
+    }
+    let sum = head[whole..].iter().fold(
+        ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
+            + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])),
+        |sum, &s| sum + s,
+    );
     let inv = 1.0 / sum;
     for s in head.iter_mut() {
         *s *= inv;
@@ -607,7 +624,7 @@ fn attend_by_keys(q: &Act, keys: &Keys, most: usize, p: AttnParams) -> Act {
             }
         }
     });
-    // An exponential costs some 30 multiply-adds (in wasm a libm call): Gemma 3's local layers
+    // An exponential costs some 30 multiply-adds: Gemma 3's local layers
     // (512 keys) go to the team there.
     let work = (n_tok * n_head * most).saturating_mul(32);
     pool::for_chunks(n_tok * n_head, work, |items| {
