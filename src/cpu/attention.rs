@@ -153,9 +153,10 @@ enum Split {
 /// pool three times, so short contexts keep the one pass.
 const KEY_SPLIT_MIN_KEYS: usize = 256;
 
-/// Values [`attend_rows`] converts and then sums into the outputs at once ([`axpys`]): 16
-/// of a head of 256 dimensions are 16 KiB as f32, in the first-level cache beside the
-/// outputs' 4 KiB.
+/// Values [`Weighing`] converts and then sums into the outputs at once ([`axpys`]): 16 of
+/// a head of 256 dimensions are 16 KiB as f32, in the first-level cache beside a decode
+/// step's four outputs (1 KiB each; a prompt's block of 8 rows has 32 of them, which
+/// `axpys` takes four at a time).
 const VALUES_AT_ONCE: usize = 16;
 
 /// Rows of a branch per work item of a prompt's attention ([`Split::Heads`]): each key and
@@ -471,8 +472,8 @@ fn softmax(head: &mut [f32]) {
 /// The heads that share a KV head (grouped-query attention) go together: each key and value
 /// is converted to f32 once for all of them, then every head takes the f32 [`dot`] and the
 /// weighted sum ([`Weighing`]) as with an f32 cache (its values bit for bit what those give
-/// on the rounded keys and values). The work items divide this as `how` says, or as [`split`] chooses: every
-/// split gives the same values, bit for bit.
+/// on the rounded keys and values). The work items divide this as `how` says, or as
+/// [`split`] chooses: every split gives the same values, bit for bit.
 #[allow(clippy::too_many_arguments)]
 fn attend_rows(
     q: &Act,
@@ -632,8 +633,8 @@ fn attend_by_keys(q: &Act, keys: &Keys, most: usize, p: AttnParams) -> Act {
             }
         }
     });
-    // An exponential costs some 30 multiply-adds: Gemma 3's local layers
-    // (512 keys) go to the team there.
+    // A weight (an exponential, vectorised, and its share of the maximum, sum and scaling)
+    // counted as 32 multiply-adds: Gemma 3's local layers (512 keys) go to the team there.
     let work = (n_tok * n_head * most).saturating_mul(32);
     pool::for_chunks(n_tok * n_head, work, |items| {
         for item in items {

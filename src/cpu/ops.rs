@@ -148,8 +148,6 @@ pub fn check_kernels() -> Result<usize, String> {
     Ok(compared)
 }
 
-/// `y += a * x`.
-#[inline]
 /// Each row of `x`, weighed, into each of `y`, the rows in order: `y[i] += w[k·m + i] ·
 /// x[k]` for k = 0, 1, … (`m` = `y.len()`; `x` holds its rows one after another, each as
 /// long as every `y[i]`), each term a product and then a sum, so every value is the one
@@ -157,13 +155,15 @@ pub fn check_kernels() -> Result<usize, String> {
 /// outputs stay in registers over the rows instead of being loaded and stored once a row:
 /// attention's weighted sum of values, where those loads and stores were a third of the
 /// time.
+#[inline]
 pub fn axpys(y: &mut [&mut [f32]], w: &[f32], x: &[f32]) {
     let m = y.len();
     let Some(n) = y.first().map(|r| r.len()) else {
         return;
     };
+    let rows = w.len() / m;
     assert!(
-        y.iter().all(|r| r.len() == n) && w.len() * n == x.len() * m,
+        y.iter().all(|r| r.len() == n) && w.len() == rows * m && x.len() == rows * n,
         "axpys: shapes differ"
     );
     if n == 0 {
