@@ -13,7 +13,7 @@
 use std::ops::Range;
 
 use super::dense::DenseMatrix;
-use super::ops::{axpys, dot, dots, exp_approx, f16_to_f32, f32_to_f16};
+use super::ops::{axpys, dot, dots, exp_approx, f16_to_f32, f32_to_f16, sum};
 use super::pool::{self, SharedOut};
 use super::Act;
 use crate::backend::{AttnParams, KvRows};
@@ -426,11 +426,11 @@ fn scores_of(
 }
 
 /// A head's scores into its weights, in place: minus their maximum, exponentiated
-/// ([`exp_approx`], a key it does not see exactly 0), over their sum.
+/// ([`exp_approx`], a key it does not see exactly 0), over their [`sum`] (in eight lanes).
 /// Every exponential at once, then the sum, so that the exponentials vectorise (libm's is a
 /// call per value: in Chromium a 1 600-token prompt took 3% longer).
 fn softmax(head: &mut [f32]) {
-    // The maximum in eight lanes too (`f32::max`'s NaN rule kept it one value at a time): the
+    // The maximum in eight lanes (`f32::max`'s NaN rule kept it one value at a time): the
     // same in any order, a NaN passed over as `f32::max` does.
     let mut top = [f32::NEG_INFINITY; 8];
     for c in head.chunks(8) {
@@ -446,20 +446,7 @@ fn softmax(head: &mut [f32]) {
             exp_approx(*s - max)
         };
     }
-    // The sum in eight lanes (one add after another waits on the last: 4 cycles a key).
-    let mut lanes = [0f32; 8];
-    let whole = head.len() / 8 * 8;
-    for c in head[..whole].chunks_exact(8) {
-        for (l, &s) in lanes.iter_mut().zip(c) {
-            *l += s;
-        }
-    }
-    let sum = head[whole..].iter().fold(
-        ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5]))
-            + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7])),
-        |sum, &s| sum + s,
-    );
-    let inv = 1.0 / sum;
+    let inv = 1.0 / sum(head);
     for s in head.iter_mut() {
         *s *= inv;
     }
