@@ -698,7 +698,16 @@ impl QMatrix {
                     (Some(_), 16) => &sums16[..],
                     _ => &sums32[..],
                 };
-                if m == 1 {
+                if m == 1 && w.scales_in_place() {
+                    // Item c: tiles c·TILES_PER_ITEM.. of the whole matrix (the same count of
+                    // items as chunks of rows); the last one also takes the rows after them.
+                    let tiles = c.start - firsts[p]..c.end - firsts[p];
+                    let tiles = tiles.start * TILES_PER_ITEM..tiles.end * TILES_PER_ITEM;
+                    // SAFETY: the item ranges are disjoint, so are these tiles and their rows,
+                    // and part p's output outlives `for_chunks`, which returns only when all
+                    // are done.
+                    unsafe { w.matvec_tiles(&act, sums, &corr, tiles, &outs[p], out) };
+                } else if m == 1 {
                     // SAFETY: the item ranges are disjoint, so these ranges of part p's output
                     // are disjoint and in bounds, and it outlives `for_chunks`, which returns
                     // only when all are done.
@@ -712,6 +721,124 @@ impl QMatrix {
             }
         });
         ys
+    }
+
+    /// Whether a one-row product reads this matrix's scales and offsets where they are held
+    /// (f32; in wasm Q5_0's f16 scales, which its kernel reads as they are: [`BlockScale`]);
+    /// else they are converted into f32 a span of rows at a time.
+    fn scales_in_place(&self) -> bool {
+        let scales = match (&self.scales, &self.values) {
+            (Scales::F32(_), _) => true,
+            #[cfg(target_arch = "wasm32")]
+            (Scales::F16 { .. }, Values::Packed(Packing::Fives, _)) => true,
+            _ => false,
+        };
+        scales && matches!(self.offsets, None | Some(Scales::F32(_)))
+    }
+
+    /// Rows j, j + apart, … (t of them) of a product with one activation row (its five-bit
+    /// corrections `corr` where the values are in that layout) into `acc`; their scales are
+    /// `converted` (each row's ng · apart apart) or, without them, read in place
+    /// ([`QMatrix::scales_in_place`]).
+    #[allow(clippy::too_many_arguments)]
+    fn dot_tile(
+        &self,
+        act: &Activations,
+        corr: &[i32],
+        j: usize,
+        apart: usize,
+        t: usize,
+        converted: Option<&[f32]>,
+        acc: &mut [f32; 4],
+    ) {
+        let (n, group) = (self.cols, self.group);
+        let (ng, g16) = (n / group, group != QK);
+        let (xq, xd) = (&act.q, &act.d);
+        let ws = match (converted, &self.scales) {
+            (Some(ws), _) => ws,
+            (None, Scales::F32(s)) => &s[j * ng..],
+            // Q5_0 in wasm: the five-bit kernel reads the file's f16 scales as they are.
+            #[cfg(target_arch = "wasm32")]
+            (None, Scales::F16 { bits, .. }) => {
+                if let Values::Packed(Packing::Fives, bytes) = &self.values {
+                    let w = &bytes[j * Packing::Fives.row_bytes(n)..];
+                    return wasm::dot_w5(w, &bits[j * ng..], xq, xd, corr, n, apart, t, acc);
+                }
+                // Not reached: only Q5_0's kernel reads f16 scales in place.
+                *acc = [f32::NAN; 4];
+                return;
+            }
+            // Not reached: [`QMatrix::scales_in_place`] says these are converted first.
+            (None, _) => {
+                *acc = [f32::NAN; 4];
+                return;
+            }
+        };
+        match &self.values {
+            Values::Int8(qs) => dot_w4(&qs[j * n..], ws, xq, xd, n, apart * n, t, acc, g16),
+            Values::Packed(Packing::Fives, bytes) => {
+                let w = &bytes[j * Packing::Fives.row_bytes(n)..];
+                dot_w5(w, ws, xq, xd, corr, n, apart, t, acc)
+            }
+            Values::Packed(Packing::Nibbles { bias }, bytes) => {
+                let w = &bytes[j * n / 2..];
+                dot_w4_nib(w, *bias, ws, xq, xd, n, apart * n, t, acc, g16)
+            }
+        }
+    }
+
+    /// Tiles `tiles` of a product with one activation row over all of this matrix's rows
+    /// (scales read in place: [`QMatrix::scales_in_place`]), finished by `out` and stored
+    /// into `y`, the whole output: tile i is rows i, i + q, i + 2q, i + 3q for q = rows / 4,
+    /// as [`for_row_tiles`] lays out a range; the range holding tile q also takes the rows
+    /// after 4q (when there are such rows, the items hold more than q tiles). Each row's sum
+    /// is [`QMatrix::matvec_into`]'s, bit for bit: a row's sum does not depend on the rows
+    /// beside it in a tile. The pool's items are tiles rather than rows because four streams
+    /// a quarter of a small range apart read slower than a quarter of the matrix apart
+    /// (Chromium, Gemma 3's gate and up split as the pool splits them, run on one thread:
+    /// 1.3-1.5× the time with ranges of 256 rows).
+    ///
+    /// # Safety
+    /// `y` is this product's output (rows values), outlives the call, and no other thread
+    /// writes these tiles' rows meanwhile.
+    unsafe fn matvec_tiles(
+        &self,
+        act: &Activations,
+        sums: &[f32],
+        corr: &[i32],
+        tiles: Range<usize>,
+        y: &SharedOut,
+        out: &Out,
+    ) {
+        let ng = self.cols / self.group;
+        let q = self.rows / 4;
+        let finish = |j: usize, v: f32| {
+            let v = match &self.offsets {
+                // w = s·q − o: subtract o · Σx over each group, as `rows_into` does.
+                Some(Scales::F32(off)) => {
+                    v - super::ops::dot(&off[j * ng..(j + 1) * ng], &sums[..ng])
+                }
+                _ => v,
+            };
+            // SAFETY: j < rows, this tile's alone (the caller's promise).
+            unsafe { y.set(j, out.finish(v, 0, j, self.rows)) };
+        };
+        let mut acc = [0f32; 4];
+        for i in tiles.start.min(q)..tiles.end.min(q) {
+            self.dot_tile(act, corr, i, q, 4, None, &mut acc);
+            for (k, &v) in acc.iter().enumerate() {
+                finish(k * q + i, v);
+            }
+        }
+        if tiles.contains(&q) {
+            let t = self.rows - 4 * q;
+            if t > 0 {
+                self.dot_tile(act, corr, 4 * q, 1, t, None, &mut acc);
+                for (k, &v) in acc[..t].iter().enumerate() {
+                    finish(4 * q + k, v);
+                }
+            }
+        }
     }
 
     /// Rows `r` of a product with one activation row (and its five-bit corrections `corr`,
@@ -729,42 +856,13 @@ impl QMatrix {
         out: &Out,
     ) {
         let (n, group) = (self.cols, self.group);
-        let (ng, g16) = (n / group, group != QK);
+        let ng = n / group;
         // Rows whose scales or offsets are converted at a time, where they are.
         const SPAN: usize = 4 * ROW_CHUNK;
-        // Rows j, j + apart, … (t of them), their scales `ws` (each row's ng · apart apart).
-        let tile = |j: usize, apart: usize, t: usize, ws: &[f32], acc: &mut [f32; 4]| {
-            let (xq, xd) = (&act.q, &act.d);
-            match &self.values {
-                Values::Int8(qs) => dot_w4(&qs[j * n..], ws, xq, xd, n, apart * n, t, acc, g16),
-                Values::Packed(Packing::Fives, bytes) => {
-                    let w = &bytes[j * Packing::Fives.row_bytes(n)..];
-                    dot_w5(w, ws, xq, xd, corr, n, apart, t, acc)
-                }
-                Values::Packed(Packing::Nibbles { bias }, bytes) => {
-                    let w = &bytes[j * n / 2..];
-                    dot_w4_nib(w, *bias, ws, xq, xd, n, apart * n, t, acc, g16)
-                }
-            }
-        };
         match &self.scales {
-            Scales::F32(scales) => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                tile(j, apart, t, &scales[j * ng..], acc)
+            _ if self.scales_in_place() => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                self.dot_tile(act, corr, j, apart, t, None, acc)
             }),
-            // Q5_0 in wasm: the five-bit kernel reads the file's f16 scales as they are
-            // ([`BlockScale`]).
-            #[cfg(target_arch = "wasm32")]
-            Scales::F16 { bits, .. }
-                if matches!(self.values, Values::Packed(Packing::Fives, _)) =>
-            {
-                if let Values::Packed(_, bytes) = &self.values {
-                    let rb = Packing::Fives.row_bytes(n);
-                    for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                        let (w, ws) = (&bytes[j * rb..], &bits[j * ng..]);
-                        wasm::dot_w5(w, ws, &act.q, &act.d, corr, n, apart, t, acc)
-                    })
-                }
-            }
             // Other f16 scales (an LM head's, only where a sampler takes every row: its decode
             // runs the filter; Q5_0's natively, in the tests): spans of at most `SPAN` rows,
             // each span's scales converted into `buf` in one pass, then the same tiles four
@@ -776,7 +874,8 @@ impl QMatrix {
                     let sub = r.start + k * SPAN..r.start + k * SPAN + p.len();
                     let ws = scales.groups(sub.start * ng..sub.end * ng, &mut buf);
                     for_row_tiles(sub.clone(), p, |j, apart, t, acc| {
-                        tile(j, apart, t, &ws[(j - sub.start) * ng..], acc)
+                        let ws = &ws[(j - sub.start) * ng..];
+                        self.dot_tile(act, corr, j, apart, t, Some(ws), acc)
                     })
                 }
             }
@@ -1098,6 +1197,9 @@ impl Row7 {
 
 /// Weight rows per work item of the pool.
 const ROW_CHUNK: usize = 64;
+/// Tiles (of four rows) per work item of a one-row product over a whole matrix
+/// ([`QMatrix::matvec_tiles`]): the rows of a [`ROW_CHUNK`].
+const TILES_PER_ITEM: usize = ROW_CHUNK / 4;
 
 /// (whole file blocks, their values, their scales, their offsets: empty when the type has
 /// none).
@@ -2603,6 +2705,87 @@ mod tests {
                             want.to_bits(),
                             "part {p}, m {m}, ({i}, {j})"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// A one-row product over the whole matrix's tiles (`matvec_tiles`), its tiles split
+    /// into ranges at any points (the pool's items, a range at the tile after the quarters
+    /// included), gives each row's finished value of the range layout (`matvec_into` over
+    /// all rows), bit for bit, and leaves no row unwritten: with and without offsets, packed
+    /// and int8 values, every count of rows after the quarters (0-3), fewer rows than a
+    /// tile, a bias and a residual.
+    #[test]
+    fn a_one_row_product_in_any_tile_ranges_equals_the_row_layout() {
+        let mut rng = crate::sampler::Rng::new(17);
+        let cols = 256;
+        for (dt, ty) in [
+            (GgmlDType::Q4_1, GgmlType::Q4_1),
+            (GgmlDType::Q4K, GgmlType::Q4_K),
+            (GgmlDType::Q5_0, GgmlType::Q5_0),
+            (GgmlDType::Q8_0, GgmlType::Q8_0),
+        ] {
+            for rows in [3, 4, 66, 129, 130, 131, 192] {
+                let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+                let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+                let bytes = QTensor::quantize(&wt, dt)
+                    .unwrap()
+                    .data()
+                    .unwrap()
+                    .into_owned();
+                let x: Vec<f32> = (0..cols).map(|_| rng.normal() * 2.0).collect();
+                let act = Activations::quantize(&x, 1, cols);
+                let bias: Vec<f32> = (0..rows).map(|_| rng.normal()).collect();
+                let res: Vec<f32> = (0..rows).map(|_| rng.normal()).collect();
+                let u = unpacker(ty).unwrap();
+                for int8 in [true, false] {
+                    if !int8 && u.pack.is_none() {
+                        continue;
+                    }
+                    let m = load_layer(&bytes, rows, cols, ty, int8, ScaleLayout::F32);
+                    assert!(m.scales_in_place(), "{ty}");
+                    let sums = act.group_sums(m.group);
+                    let corr = if matches!(m.values, Values::Packed(Packing::Fives, _)) {
+                        portable::fives_corrections(&act.q, cols)
+                    } else {
+                        Vec::new()
+                    };
+                    for out in [
+                        Out::plain(Some(&bias)),
+                        Out {
+                            bias: None,
+                            post: Post::Add(&res),
+                        },
+                    ] {
+                        let mut want = vec![0f32; rows];
+                        m.matvec_into(&act, &sums, &corr, 0..rows, &mut want, &out);
+                        let n_tiles = rows.div_ceil(ROW_CHUNK) * TILES_PER_ITEM;
+                        let q = rows / 4;
+                        for cuts in [
+                            vec![],
+                            vec![1],
+                            vec![q.min(n_tiles)],
+                            vec![q.saturating_sub(1), q + 1],
+                            vec![3, 7, q / 2, q],
+                        ] {
+                            let mut cuts: Vec<usize> =
+                                cuts.into_iter().filter(|&c| c <= n_tiles).collect();
+                            cuts.push(n_tiles);
+                            cuts.sort_unstable();
+                            let mut got = vec![f32::NAN; rows];
+                            let mut start = 0;
+                            for end in cuts {
+                                let y = SharedOut::new(&mut got);
+                                // SAFETY: the ranges are disjoint, `got` outlives the call.
+                                unsafe { m.matvec_tiles(&act, &sums, &corr, start..end, &y, &out) };
+                                start = end;
+                            }
+                            let bits =
+                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(bits(&got), bits(&want), "{ty}, int8 {int8}, {rows} rows");
+                        }
                     }
                 }
             }
