@@ -703,7 +703,8 @@ impl QMatrix {
                     // items as chunks of rows); the last one also takes the rows after them.
                     let tiles = c.start - firsts[p]..c.end - firsts[p];
                     let tiles = tiles.start * TILES_PER_ITEM..tiles.end * TILES_PER_ITEM;
-                    // SAFETY: the item ranges are disjoint, so are these tiles and their rows,
+                    // SAFETY: the item ranges are disjoint, so are these tiles and their rows
+                    // (the rows after the quarters go to the one range containing index q),
                     // and part p's output outlives `for_chunks`, which returns only when all
                     // are done.
                     unsafe { w.matvec_tiles(&act, sums, &corr, tiles, &outs[p], out) };
@@ -790,8 +791,9 @@ impl QMatrix {
     /// Tiles `tiles` of a product with one activation row over all of this matrix's rows
     /// (scales read in place: [`QMatrix::scales_in_place`]), finished by `out` and stored
     /// into `y`, the whole output: tile i is rows i, i + q, i + 2q, i + 3q for q = rows / 4,
-    /// as [`for_row_tiles`] lays out a range; the range holding tile q also takes the rows
-    /// after 4q (when there are such rows, the items hold more than q tiles). Each row's sum
+    /// as [`for_row_tiles`] lays out a range; the range that contains index q (past the
+    /// quarters' tiles) takes the rows after 4q: when there are such rows, rows is not a
+    /// multiple of [`ROW_CHUNK`], so a part's items hold more than q tiles. Each row's sum
     /// is [`QMatrix::matvec_into`]'s, bit for bit: a row's sum does not depend on the rows
     /// beside it in a tile. The pool's items are tiles rather than rows because four streams
     /// a quarter of a small range apart read slower than a quarter of the matrix apart
@@ -810,6 +812,7 @@ impl QMatrix {
         y: &SharedOut,
         out: &Out,
     ) {
+        debug_assert!(self.scales_in_place());
         let ng = self.cols / self.group;
         let q = self.rows / 4;
         let finish = |j: usize, v: f32| {
@@ -863,8 +866,9 @@ impl QMatrix {
             _ if self.scales_in_place() => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
                 self.dot_tile(act, corr, j, apart, t, None, acc)
             }),
-            // Other f16 scales (an LM head's, only where a sampler takes every row: its decode
-            // runs the filter; Q5_0's natively, in the tests): spans of at most `SPAN` rows,
+            // Scales (or offsets) no kernel reads in place: coded ones, the other f16 ones (an
+            // LM head's, only where a sampler takes every row: its decode runs the filter;
+            // Q5_0's natively, in the tests): spans of at most `SPAN` rows,
             // each span's scales converted into `buf` in one pass, then the same tiles four
             // rows apart (four memory streams: in Chromium a decode step took 34 ms instead of
             // 25 with tiles of consecutive rows on converted scales).
@@ -2712,11 +2716,12 @@ mod tests {
     }
 
     /// A one-row product over the whole matrix's tiles (`matvec_tiles`), its tiles split
-    /// into ranges at any points (the pool's items, a range at the tile after the quarters
-    /// included), gives each row's finished value of the range layout (`matvec_into` over
-    /// all rows), bit for bit, and leaves no row unwritten: with and without offsets, packed
-    /// and int8 values, every count of rows after the quarters (0-3), fewer rows than a
-    /// tile, a bias and a residual.
+    /// into ranges at any points (the pool's items; a range starting or ending at index q,
+    /// past the quarters' tiles), gives each row's finished value of the layout the pool's
+    /// items had before (`matvec_into` over ranges of `ROW_CHUNK` rows), bit for bit, and
+    /// every row is written by exactly one range: with and without offsets, packed and int8
+    /// values, every count of rows after the quarters (0-3), fewer rows than a tile, a bias
+    /// and a residual.
     #[test]
     fn a_one_row_product_in_any_tile_ranges_equals_the_row_layout() {
         let mut rng = crate::sampler::Rng::new(17);
@@ -2759,8 +2764,12 @@ mod tests {
                             post: Post::Add(&res),
                         },
                     ] {
+                        // The layout the pool's items had: ranges of ROW_CHUNK rows.
                         let mut want = vec![0f32; rows];
-                        m.matvec_into(&act, &sums, &corr, 0..rows, &mut want, &out);
+                        for (c, part) in want.chunks_mut(ROW_CHUNK).enumerate() {
+                            let r = c * ROW_CHUNK..c * ROW_CHUNK + part.len();
+                            m.matvec_into(&act, &sums, &corr, r, part, &out);
+                        }
                         let n_tiles = rows.div_ceil(ROW_CHUNK) * TILES_PER_ITEM;
                         let q = rows / 4;
                         for cuts in [
@@ -2774,12 +2783,24 @@ mod tests {
                                 cuts.into_iter().filter(|&c| c <= n_tiles).collect();
                             cuts.push(n_tiles);
                             cuts.sort_unstable();
+                            // Each range into a buffer of its own: every row is written by
+                            // exactly one of them.
                             let mut got = vec![f32::NAN; rows];
                             let mut start = 0;
                             for end in cuts {
-                                let y = SharedOut::new(&mut got);
-                                // SAFETY: the ranges are disjoint, `got` outlives the call.
+                                let mut mine = vec![f32::NAN; rows];
+                                let y = SharedOut::new(&mut mine);
+                                // SAFETY: `mine` is the whole output and outlives the call.
                                 unsafe { m.matvec_tiles(&act, &sums, &corr, start..end, &y, &out) };
+                                for (g, v) in got.iter_mut().zip(mine) {
+                                    if !v.is_nan() {
+                                        assert!(
+                                            g.is_nan(),
+                                            "{ty}, {rows} rows: a row written twice"
+                                        );
+                                        *g = v;
+                                    }
+                                }
                                 start = end;
                             }
                             let bits =
