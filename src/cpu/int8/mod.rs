@@ -2668,13 +2668,7 @@ mod tests {
         let mats: Vec<QMatrix> = types
             .iter()
             .map(|&(dt, ty, rows)| {
-                let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
-                let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
-                let bytes = QTensor::quantize(&wt, dt)
-                    .unwrap()
-                    .data()
-                    .unwrap()
-                    .into_owned();
+                let bytes = quantized(&mut rng, rows, cols, dt);
                 QMatrix::load(&bytes, 0, rows, cols, ty).unwrap()
             })
             .collect();
@@ -2733,13 +2727,7 @@ mod tests {
             (GgmlDType::Q8_0, GgmlType::Q8_0),
         ] {
             for rows in [3, 4, 66, 129, 130, 131, 192] {
-                let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
-                let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
-                let bytes = QTensor::quantize(&wt, dt)
-                    .unwrap()
-                    .data()
-                    .unwrap()
-                    .into_owned();
+                let bytes = quantized(&mut rng, rows, cols, dt);
                 let x: Vec<f32> = (0..cols).map(|_| rng.normal() * 2.0).collect();
                 let act = Activations::quantize(&x, 1, cols);
                 let bias: Vec<f32> = (0..rows).map(|_| rng.normal()).collect();
@@ -2811,6 +2799,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A file's bytes of `rows × cols` normal weights, quantized by candle as `dt`.
+    fn quantized(
+        rng: &mut crate::sampler::Rng,
+        rows: usize,
+        cols: usize,
+        dt: GgmlDType,
+    ) -> Vec<u8> {
+        let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
+        let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        QTensor::quantize(&wt, dt)
+            .unwrap()
+            .data()
+            .unwrap()
+            .into_owned()
     }
 
     /// A matrix of the file's `bytes` loaded as a layer (not a head), the values as int8 or
