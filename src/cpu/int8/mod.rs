@@ -845,10 +845,15 @@ impl QMatrix {
     }
 
     /// Rows `r` of a product with one activation row (and its five-bit corrections `corr`,
-    /// where the values are in that layout), their finished outputs `part`: four
-    /// memory streams per work item ([`for_row_tiles`]), each row's sum the one
-    /// [`QMatrix::rows_into`] makes for it, bit for bit (the LM head's filter recomputes rows
-    /// with that kernel).
+    /// where the values are in that layout), their finished outputs `part`, for a matrix
+    /// whose scales or offsets no kernel reads in place (coded ones, the other f16 ones: an
+    /// LM head's, only where a sampler takes every row, since its decode runs the filter;
+    /// Q5_0's natively, in the tests; the others go through [`QMatrix::matvec_tiles`]):
+    /// spans of at most `SPAN` rows, each span's scales converted into `buf` in one pass,
+    /// then tiles of four rows a quarter of the span apart ([`for_row_tiles`]: four memory
+    /// streams; in Chromium a decode step took 34 ms instead of 25 with tiles of consecutive
+    /// rows on converted scales). Each row's sum is the one [`QMatrix::rows_into`] makes for
+    /// it, bit for bit.
     fn matvec_into(
         &self,
         act: &Activations,
@@ -862,27 +867,14 @@ impl QMatrix {
         let ng = n / group;
         // Rows whose scales or offsets are converted at a time, where they are.
         const SPAN: usize = 4 * ROW_CHUNK;
-        match &self.scales {
-            _ if self.scales_in_place() => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                self.dot_tile(act, corr, j, apart, t, None, acc)
-            }),
-            // Scales (or offsets) no kernel reads in place: coded ones, the other f16 ones (an
-            // LM head's, only where a sampler takes every row: its decode runs the filter;
-            // Q5_0's natively, in the tests): spans of at most `SPAN` rows,
-            // each span's scales converted into `buf` in one pass, then the same tiles four
-            // rows apart (four memory streams: in Chromium a decode step took 34 ms instead of
-            // 25 with tiles of consecutive rows on converted scales).
-            scales => {
-                let mut buf = Vec::new();
-                for (k, p) in part.chunks_mut(SPAN).enumerate() {
-                    let sub = r.start + k * SPAN..r.start + k * SPAN + p.len();
-                    let ws = scales.groups(sub.start * ng..sub.end * ng, &mut buf);
-                    for_row_tiles(sub.clone(), p, |j, apart, t, acc| {
-                        let ws = &ws[(j - sub.start) * ng..];
-                        self.dot_tile(act, corr, j, apart, t, Some(ws), acc)
-                    })
-                }
-            }
+        let mut buf = Vec::new();
+        for (k, p) in part.chunks_mut(SPAN).enumerate() {
+            let sub = r.start + k * SPAN..r.start + k * SPAN + p.len();
+            let ws = self.scales.groups(sub.start * ng..sub.end * ng, &mut buf);
+            for_row_tiles(sub.clone(), p, |j, apart, t, acc| {
+                let ws = &ws[(j - sub.start) * ng..];
+                self.dot_tile(act, corr, j, apart, t, Some(ws), acc)
+            })
         }
         // Offsets, coded ones converted a span of rows at a time.
         let mut buf = Vec::new();
