@@ -76,18 +76,20 @@ pub unsafe fn dot_w4(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    super::portable::check_w4(w, ws, xq, xd, k, ld, t, g16);
+    super::portable::check_w4(w, ws, xq, xd, k, ld, sld, t, g16);
     // SAFETY: the lengths were checked; AVX2 is the caller's promise.
-    unsafe { by_rows!(rows_w4, t, g16, (w, ws, xq, xd, k, ld, out)) }
+    unsafe { by_rows!(rows_w4, t, g16, (w, ws, xq, xd, k, ld, sld, out)) }
 }
 
 /// [`dot_w4`] for `R` rows, the accumulators in registers.
 #[target_feature(enable = "avx2")]
 #[inline]
+#[allow(clippy::too_many_arguments)]
 unsafe fn rows_w4<const R: usize, const G16: bool>(
     w: &[i8],
     ws: &[f32],
@@ -95,10 +97,11 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     out: &mut [f32; 4],
 ) {
     let nb = k / QK;
-    let wld = if G16 { ld / 16 } else { ld / QK };
+    let wld = sld;
     let mut a = [_mm256_setzero_ps(); R];
     let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
     for b in 0..nb {
@@ -308,11 +311,12 @@ pub unsafe fn dot_w4_nib(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    super::portable::check_w4_nib(w, ws, xq, xd, k, ld, t, g16);
+    super::portable::check_w4_nib(w, ws, xq, xd, k, ld, sld, t, g16);
     // SAFETY: the lengths were checked; AVX2 is the caller's promise.
     unsafe {
         if bias == 0 {
@@ -321,7 +325,7 @@ pub unsafe fn dot_w4_nib(
                 t,
                 g16,
                 [false],
-                (w, bias, ws, xq, xd, k, ld, out)
+                (w, bias, ws, xq, xd, k, ld, sld, out)
             )
         } else {
             by_rows!(
@@ -329,7 +333,7 @@ pub unsafe fn dot_w4_nib(
                 t,
                 g16,
                 [true],
-                (w, bias, ws, xq, xd, k, ld, out)
+                (w, bias, ws, xq, xd, k, ld, sld, out)
             )
         }
     }
@@ -348,10 +352,11 @@ unsafe fn rows_w4_nib<const R: usize, const G16: bool, const BIASED: bool>(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     out: &mut [f32; 4],
 ) {
     let nb = k / QK;
-    let wld = if G16 { ld / 16 } else { ld / QK };
+    let wld = sld;
     let (low4, b) = (_mm_set1_epi8(0x0F), _mm_set1_epi8(bias));
     let mut a = [_mm256_setzero_ps(); R];
     let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());

@@ -158,21 +158,29 @@ impl Scales {
     /// the compiler vectorizes; coded ones as their unit times their code, the product the
     /// load checked: [`expand_codes`]).
     fn groups<'a>(&'a self, g: Range<usize>, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        if let Scales::F32(s) = self {
+            return &s[g];
+        }
+        buf.clear();
+        self.extend_groups(g, buf);
+        buf
+    }
+
+    /// Values `g` as f32 ([`Scales::groups`]) after those `out` holds.
+    fn extend_groups(&self, g: Range<usize>, out: &mut Vec<f32>) {
         match self {
-            Scales::F32(s) => &s[g],
+            Scales::F32(s) => out.extend_from_slice(&s[g]),
             Scales::F16 { bits, .. } => {
-                buf.clear();
-                buf.extend(bits[g].iter().map(|&b| b.over_x() * <u16 as BlockScale>::X));
-                buf
+                out.extend(bits[g].iter().map(|&b| b.over_x() * <u16 as BlockScale>::X))
             }
             Scales::Coded { units, codes, per } => {
                 // Whole blocks: every range asked is whole rows (or all groups so far, when
                 // a load falls back to f32), and a row is whole blocks.
                 debug_assert!(g.start.is_multiple_of(*per) && g.len().is_multiple_of(*per));
+                let at = out.len();
                 // Every value is written: what `resize` keeps need not be zeroed.
-                buf.resize(g.len(), 0.0);
-                expand_codes(&units[g.start / per..], &codes[g], *per, buf);
-                buf
+                out.resize(at + g.len(), 0.0);
+                expand_codes(&units[g.start / per..], &codes[g], *per, &mut out[at..]);
             }
         }
     }
@@ -698,7 +706,7 @@ impl QMatrix {
                     (Some(_), 16) => &sums16[..],
                     _ => &sums32[..],
                 };
-                if m == 1 && w.scales_in_place() {
+                if m == 1 && w.tiles_whole() {
                     // Item c: tiles c·TILES_PER_ITEM.. of the whole matrix (the same count of
                     // items as chunks of rows); the last one also takes the rows after them.
                     let tiles = c.start - firsts[p]..c.end - firsts[p];
@@ -737,10 +745,19 @@ impl QMatrix {
         scales && matches!(self.offsets, None | Some(Scales::F32(_)))
     }
 
+    /// Whether a one-row product's items are tiles of the whole matrix
+    /// ([`QMatrix::matvec_tiles`]): where its scales are read in place, and where its kernel
+    /// takes them converted a tile at a time (all but the five-bit one, whose scales lie as
+    /// its rows do: Q5_0's f16 ones natively, in the tests).
+    fn tiles_whole(&self) -> bool {
+        self.scales_in_place() || !matches!(self.values, Values::Packed(Packing::Fives, _))
+    }
+
     /// Rows j, j + apart, … (t of them) of a product with one activation row (its five-bit
     /// corrections `corr` where the values are in that layout) into `acc`; their scales are
-    /// `converted` (each row's ng · apart apart) or, without them, read in place
-    /// ([`QMatrix::scales_in_place`]).
+    /// `converted` (with the distance from one row's to the next's, in groups: ng · apart
+    /// where they lie as the rows do; the five-bit kernel takes only that) or, without them,
+    /// read in place ([`QMatrix::scales_in_place`]).
     #[allow(clippy::too_many_arguments)]
     fn dot_tile(
         &self,
@@ -749,15 +766,15 @@ impl QMatrix {
         j: usize,
         apart: usize,
         t: usize,
-        converted: Option<&[f32]>,
+        converted: Option<(&[f32], usize)>,
         acc: &mut [f32; 4],
     ) {
         let (n, group) = (self.cols, self.group);
         let (ng, g16) = (n / group, group != QK);
         let (xq, xd) = (&act.q, &act.d);
-        let ws = match (converted, &self.scales) {
-            (Some(ws), _) => ws,
-            (None, Scales::F32(s)) => &s[j * ng..],
+        let (ws, sld) = match (converted, &self.scales) {
+            (Some(c), _) => c,
+            (None, Scales::F32(s)) => (&s[j * ng..], apart * ng),
             // Q5_0 in wasm: the five-bit kernel reads the file's f16 scales as they are.
             #[cfg(target_arch = "wasm32")]
             (None, Scales::F16 { bits, .. }) => {
@@ -776,29 +793,34 @@ impl QMatrix {
             }
         };
         match &self.values {
-            Values::Int8(qs) => dot_w4(&qs[j * n..], ws, xq, xd, n, apart * n, t, acc, g16),
-            Values::Packed(Packing::Fives, bytes) => {
+            Values::Int8(qs) => dot_w4(&qs[j * n..], ws, xq, xd, n, apart * n, sld, t, acc, g16),
+            Values::Packed(Packing::Fives, bytes) if sld == apart * ng => {
                 let w = &bytes[j * Packing::Fives.row_bytes(n)..];
                 dot_w5(w, ws, xq, xd, corr, n, apart, t, acc)
             }
+            // Not reached: the five-bit kernel's scales lie as its rows do
+            // ([`QMatrix::tiles_whole`]).
+            Values::Packed(Packing::Fives, _) => *acc = [f32::NAN; 4],
             Values::Packed(Packing::Nibbles { bias }, bytes) => {
                 let w = &bytes[j * n / 2..];
-                dot_w4_nib(w, *bias, ws, xq, xd, n, apart * n, t, acc, g16)
+                dot_w4_nib(w, *bias, ws, xq, xd, n, apart * n, sld, t, acc, g16)
             }
         }
     }
 
-    /// Tiles `tiles` of a product with one activation row over all of this matrix's rows
-    /// (scales read in place: [`QMatrix::scales_in_place`]), finished by `out` and stored
-    /// into `y`, the whole output: tile i is rows i, i + q, i + 2q, i + 3q for q = rows / 4,
-    /// as [`for_row_tiles`] lays out a range; the range that contains index q (past the
-    /// quarters' tiles) takes the rows after 4q: when there are such rows, rows is not a
-    /// multiple of [`ROW_CHUNK`], so a part's items hold more than q tiles. Each row's sum
-    /// is [`QMatrix::matvec_into`]'s, bit for bit: a row's sum does not depend on the rows
-    /// beside it in a tile. The pool's items are tiles rather than rows because four streams
-    /// a quarter of a small range apart read slower than a quarter of the matrix apart
-    /// (Chromium, Gemma 3's gate and up split as the pool splits them, run on one thread:
-    /// 1.3-1.5× the time with ranges of 256 rows).
+    /// Tiles `tiles` of a product with one activation row over all of this matrix's rows,
+    /// finished by `out` and stored into `y`, the whole output: tile i is rows i, i + q,
+    /// i + 2q, i + 3q for q = rows / 4, as [`for_row_tiles`] lays out a range; the range that
+    /// contains index q (past the quarters' tiles) takes the rows after 4q: when there are
+    /// such rows, rows is not a multiple of [`ROW_CHUNK`], so a part's items hold more than q
+    /// tiles. Scales and offsets are read in place ([`QMatrix::scales_in_place`]) or those of
+    /// these tiles' rows converted first (each quarter's run of rows after the one before;
+    /// not the five-bit kernel's: [`QMatrix::tiles_whole`]). Each row's sum is
+    /// [`QMatrix::matvec_into`]'s, bit for bit: a row's sum does not depend on the rows beside
+    /// it in a tile, nor on where its scales lie. The pool's items are tiles rather than rows
+    /// because four streams a quarter of a small range apart read slower than a quarter of
+    /// the matrix apart (Chromium, Gemma 3's gate and up split as the pool splits them, run on
+    /// one thread: 1.3-1.5× the time with ranges of 256 rows).
     ///
     /// # Safety
     /// `y` is this product's output (rows values), outlives the call, and no other thread
@@ -812,44 +834,80 @@ impl QMatrix {
         y: &SharedOut,
         out: &Out,
     ) {
-        debug_assert!(self.scales_in_place());
+        debug_assert!(self.tiles_whole());
         let ng = self.cols / self.group;
         let q = self.rows / 4;
-        let finish = |j: usize, v: f32| {
-            let v = match &self.offsets {
-                // w = s·q − o: subtract o · Σx over each group, as `rows_into` does.
-                Some(Scales::F32(off)) => {
-                    v - super::ops::dot(&off[j * ng..(j + 1) * ng], &sums[..ng])
-                }
-                _ => v,
+        let in_place = self.scales_in_place();
+        // Row j's finished output, its offsets `off` (w = s·q − o: subtract o · Σx over each
+        // group, as `rows_into` does).
+        let finish = |j: usize, v: f32, off: Option<&[f32]>| {
+            let v = match off {
+                Some(off) => v - super::ops::dot(&off[..ng], &sums[..ng]),
+                None => v,
             };
             // SAFETY: j < rows, this tile's alone (the caller's promise).
             unsafe { y.set(j, out.finish(v, 0, j, self.rows)) };
         };
-        let mut acc = [0f32; 4];
-        for i in tiles.start.min(q)..tiles.end.min(q) {
-            self.dot_tile(act, corr, i, q, 4, None, &mut acc);
-            for (k, &v) in acc.iter().enumerate() {
-                finish(k * q + i, v);
+        // The groups of the rows `first + k · q + ..n` for k < runs, one run after
+        // another, converted into `buf`.
+        let convert = |scales: &Scales, first: usize, n: usize, runs: usize, buf: &mut Vec<f32>| {
+            buf.clear();
+            for k in 0..runs {
+                let r = first + k * q;
+                scales.extend_groups(r * ng..(r + n) * ng, buf);
             }
-        }
-        if tiles.contains(&q) {
-            let t = self.rows - 4 * q;
-            if t > 0 {
-                self.dot_tile(act, corr, 4 * q, 1, t, None, &mut acc);
-                for (k, &v) in acc[..t].iter().enumerate() {
-                    finish(4 * q + k, v);
+        };
+        // Buffers of this thread's: an item per 64 rows would allocate, and the threads
+        // build's allocator is shared.
+        TILE_SCALES.with_borrow_mut(|(ws, offs)| {
+            let mut acc = [0f32; 4];
+            let run = tiles.start.min(q)..tiles.end.min(q);
+            if !run.is_empty() {
+                let n = run.len();
+                if !in_place {
+                    convert(&self.scales, run.start, n, 4, ws);
+                    if let Some(o) = &self.offsets {
+                        convert(o, run.start, n, 4, offs);
+                    }
+                }
+                for i in run.clone() {
+                    let c = i - run.start;
+                    let converted = (!in_place).then(|| (&ws[c * ng..], n * ng));
+                    self.dot_tile(act, corr, i, q, 4, converted, &mut acc);
+                    for (k, &v) in acc.iter().enumerate() {
+                        let j = k * q + i;
+                        let off = match &self.offsets {
+                            None => None,
+                            Some(Scales::F32(o)) if in_place => Some(&o[j * ng..]),
+                            Some(_) => Some(&offs[(k * n + c) * ng..]),
+                        };
+                        finish(j, v, off);
+                    }
                 }
             }
-        }
+            if tiles.contains(&q) {
+                let t = self.rows - 4 * q;
+                if t > 0 {
+                    convert(&self.scales, 4 * q, t, 1, ws);
+                    if let Some(o) = &self.offsets {
+                        convert(o, 4 * q, t, 1, offs);
+                    }
+                    self.dot_tile(act, corr, 4 * q, 1, t, Some((ws, ng)), &mut acc);
+                    for (k, &v) in acc[..t].iter().enumerate() {
+                        let off = self.offsets.as_ref().map(|_| &offs[k * ng..]);
+                        finish(4 * q + k, v, off);
+                    }
+                }
+            }
+        });
     }
 
     /// Rows `r` of a product with one activation row (and its five-bit corrections `corr`,
-    /// where the values are in that layout), their finished outputs `part`, for a matrix
-    /// whose scales or offsets no kernel reads in place (coded ones, the other f16 ones: an
-    /// LM head's, only where a sampler takes every row, since its decode runs the filter;
-    /// Q5_0's natively, in the tests; the others go through [`QMatrix::matvec_tiles`]):
-    /// spans of at most `SPAN` rows, each span's scales converted into `buf` in one pass,
+    /// where the values are in that layout), their finished outputs `part`, for a five-bit
+    /// matrix whose scales its kernel does not read in place (Q5_0's f16 ones natively, in
+    /// the tests: [`QMatrix::tiles_whole`]; every other one-row product goes through
+    /// [`QMatrix::matvec_tiles`], which the tests hold to this layout): spans of at most
+    /// `SPAN` rows, each span's scales converted into `buf` in one pass,
     /// then tiles of four rows a quarter of the span apart ([`for_row_tiles`]: four memory
     /// streams; in Chromium a decode step took 34 ms instead of 25 with tiles of consecutive
     /// rows on converted scales). Each row's sum is the one [`QMatrix::rows_into`] makes for
@@ -873,7 +931,7 @@ impl QMatrix {
             let ws = self.scales.groups(sub.start * ng..sub.end * ng, &mut buf);
             for_row_tiles(sub.clone(), p, |j, apart, t, acc| {
                 let ws = &ws[(j - sub.start) * ng..];
-                self.dot_tile(act, corr, j, apart, t, Some(ws), acc)
+                self.dot_tile(act, corr, j, apart, t, Some((ws, apart * ng)), acc)
             })
         }
         // Offsets, coded ones converted a span of rows at a time.
@@ -1197,6 +1255,12 @@ const ROW_CHUNK: usize = 64;
 /// ([`QMatrix::matvec_tiles`]): the rows of a [`ROW_CHUNK`].
 const TILES_PER_ITEM: usize = ROW_CHUNK / 4;
 
+thread_local! {
+    /// [`QMatrix::matvec_tiles`]'s converted scales and offsets.
+    static TILE_SCALES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
 /// (whole file blocks, their values, their scales, their offsets: empty when the type has
 /// none).
 type UnpackFn = fn(&[u8], &mut [i8], &mut [f32], &mut [f32]);
@@ -1286,7 +1350,7 @@ fn keeps_int8(u: &Unpacker, head: bool, filter: bool) -> bool {
 /// reads them as they are), any other head f32. In wasm, whose memory is the tab's, Q5_0 in
 /// the five-bit layout keeps the file's f16 scales, signed, which its kernel reads as they
 /// are ([`BlockScale`]); the K-quants their units and codes, scales and offsets, converted
-/// a span of 256 rows at a time before a product (Gemma 3 270M: 5.4 MiB less; 2.2 million
+/// for a work item's rows before a product ([`QMatrix::matvec_tiles`]) (Gemma 3 270M: 5.4 MiB less; 2.2 million
 /// values a decode step, 1.2 SIMD instructions each where the compiler's scalar loop took
 /// 4 and cost ~4% of the step; the f32 read from memory are 6.6 MB fewer); every other
 /// matrix f32, which the other kernels read. Natively f32 throughout (the tests hold the
@@ -1845,7 +1909,7 @@ fn dot_w5(
         portable::check_w5(w, ws, xq, xd, corr, k, apart, t);
         let unpack = |b: &[u8], q: &mut [i8]| unpack(b, q, Packing::Fives);
         portable::dot_w5_unpacked(w, ws, k, apart, t, out, unpack, |q, ws, acc| {
-            dot_w4(q, ws, xq, xd, k, k, 1, acc, false)
+            dot_w4(q, ws, xq, xd, k, k, k / QK, 1, acc, false)
         })
     }
 }
@@ -1861,20 +1925,21 @@ fn dot_w4_nib(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
     #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w4_nib(w, bias, ws, xq, xd, k, ld, t, out, g16);
+    return wasm::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_w4_nib(w, bias, ws, xq, xd, k, ld, t, out, g16) };
+        unsafe { avx2::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16) };
         return;
     }
     #[allow(unreachable_code)]
-    portable::dot_w4_nib(w, bias, ws, xq, xd, k, ld, t, out, g16)
+    portable::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16)
 }
 
 /// [`portable::dot`] on this build's kernel: simd128 in wasm, AVX2 where the CPU has it.
@@ -1914,20 +1979,21 @@ fn dot_w4(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
     #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w4(w, ws, xq, xd, k, ld, t, out, g16);
+    return wasm::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_w4(w, ws, xq, xd, k, ld, t, out, g16) };
+        unsafe { avx2::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16) };
         return;
     }
     #[allow(unreachable_code)]
-    portable::dot_w4(w, ws, xq, xd, k, ld, t, out, g16)
+    portable::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16)
 }
 
 /// Rows `r` of a product with one activation row, their outputs `part`, in tiles of up to 4
@@ -2156,10 +2222,32 @@ pub fn check_kernels() -> Result<usize, String> {
                 let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
                 for simd in [true, false] {
                     if simd {
-                        dot_w4(&q, &ws, &x16, &xd, k, apart * k, t, &mut a, false);
+                        dot_w4(
+                            &q,
+                            &ws,
+                            &x16,
+                            &xd,
+                            k,
+                            apart * k,
+                            apart * k / QK,
+                            t,
+                            &mut a,
+                            false,
+                        );
                         dot_w5(&pa, &ws, &x16, &xd, &corr, k, apart, t, &mut b);
                     } else {
-                        portable::dot_w4(&q, &ws, &x16, &xd, k, apart * k, t, &mut a, false);
+                        portable::dot_w4(
+                            &q,
+                            &ws,
+                            &x16,
+                            &xd,
+                            k,
+                            apart * k,
+                            apart * k / QK,
+                            t,
+                            &mut a,
+                            false,
+                        );
                         portable::dot_w5(&pa, &ws, &x16, &xd, &corr, k, apart, t, &mut b);
                     }
                     for r in 0..t {
@@ -2265,54 +2353,52 @@ pub fn check_kernels() -> Result<usize, String> {
                     if t > 1 && (t - 1) * ld + k > w.len() {
                         continue;
                     }
-                    // Rows far apart on one activation row: each row's sum bit for bit.
-                    dot_w4(&w, &ws, &x16, &xd, k, ld, t, &mut a, g16);
-                    for r in 0..t {
-                        let mut one = [0f32; 4];
-                        dot(
-                            &w[r * ld..],
-                            &ws[r * ld / group..],
-                            &x16,
-                            &xd,
-                            k,
-                            1,
-                            &mut one,
-                            g16,
-                        );
-                        if a[r].to_bits() != one[0].to_bits() {
-                            return Err(format!(
-                                "int8 rows apart, {t} rows × {k} at {ld}, g16 {g16}: {} vs {}",
+                    // Scales as the rows lie, and closer (a tile's converted alone).
+                    for sld in [ld / group, k / group + 1] {
+                        // Rows far apart on one activation row: each row's sum bit for bit.
+                        dot_w4(&w, &ws, &x16, &xd, k, ld, sld, t, &mut a, g16);
+                        for r in 0..t {
+                            let mut one = [0f32; 4];
+                            dot(&w[r * ld..], &ws[r * sld..], &x16, &xd, k, 1, &mut one, g16);
+                            if a[r].to_bits() != one[0].to_bits() {
+                                return Err(format!(
+                                "int8 rows apart, {t} rows × {k} at {ld}, scales {sld}, g16 {g16}: {} vs {}",
                                 a[r], one[0]
                             ));
+                            }
                         }
-                    }
-                    // The same on packed codes: the rows' unpacked sums, bit for bit.
-                    for bias in [0, 8] {
-                        let wn: Vec<u8> = w.iter().step_by(2).map(|&v| v as u8).collect();
-                        let mut wi = vec![0i8; wn.len() * 2];
-                        portable::unpack(&wn, &mut wi, bias);
-                        // This build's kernel, then the portable one (each against its own
-                        // int8 kernel).
-                        for simd in [true, false] {
-                            if simd {
-                                dot_w4(&wi, &ws, &x16, &xd, k, ld, t, &mut a, g16);
-                                dot_w4_nib(&wn, bias, &ws, &x16, &xd, k, ld, t, &mut b, g16);
-                            } else {
-                                portable::dot_w4(&wi, &ws, &x16, &xd, k, ld, t, &mut a, g16);
-                                portable::dot_w4_nib(
-                                    &wn, bias, &ws, &x16, &xd, k, ld, t, &mut b, g16,
-                                );
-                            }
-                            for r in 0..t {
-                                if a[r].to_bits() != b[r].to_bits() {
-                                    return Err(format!(
-                                        "int8 packed rows, simd {simd}, {t} rows × {k} at \
-                                         {ld}, g16 {g16}, bias {bias}: {} vs {}",
-                                        b[r], a[r]
-                                    ));
+                        // The same on packed codes: the rows' unpacked sums, bit for bit.
+                        for bias in [0, 8] {
+                            let wn: Vec<u8> = w.iter().step_by(2).map(|&v| v as u8).collect();
+                            let mut wi = vec![0i8; wn.len() * 2];
+                            portable::unpack(&wn, &mut wi, bias);
+                            // This build's kernel, then the portable one (each against its own
+                            // int8 kernel).
+                            for simd in [true, false] {
+                                if simd {
+                                    dot_w4(&wi, &ws, &x16, &xd, k, ld, sld, t, &mut a, g16);
+                                    dot_w4_nib(
+                                        &wn, bias, &ws, &x16, &xd, k, ld, sld, t, &mut b, g16,
+                                    );
+                                } else {
+                                    portable::dot_w4(
+                                        &wi, &ws, &x16, &xd, k, ld, sld, t, &mut a, g16,
+                                    );
+                                    portable::dot_w4_nib(
+                                        &wn, bias, &ws, &x16, &xd, k, ld, sld, t, &mut b, g16,
+                                    );
                                 }
+                                for r in 0..t {
+                                    if a[r].to_bits() != b[r].to_bits() {
+                                        return Err(format!(
+                                            "int8 packed rows, simd {simd}, {t} rows × {k} at \
+                                         {ld}, scales {sld}, g16 {g16}, bias {bias}: {} vs {}",
+                                            b[r], a[r]
+                                        ));
+                                    }
+                                }
+                                compared += t;
                             }
-                            compared += t;
                         }
                     }
                     dot_u7(&w, &ws, &x7, k, ld, t, &mut a, g16);
@@ -2715,6 +2801,7 @@ mod tests {
         for (dt, ty) in [
             (GgmlDType::Q4_1, GgmlType::Q4_1),
             (GgmlDType::Q4K, GgmlType::Q4_K),
+            (GgmlDType::Q6K, GgmlType::Q6_K),
             (GgmlDType::Q5_0, GgmlType::Q5_0),
             (GgmlDType::Q8_0, GgmlType::Q8_0),
         ] {
@@ -2725,12 +2812,26 @@ mod tests {
                 let bias: Vec<f32> = (0..rows).map(|_| rng.normal()).collect();
                 let res: Vec<f32> = (0..rows).map(|_| rng.normal()).collect();
                 let u = unpacker(ty).unwrap();
-                for int8 in [true, false] {
+                // Scales read in place, and converted a tile at a time (the wasm build's
+                // K-quants; a layout a type has not falls back to f32).
+                let layouts = [
+                    ScaleLayout::F32,
+                    ScaleLayout::Coded,
+                    ScaleLayout::F16 { signed: true },
+                ];
+                for (int8, layout) in [true, false]
+                    .into_iter()
+                    .flat_map(|i| layouts.map(|l| (i, l)))
+                {
                     if !int8 && u.pack.is_none() {
                         continue;
                     }
-                    let m = load_layer(&bytes, rows, cols, ty, int8, ScaleLayout::F32);
-                    assert!(m.scales_in_place(), "{ty}");
+                    let m = load_layer(&bytes, rows, cols, ty, int8, layout);
+                    if !m.tiles_whole() {
+                        // Q5_0's f16 scales natively: the five-bit kernel reads them as its
+                        // rows lie, in `matvec_into`.
+                        continue;
+                    }
                     let sums = act.group_sums(m.group);
                     let corr = if matches!(m.values, Values::Packed(Packing::Fives, _)) {
                         portable::fives_corrections(&act.q, cols)
@@ -2776,7 +2877,7 @@ mod tests {
                                     if !v.is_nan() {
                                         assert!(
                                             g.is_nan(),
-                                            "{ty}, {rows} rows: a row written twice"
+                                            "{ty} {layout:?}, {rows} rows: a row written twice"
                                         );
                                         *g = v;
                                     }

@@ -63,9 +63,9 @@ pub fn round_to_i16(v: f32) -> i16 {
     r.clamp(i16::MIN.into(), i16::MAX.into()) as i16
 }
 
-/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group`
-/// apart), against one activation row on 16-bit values: each row's sum exactly as [`dot`]
-/// makes it. A decode step's products (one activation row) take rows from four distant
+/// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `sld` apart: `ld /
+/// group` where they lie as the rows do, less where a caller converted only the tile's),
+/// against one activation row on 16-bit values: each row's sum exactly as [`dot`] makes it. A decode step's products (one activation row) take rows from four distant
 /// places at once: four memory streams, which one core reads nearly twice as fast as one.
 #[allow(clippy::too_many_arguments, dead_code)]
 pub fn dot_w4(
@@ -75,15 +75,15 @@ pub fn dot_w4(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    check_w4(w, ws, xq, xd, k, ld, t, g16);
-    let wld = if g16 { ld / 16 } else { ld / QK };
+    check_w4(w, ws, xq, xd, k, ld, sld, t, g16);
     for r in 0..t {
         let mut acc = [0f32; 4];
-        dot(&w[r * ld..], &ws[r * wld..], xq, xd, k, 1, &mut acc, g16);
+        dot(&w[r * ld..], &ws[r * sld..], xq, xd, k, 1, &mut acc, g16);
         out[r] = acc[0];
     }
 }
@@ -109,10 +109,11 @@ pub fn check_w4(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     g16: bool,
 ) {
-    check_w4_values(w.len(), ws, xq, xd, k, ld, t, g16)
+    check_w4_values(w.len(), ws, xq, xd, k, ld, sld, t, g16)
 }
 
 /// [`check_w4`] of packed rows ([`dot_w4_nib`]): two values a byte.
@@ -124,10 +125,11 @@ pub fn check_w4_nib(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     g16: bool,
 ) {
-    check_w4_values(w.len().saturating_mul(2), ws, xq, xd, k, ld, t, g16)
+    check_w4_values(w.len().saturating_mul(2), ws, xq, xd, k, ld, sld, t, g16)
 }
 
 /// [`check_w4`] with `values` weights.
@@ -139,6 +141,7 @@ fn check_w4_values(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     g16: bool,
 ) {
@@ -149,7 +152,7 @@ fn check_w4_values(
             && ld.is_multiple_of(QK)
             && (t == 1 || ld >= k)
             && values >= (t - 1) * ld + k
-            && ws.len() >= ((t - 1) * ld + k) / group
+            && ws.len() >= (t - 1).saturating_mul(sld).saturating_add(k / group)
             && xq.len() >= k
             && xd.len() >= k / QK
     );
@@ -296,13 +299,13 @@ pub fn dot_w4_nib(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    check_w4_nib(w, ws, xq, xd, k, ld, t, g16);
+    check_w4_nib(w, ws, xq, xd, k, ld, sld, t, g16);
     let group = if g16 { 16 } else { QK };
-    let wld = ld / group;
     for (r, o) in out.iter_mut().enumerate().take(t) {
         let row = &w[r * ld / 2..(r * ld + k) / 2];
         let mut s = 0f32;
@@ -318,7 +321,7 @@ pub fn dot_w4_nib(
                     i32::from(code as i8 - bias) * i32::from(xq[i])
                 })
                 .sum();
-            s += dot as f32 * (ws[r * wld + g] * xd[g * group / QK]);
+            s += dot as f32 * (ws[r * sld + g] * xd[g * group / QK]);
         }
         *o = s;
     }
@@ -405,7 +408,7 @@ pub fn dot_w5(
 ) {
     check_w5(w, ws, xq, xd, corr, k, apart, t);
     dot_w5_unpacked(w, ws, k, apart, t, out, unpack_fives, |q, ws, acc| {
-        dot_w4(q, ws, xq, xd, k, k, 1, acc, false)
+        dot_w4(q, ws, xq, xd, k, k, k / QK, 1, acc, false)
     })
 }
 

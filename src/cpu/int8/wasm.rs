@@ -110,17 +110,19 @@ pub fn dot_w4(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    super::portable::check_w4(w, ws, xq, xd, k, ld, t, g16);
+    super::portable::check_w4(w, ws, xq, xd, k, ld, sld, t, g16);
     // SAFETY: the lengths were checked.
-    unsafe { by_rows!(rows_w4, t, g16, (w, ws, xq, xd, k, ld, out)) }
+    unsafe { by_rows!(rows_w4, t, g16, (w, ws, xq, xd, k, ld, sld, out)) }
 }
 
 /// [`dot_w4`] for `R` rows, the accumulators in registers.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn rows_w4<const R: usize, const G16: bool>(
     w: &[i8],
     ws: &[f32],
@@ -128,10 +130,11 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     out: &mut [f32; 4],
 ) {
     let nb = k / QK;
-    let wld = if G16 { ld / 16 } else { ld / QK };
+    let wld = sld;
     let mut a = [f32x4_splat(0.0); R];
     let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
     for b in 0..nb {
@@ -374,11 +377,12 @@ pub fn dot_w4_nib(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     t: usize,
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    super::portable::check_w4_nib(w, ws, xq, xd, k, ld, t, g16);
+    super::portable::check_w4_nib(w, ws, xq, xd, k, ld, sld, t, g16);
     // SAFETY: the lengths were checked.
     unsafe {
         if bias == 0 {
@@ -387,7 +391,7 @@ pub fn dot_w4_nib(
                 t,
                 g16,
                 [false],
-                (w, bias, ws, xq, xd, k, ld, out)
+                (w, bias, ws, xq, xd, k, ld, sld, out)
             )
         } else {
             by_rows!(
@@ -395,7 +399,7 @@ pub fn dot_w4_nib(
                 t,
                 g16,
                 [true],
-                (w, bias, ws, xq, xd, k, ld, out)
+                (w, bias, ws, xq, xd, k, ld, sld, out)
             )
         }
     }
@@ -413,10 +417,11 @@ unsafe fn rows_w4_nib<const R: usize, const G16: bool, const BIASED: bool>(
     xd: &[f32],
     k: usize,
     ld: usize,
+    sld: usize,
     out: &mut [f32; 4],
 ) {
     let nb = k / QK;
-    let wld = if G16 { ld / 16 } else { ld / QK };
+    let wld = sld;
     let (low4, b) = (i16x8_splat(0x0F), i16x8_splat(bias.into()));
     let mut a = [f32x4_splat(0.0); R];
     let (wp, wsp, xp) = (w.as_ptr(), ws.as_ptr(), xq.as_ptr());
