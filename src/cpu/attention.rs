@@ -1,6 +1,8 @@
 //! Attention with a KV cache on the CPU. A sliding-window layer keeps a ring of `window`
 //! slots; a global layer keeps one slot per context position. Each slot remembers its
-//! absolute position, so visibility is decided by positions, never by slot order.
+//! absolute position, so visibility is decided by positions, never by slot order, and so is
+//! the order of every sum: a row's scores, weights and weighted values go by its keys'
+//! positions, a chunk of [`KEY_CHUNK`] positions at a time ([`ChunkSums`], [`fold`]).
 //!
 //! Keys and values are held as f16, as llama.cpp holds them: half the memory (Gemma 3 270M:
 //! 18 KiB a position instead of 36 over its 18 layers; 19.5 MiB less at 4096 positions, where
@@ -10,6 +12,7 @@
 //! any chunks, restored from a saved prefix or not. Against the float64 reference this
 //! moves Gemma 3's logits by ~0.001 (the gate is 0.01 mean, 0.05 max).
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::dense::DenseMatrix;
@@ -132,26 +135,29 @@ impl KvCache {
     }
 }
 
-/// How a call's work items divide the attention of each (row, KV head).
+/// How a call's work items divide the attention of each (row, KV head). Either way every
+/// (row, head) sums its keys a chunk of [`KEY_CHUNK`] at a time and folds the chunks in key
+/// order ([`fold`]), so every split gives the same values, bit for bit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Split {
-    /// One item per (block of `rows` consecutive rows of a branch, KV head, part of its
-    /// heads): the group's heads in `parts`, each item converting every key and value its
-    /// rows read, once for all of them.
-    Heads { parts: usize, rows: usize },
-    /// Three passes ([`attend_by_keys`]): the keys in ranges, each head's softmax, the
-    /// values by dimensions; each key and value converted once.
-    Keys,
+    /// One item per (block of `rows` consecutive rows of a branch, KV head): all of their
+    /// keys, each key and value converted once for the block's rows and the group's heads.
+    Rows { rows: usize },
+    /// One item per (row, KV head, chunk of keys), whose sums are kept and folded after the
+    /// pass: a decode step on several threads, whose rows and KV heads are fewer than the
+    /// threads. Each key and value is still converted once for the group's heads (Gemma 3
+    /// 270M's one KV head serves four: split by heads, every item converted all of them, and
+    /// a second thread took little off attention).
+    Chunks,
 }
 
-/// Keys (the cached ones plus a call's row) from which a decode step on several threads
-/// takes [`Split::Keys`]. Split by heads, every item converts all of its KV head's keys and
-/// values (Gemma 3 270M's one KV head serves four heads), so a second thread took little off
-/// attention and more threads than a group has heads none. Natively, one row over one KV
-/// head of 256 and four heads, two threads: 1 600 keys in 595 µs in one item, 484-602 split
-/// by heads, 372-378 by keys; 512 keys in 194, 184 and 129 µs. The split by keys starts the
-/// pool three times, so short contexts keep the one pass.
-const KEY_SPLIT_MIN_KEYS: usize = 256;
+/// Positions of keys summed before they are folded into a row's running sums ([`fold`]).
+/// Natively, one row over one KV head of 256 and four heads (Gemma 3 270M's layout), two
+/// threads by chunks of 64: 160 keys in 22 µs, 512 in 63, 1 600 in 184 (split by heads or in
+/// three passes by keys before: 28, 84, 228); one thread 1-4% slower than one pass over the
+/// keys, a prompt's 256 rows over 1 600 keys 17% (54 ms, 46 before). Chunks of 32 took as
+/// long on one thread and longer on two.
+const KEY_CHUNK: usize = 64;
 
 /// Values [`Weighing`] converts and then sums into the outputs at once ([`axpys`]): 16 of
 /// a head of 256 dimensions are 16 KiB as f32, in the first-level cache beside a decode
@@ -159,28 +165,22 @@ const KEY_SPLIT_MIN_KEYS: usize = 256;
 /// `axpys` takes four at a time).
 const VALUES_AT_ONCE: usize = 16;
 
-/// Rows of a branch per work item of a prompt's attention ([`Split::Heads`]): each key and
+/// Rows of a branch per work item of a prompt's attention ([`Split::Rows`]): each key and
 /// value converted once for all of them, not once a row. Natively on one thread, a prompt of
 /// 1 600 rows over one KV head of 256 and four heads: 412 ms a global layer with one row an
 /// item, 360 with 8 (4: 362, 16: 368); 128 rows 2.70 → 2.24 ms.
 const ROW_BLOCK: usize = 8;
 
-/// The split for `n_tok` rows over `n_keys` keys at most: one item per (block of rows, KV
-/// head), unless the rows and KV heads are fewer than the threads (a decode step): then
-/// over many keys the keys and then the heads, over few the group's heads in parts.
-fn split(n_tok: usize, n_keys: usize, p: AttnParams) -> Split {
+/// The split for `n_tok` rows: one item per (block of rows, KV head), unless the rows and KV
+/// heads are fewer than the threads (a decode step): then by chunks of keys.
+fn split(n_tok: usize, p: AttnParams) -> Split {
     let threads = pool::threads();
     if n_tok * p.n_head_kv >= threads {
         // Blocks of rows, at least four items a thread where the rows are there for them.
         let rows = (n_tok * p.n_head_kv / (4 * threads)).clamp(1, ROW_BLOCK);
-        Split::Heads { parts: 1, rows }
-    } else if n_keys >= KEY_SPLIT_MIN_KEYS {
-        Split::Keys
+        Split::Rows { rows }
     } else {
-        Split::Heads {
-            parts: (p.n_head / p.n_head_kv).min(threads),
-            rows: 1,
-        }
+        Split::Chunks
     }
 }
 
@@ -283,6 +283,8 @@ fn check_shapes(
 /// call's own (`k`, `v` as f16), row `t` those of its branch up to itself.
 struct Keys<'a> {
     kv: &'a KvCache,
+    /// The cached keys before `first` as (slot, position), in position order (a ring that
+    /// has wrapped holds them in another).
     cached: Vec<(usize, usize)>,
     k: &'a [u16],
     v: &'a [u16],
@@ -303,10 +305,11 @@ impl<'a> Keys<'a> {
         starts: &'a [usize],
         window: usize,
     ) -> Self {
-        // Cached keys visible to at least one query of this call, in slot order.
-        let cached = (kv.pos.iter().enumerate())
+        let mut cached: Vec<(usize, usize)> = (kv.pos.iter().enumerate())
             .filter_map(|(s, pk)| pk.filter(|&pk| pk < first).map(|pk| (s, pk)))
             .collect();
+        // At most two runs in order (a ring's two halves): the sort merges them.
+        cached.sort_by_key(|&(_, pk)| pk);
         Self {
             kv,
             cached,
@@ -317,6 +320,30 @@ impl<'a> Keys<'a> {
             kv_w: kv.width,
             window,
         }
+    }
+
+    /// The keys of row `t`'s list (its [`Keys::count`]: the cached ones, then its branch's
+    /// rows up to its own, positions ascending) whose positions lie in `positions`.
+    fn in_positions(&self, t: usize, positions: Range<usize>) -> Range<usize> {
+        let n = self.cached.len();
+        let below = |p: usize| self.cached.partition_point(|&(_, pk)| pk < p);
+        let (lo, hi) = (below(positions.start), below(positions.end));
+        // The branch's rows: list index n + i holds position first + i.
+        let own = self.count(t) - n;
+        let at = |p: usize| p.saturating_sub(self.first).min(own);
+        let (a, b) = (at(positions.start), at(positions.end));
+        // A range of the call's rows lies above every cached position, so with some of them
+        // the cached part (if any) runs to the end of the cached keys.
+        let start = if lo < hi { lo } else { n + a };
+        let end = if a < b { n + b } else { hi.max(start) };
+        start..end
+    }
+
+    /// The chunks ([`KEY_CHUNK`] positions each) that rows `rows` of one branch have keys in.
+    fn chunks(&self, rows: Range<usize>) -> Range<usize> {
+        let lowest = self.cached.first().map_or(self.first, |&(_, pk)| pk);
+        let highest = rows.map(|t| self.query_pos(t)).max().unwrap_or(lowest);
+        lowest / KEY_CHUNK..highest / KEY_CHUNK + 1
     }
 
     /// Whether row `t` sees a key at position `pk` (causal, windowed).
@@ -374,26 +401,28 @@ struct Weighing {
 }
 
 impl Weighing {
-    fn new() -> Self {
+    const fn new() -> Self {
         Self {
             values: Vec::new(),
             weights: Vec::new(),
         }
     }
 
-    /// `value` with one weight for each of `outs`; every [`VALUES_AT_ONCE`] values, summed
-    /// into them.
-    fn add(&mut self, outs: &mut [&mut [f32]], value: &[u16], weights: impl Iterator<Item = f32>) {
+    /// `value` with one weight for each of `outs` (rows as long as it, one after another);
+    /// every [`VALUES_AT_ONCE`] values, summed into them.
+    fn add(&mut self, outs: &mut [f32], value: &[u16], weights: impl Iterator<Item = f32>) {
         self.values.extend(value.iter().map(|&h| f16_to_f32(h)));
         self.weights.extend(weights);
         if self.values.len() >= VALUES_AT_ONCE * value.len() {
-            self.finish(outs);
+            self.finish(outs, value.len());
         }
     }
 
-    /// The values taken so far, summed into `outs`.
-    fn finish(&mut self, outs: &mut [&mut [f32]]) {
-        axpys(outs, &self.weights, &self.values);
+    /// The values taken so far (each `width` long), summed into `outs`.
+    fn finish(&mut self, outs: &mut [f32], width: usize) {
+        if let Some(m) = outs.len().checked_div(width) {
+            axpys(outs, m, &self.weights, &self.values);
+        }
         self.values.clear();
         self.weights.clear();
     }
@@ -425,11 +454,12 @@ fn scores_of(
     }
 }
 
-/// A head's scores into its weights, in place: minus their maximum, exponentiated
-/// ([`exp_approx`], a key it does not see exactly 0), over their [`sum`] (in eight lanes).
-/// Every exponential at once, then the sum, so that the exponentials vectorise (libm's is a
-/// call per value: in Chromium a 1 600-token prompt took 3% longer).
-fn softmax(head: &mut [f32]) {
+/// A head's scores (of a chunk of keys) into their exponentials less their maximum, in place
+/// ([`exp_approx`], a key it does not see exactly 0): that maximum (−∞ where it sees none)
+/// and their [`sum`] (in eight lanes). Every exponential at once, then the sum, so that the
+/// exponentials vectorise (libm's is a call per value: in Chromium a 1 600-token prompt took
+/// 3% longer).
+fn exps(head: &mut [f32]) -> (f32, f32) {
     // The maximum in eight lanes (`f32::max`'s NaN rule kept it one value at a time): the
     // same in any order, a NaN passed over as `f32::max` does.
     let mut top = [f32::NEG_INFINITY; 8];
@@ -446,9 +476,147 @@ fn softmax(head: &mut [f32]) {
             exp_approx(*s - max)
         };
     }
-    let inv = 1.0 / sum(head);
-    for s in head.iter_mut() {
-        *s *= inv;
+    (max, sum(head))
+}
+
+/// A work item's sums over one chunk of keys ([`ChunkSums::sum_chunk`]) and its scratch.
+struct ChunkSums {
+    /// The chunk's scores, then their exponentials: (row, head) x's for the key at position
+    /// `first + i` at `x · KEY_CHUNK + i`.
+    scores: Vec<f32>,
+    /// A key as f32.
+    key: Vec<f32>,
+    weighing: Weighing,
+    /// Each (row, head)'s largest score in the chunk, Σ exp(score − it), and (at `x · hd`)
+    /// Σ exp(score − it) · value.
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl ChunkSums {
+    const fn new() -> Self {
+        Self {
+            scores: Vec::new(),
+            key: Vec::new(),
+            weighing: Weighing::new(),
+            max: Vec::new(),
+            sum: Vec::new(),
+            out: Vec::new(),
+        }
+    }
+
+    /// The keys at positions `c · KEY_CHUNK..(c + 1) · KEY_CHUNK` (chunk c) of rows `rows`
+    /// (consecutive, of one branch: they list the same keys, each row those up to its own)
+    /// for KV head `kh`'s heads: (row r, head i) at x = r · group + i. A key is converted
+    /// once for all of them. A row's sums depend only on the positions and values of the
+    /// keys it sees, not on the rows and heads beside it nor on which call and cache slots
+    /// held the keys: each score has the slot of its key's position in the chunk (a key not
+    /// held or not seen −∞, so 0 once exponentiated), the sum adds those slots in its eight
+    /// lanes, and the values are weighed in position order ([`Weighing`]: each output's
+    /// terms in order, whichever outputs share a batch).
+    fn sum_chunk(
+        &mut self,
+        q: &Act,
+        keys: &Keys,
+        p: AttnParams,
+        rows: Range<usize>,
+        kh: usize,
+        c: usize,
+    ) {
+        let (hd, group) = (p.head_dim, p.n_head / p.n_head_kv);
+        let heads = kh * group..(kh + 1) * group;
+        let m = rows.len() * group;
+        let last = rows.end - 1;
+        let first = c * KEY_CHUNK;
+        let js = keys.in_positions(last, first..first + KEY_CHUNK);
+        self.scores.clear();
+        self.scores.resize(m * KEY_CHUNK, f32::NEG_INFINITY);
+        self.key.resize(hd, 0.0);
+        for j in js.clone() {
+            let (pk, key, _) = keys.at(last, kh, hd, j);
+            let mut converted = false;
+            for (r, t) in rows.clone().enumerate() {
+                if j >= keys.count(t) || !keys.sees(t, pk) {
+                    continue;
+                }
+                if !converted {
+                    widen(&mut self.key, key);
+                    converted = true;
+                }
+                let scores = &mut self.scores;
+                scores_of(q, t, heads.clone(), hd, &self.key, p.scale, |i, s| {
+                    scores[(r * group + i) * KEY_CHUNK + pk - first] = s;
+                });
+            }
+        }
+        self.max.clear();
+        self.sum.clear();
+        for x in 0..m {
+            let (max, sum) = exps(&mut self.scores[x * KEY_CHUNK..(x + 1) * KEY_CHUNK]);
+            self.max.push(max);
+            self.sum.push(sum);
+        }
+        self.out.clear();
+        self.out.resize(m * hd, 0.0);
+        let weights = &self.scores;
+        for j in js {
+            let (pk, _, value) = keys.at(last, kh, hd, j);
+            let at = pk - first;
+            if (0..m).all(|x| weights[x * KEY_CHUNK + at] == 0.0) {
+                continue;
+            }
+            let weights = (0..m).map(|x| weights[x * KEY_CHUNK + at]);
+            self.weighing.add(&mut self.out, value, weights);
+        }
+        self.weighing.finish(&mut self.out, hd);
+    }
+}
+
+/// A (row, head)'s running sums over the chunks of its keys so far: their largest score,
+/// Σ exp(score − it) and Σ exp(score − it) · value (`out`).
+struct Running<'a> {
+    max: &'a mut f32,
+    sum: &'a mut f32,
+    out: &'a mut [f32],
+}
+
+/// Fold a chunk's sums (its largest score, Σ exp, Σ exp · value) into `run`, the smaller
+/// maximum's scaled to the larger ([`exp_approx`]): `run` times e^(its max − the chunk's)
+/// plus the chunk's where the chunk's is larger, else `run` plus the chunk's times
+/// e^(the chunk's max − run's). A chunk whose keys the row does not see (sum 0) changes
+/// nothing; the first one is taken as it is. Every split folds a row's chunks in key order
+/// through here.
+fn fold(run: Running, max: f32, sum: f32, out: &[f32]) {
+    if sum == 0.0 {
+        return;
+    }
+    if *run.sum == 0.0 {
+        *run.max = max;
+        *run.sum = sum;
+        run.out.copy_from_slice(out);
+    } else if max <= *run.max {
+        let b = exp_approx(max - *run.max);
+        *run.sum += sum * b;
+        for (o, &v) in run.out.iter_mut().zip(out) {
+            *o += v * b;
+        }
+    } else {
+        let a = exp_approx(*run.max - max);
+        *run.max = max;
+        *run.sum = *run.sum * a + sum;
+        for (o, &v) in run.out.iter_mut().zip(out) {
+            *o = *o * a + v;
+        }
+    }
+}
+
+/// `run`'s output: its weighted values over its sum (as a softmax's weights, one over their
+/// sum).
+fn finish_into(dst: &mut [f32], sum: f32, out: &[f32]) {
+    let inv = 1.0 / sum;
+    for (d, &o) in dst.iter_mut().zip(out) {
+        *d = o * inv;
     }
 }
 
@@ -459,8 +627,9 @@ fn softmax(head: &mut [f32]) {
 /// The heads that share a KV head (grouped-query attention) go together: each key and value
 /// is converted to f32 once for all of them, then every head takes the f32 [`dot`] and the
 /// weighted sum ([`Weighing`]) as with an f32 cache (its values bit for bit what those give
-/// on the rounded keys and values). The work items divide this as `how` says, or as
-/// [`split`] chooses: every split gives the same values, bit for bit.
+/// on the rounded keys and values), a chunk of keys at a time ([`ChunkSums`], [`fold`]).
+/// The work items divide this as `how` says, or as [`split`] chooses: every split gives the
+/// same values, bit for bit.
 #[allow(clippy::too_many_arguments)]
 fn attend_rows(
     q: &Act,
@@ -474,15 +643,81 @@ fn attend_rows(
 ) -> Act {
     let keys = Keys::new(kv, k, v, first, starts, p.window);
     let n_tok = starts.len();
-    let most = (0..n_tok).map(|t| keys.count(t)).max().unwrap_or(0);
-    let (parts, block) = match how.unwrap_or_else(|| split(n_tok, most, p)) {
-        Split::Keys => return attend_by_keys(q, &keys, most, p),
-        Split::Heads { parts, rows } => (parts, rows.max(1)),
-    };
     let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
     let group = n_head / n_kv;
     let mut out = vec![0f32; n_tok * n_head * hd];
-    let shared = SharedOut::new(&mut out);
+    let mean_keys = keys.cached.len() + n_tok.div_ceil(2);
+    let work = (n_tok * n_head)
+        .saturating_mul(mean_keys)
+        .saturating_mul(2 * hd);
+    match how.unwrap_or_else(|| split(n_tok, p)) {
+        Split::Rows { rows } => by_rows(q, &keys, p, rows.max(1), work, &mut out),
+        Split::Chunks => {
+            // Every row's chunks (lowest key to the highest query's position), those a row
+            // has no keys in summing to nothing.
+            let chunks = keys.chunks(0..n_tok);
+            let n_chunks = chunks.len();
+            // Item (t, kh, c)'s sums at `(item · group + i) · (hd + 2)`: the largest score,
+            // Σ exp, then Σ exp · value.
+            let per = hd + 2;
+            let mut sums = vec![0f32; n_tok * n_kv * n_chunks * group * per];
+            let shared = SharedOut::new(&mut sums);
+            pool::for_chunks(n_tok * n_kv * n_chunks, work, |items| {
+                SCRATCH.with_borrow_mut(|Scratch { chunk: cs, .. }| {
+                    for item in items {
+                        let (unit, c) = (item / n_chunks, item % n_chunks);
+                        let (t, kh) = (unit / n_kv, unit % n_kv);
+                        cs.sum_chunk(q, &keys, p, t..t + 1, kh, chunks.start + c);
+                        // SAFETY: item's sums are its alone, inside `sums`, which outlives
+                        // `for_chunks`.
+                        let dst = unsafe { shared.part(item * group * per, group * per) };
+                        for (i, d) in dst.chunks_exact_mut(per).enumerate() {
+                            d[0] = cs.max[i];
+                            d[1] = cs.sum[i];
+                            d[2..].copy_from_slice(&cs.out[i * hd..(i + 1) * hd]);
+                        }
+                    }
+                });
+            });
+            // Each (row, head)'s chunks folded in key order.
+            let shared = SharedOut::new(&mut out);
+            let work = (n_tok * n_head).saturating_mul(n_chunks * 2 * hd);
+            pool::for_chunks(n_tok * n_head, work, |items| {
+                let mut acc = vec![0f32; hd];
+                for item in items {
+                    let (t, h) = (item / n_head, item % n_head);
+                    let (kh, i) = (h / group, h % group);
+                    let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0);
+                    for c in 0..n_chunks {
+                        let at = (((t * n_kv + kh) * n_chunks + c) * group + i) * per;
+                        let s = &sums[at..at + per];
+                        let run = Running {
+                            max: &mut max,
+                            sum: &mut sum,
+                            out: &mut acc,
+                        };
+                        fold(run, s[0], s[1], &s[2..]);
+                    }
+                    // SAFETY: (t, h)'s values are this item's alone, inside `out`, which
+                    // outlives `for_chunks`.
+                    finish_into(unsafe { shared.part(item * hd, hd) }, sum, &acc);
+                }
+            });
+        }
+    }
+    Act {
+        data: out,
+        width: n_head * hd,
+    }
+}
+
+/// [`attend_rows`] split by rows ([`Split::Rows`]): one item per (block of at most `block`
+/// consecutive rows of one branch, KV head), folding its chunks as it goes.
+fn by_rows(q: &Act, keys: &Keys, p: AttnParams, block: usize, work: usize, out: &mut [f32]) {
+    let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
+    let group = n_head / n_kv;
+    let starts = keys.starts;
+    let n_tok = starts.len();
     // Blocks of at most `block` consecutive rows of one branch (they see the same keys, up
     // to their own). A causal block's cost grows with its rows, so the blocks go in an order
     // that pairs early ones with late ones (0, n−1, 1, n−2, …): the pool's contiguous ranges
@@ -502,173 +737,71 @@ fn attend_rows(
             blocks[n_blocks - 1 - i / 2].clone()
         }
     };
-    // One work item per (block, KV head, part of its heads), each writing its own heads'
-    // values of its own rows.
-    let per_block = n_kv * parts;
-    let mean_keys = keys.cached.len() + n_tok.div_ceil(2);
-    let work = (n_tok * n_head)
-        .saturating_mul(mean_keys)
-        .saturating_mul(2 * hd);
-    pool::for_chunks(n_blocks * per_block, work, |items| {
-        let mut scores: Vec<f32> = Vec::new();
-        let mut row = vec![0f32; hd];
-        let mut weighing = Weighing::new();
-        for item in items {
-            let rows = block_of(item / per_block);
-            let (kh, part) = ((item % per_block) / parts, item % parts);
-            let heads = kh * group + part * group / parts..kh * group + (part + 1) * group / parts;
-            let nh = heads.len();
-            // The block's last row sees the most keys (those of the others and its own).
-            let n_keys = keys.count(rows.end - 1);
-            // scores[(r · nh + i) · n_keys + j]: the block's row r, head heads.start + i, key
-            // j; a row's own keys are the first `keys.count(t)`.
-            scores.clear();
-            scores.resize(rows.len() * nh * n_keys, f32::NEG_INFINITY);
-            for j in 0..n_keys {
-                // Key j is the same for every row of the block (one branch).
-                let (pk, key, _) = keys.at(rows.end - 1, kh, hd, j);
-                let mut converted = false;
-                for (r, t) in rows.clone().enumerate() {
-                    if j >= keys.count(t) || !keys.sees(t, pk) {
-                        continue;
+    let shared = SharedOut::new(out);
+    pool::for_chunks(n_blocks * n_kv, work, |items| {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let Scratch {
+                chunk: cs,
+                max,
+                sum,
+                out: acc,
+            } = scratch;
+            for item in items {
+                let (rows, kh) = (block_of(item / n_kv), item % n_kv);
+                let m = rows.len() * group;
+                max.clear();
+                max.resize(m, f32::NEG_INFINITY);
+                sum.clear();
+                sum.resize(m, 0f32);
+                acc.clear();
+                acc.resize(m * hd, 0f32);
+                for c in keys.chunks(rows.clone()) {
+                    cs.sum_chunk(q, keys, p, rows.clone(), kh, c);
+                    for (x, a) in acc.chunks_exact_mut(hd).enumerate() {
+                        let run = Running {
+                            max: &mut max[x],
+                            sum: &mut sum[x],
+                            out: a,
+                        };
+                        fold(run, cs.max[x], cs.sum[x], &cs.out[x * hd..(x + 1) * hd]);
                     }
-                    if !converted {
-                        widen(&mut row, key);
-                        converted = true;
+                }
+                for (r, t) in rows.enumerate() {
+                    for i in 0..group {
+                        let x = r * group + i;
+                        let at = (t * n_head + kh * group + i) * hd;
+                        // SAFETY: item (block, kh) alone writes its heads' values of its rows,
+                        // inside `out`, which outlives `for_chunks`.
+                        let dst = unsafe { shared.part(at, hd) };
+                        finish_into(dst, sum[x], &acc[x * hd..(x + 1) * hd]);
                     }
-                    scores_of(q, t, heads.clone(), hd, &row, p.scale, |i, s| {
-                        scores[(r * nh + i) * n_keys + j] = s;
-                    });
                 }
             }
-            for (r, t) in rows.clone().enumerate() {
-                for i in 0..nh {
-                    let at = (r * nh + i) * n_keys;
-                    softmax(&mut scores[at..at + keys.count(t)]);
-                    // Keys after a row's own weigh nothing.
-                    scores[at + keys.count(t)..at + n_keys].fill(0.0);
-                }
-            }
-            // SAFETY: item (block, kh, part) alone writes its heads' values of its rows
-            // (consecutive heads of each), inside `out`, which outlives `for_chunks`.
-            let mut o: Vec<&mut [f32]> = rows
-                .clone()
-                .flat_map(|t| {
-                    unsafe { shared.part((t * n_head + heads.start) * hd, nh * hd) }
-                        .chunks_exact_mut(hd)
-                })
-                .collect();
-            let m = o.len();
-            for j in 0..n_keys {
-                if (0..m).all(|x| scores[x * n_keys + j] == 0.0) {
-                    continue;
-                }
-                let value = keys.at(rows.end - 1, kh, hd, j).2;
-                weighing.add(&mut o, value, (0..m).map(|x| scores[x * n_keys + j]));
-            }
-            weighing.finish(&mut o);
-        }
+        });
     });
-    Act {
-        data: out,
-        width: n_head * hd,
-    }
 }
 
-/// Keys per work item of [`attend_by_keys`]'s first pass.
-const KEYS_PER_ITEM: usize = 32;
-/// Dimensions of a head per work item of its last pass (a 64-byte line of each f16 value).
-const DIMS_PER_ITEM: usize = 64;
+/// A thread's scratch for attention's work items: a chunk's sums, and a block's running sums
+/// ([`by_rows`]: each (row, head)'s largest score, sum and weighted values).
+struct Scratch {
+    chunk: ChunkSums,
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    out: Vec<f32>,
+}
 
-/// [`attend_rows`] in three passes, for a few rows over many keys on several threads, each
-/// dividing the work anew so that no thread converts what another does: the keys in ranges
-/// (each key converted once, its scores for the group's heads), then each head's softmax,
-/// then the values by dimensions (each value's slice converted once, weighed for every head
-/// of the group). Every score, weight and sum is the one the single pass computes, in the
-/// same order, so the values are the same bit for bit. A pass reads little that another
-/// thread wrote (the scores); the values converted once into a shared f32 buffer instead
-/// cost the second thread more to read from the first one's cache than converting them.
-fn attend_by_keys(q: &Act, keys: &Keys, most: usize, p: AttnParams) -> Act {
-    let (hd, n_head, n_kv) = (p.head_dim, p.n_head, p.n_head_kv);
-    let group = n_head / n_kv;
-    let n_tok = keys.starts.len();
-    // Row t's scores, then weights, for head h at `(t · n_head + h) · most` (`most`: the
-    // most keys a row sees).
-    let mut scores = vec![f32::NEG_INFINITY; n_tok * n_head * most];
-    let shared = SharedOut::new(&mut scores);
-    let ranges = most.div_ceil(KEYS_PER_ITEM);
-    let work = (n_tok * n_kv * most).saturating_mul((group + 1) * hd);
-    pool::for_chunks(n_tok * n_kv * ranges, work, |items| {
-        let mut key = vec![0f32; hd];
-        for item in items {
-            let (unit, range) = (item / ranges, item % ranges);
-            let (t, kh) = (unit / n_kv, unit % n_kv);
-            let n_keys = keys.count(t);
-            for j in (range * KEYS_PER_ITEM).min(n_keys)..((range + 1) * KEYS_PER_ITEM).min(n_keys)
-            {
-                let (pk, k16, _) = keys.at(t, kh, hd, j);
-                if !keys.sees(t, pk) {
-                    continue;
-                }
-                widen(&mut key, k16);
-                let h0 = kh * group;
-                scores_of(q, t, h0..h0 + group, hd, &key, p.scale, |i, s| {
-                    // SAFETY: (t, h, j) for this item's keys j is its alone, inside `scores`,
-                    // which outlives `for_chunks`.
-                    unsafe { shared.set((t * n_head + h0 + i) * most + j, s) };
-                });
-            }
-        }
-    });
-    // A weight (an exponential, vectorised, and its share of the maximum, sum and scaling)
-    // counted as 32 multiply-adds: Gemma 3's local layers (512 keys) go to the team there.
-    let work = (n_tok * n_head * most).saturating_mul(32);
-    pool::for_chunks(n_tok * n_head, work, |items| {
-        for item in items {
-            let t = item / n_head;
-            // SAFETY: item (t, h)'s weights are its alone, inside `scores`, which outlives
-            // `for_chunks`.
-            softmax(unsafe { shared.part(item * most, keys.count(t)) });
-        }
-    });
-    let mut out = vec![0f32; n_tok * n_head * hd];
-    let shared = SharedOut::new(&mut out);
-    let slices = hd.div_ceil(DIMS_PER_ITEM);
-    let work = (n_tok * n_head * most).saturating_mul(hd);
-    pool::for_chunks(n_tok * n_kv * slices, work, |items| {
-        let mut weighing = Weighing::new();
-        // The group's sums for this item's dimensions, written out once at the end: two
-        // threads adding into neighbouring dimensions of `out` shared its cache lines, and
-        // a pass took twice as long on two threads as on one.
-        let mut sums = vec![0f32; group * DIMS_PER_ITEM];
-        for item in items {
-            let (unit, slice) = (item / slices, item % slices);
-            let (t, kh) = (unit / n_kv, unit % n_kv);
-            let dims = slice * DIMS_PER_ITEM..((slice + 1) * DIMS_PER_ITEM).min(hd);
-            let n = dims.len();
-            sums.fill(0.0);
-            let mut o: Vec<&mut [f32]> = sums.chunks_exact_mut(n).take(group).collect();
-            let heads = kh * group..(kh + 1) * group;
-            let weights = |h: usize, j: usize| scores[(t * n_head + h) * most + j];
-            for j in 0..keys.count(t) {
-                if heads.clone().all(|h| weights(h, j) == 0.0) {
-                    continue;
-                }
-                let value = &keys.at(t, kh, hd, j).2[dims.clone()];
-                weighing.add(&mut o, value, heads.clone().map(|h| weights(h, j)));
-            }
-            weighing.finish(&mut o);
-            for (h, sum) in heads.zip(sums.chunks_exact(n)) {
-                // SAFETY: these dimensions of (t, h) are this item's alone, inside `out`,
-                // which outlives `for_chunks`.
-                unsafe { shared.part((t * n_head + h) * hd + dims.start, n) }.copy_from_slice(sum);
-            }
-        }
-    });
-    Act {
-        data: out,
-        width: n_head * hd,
-    }
+thread_local! {
+    /// Kept by each thread: the threads build's allocator is one for all threads, and a
+    /// decode step's attention allocating its scratch in every item took 1.6× the time on two
+    /// threads (Chromium).
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch {
+            chunk: ChunkSums::new(),
+            max: Vec::new(),
+            sum: Vec::new(),
+            out: Vec::new(),
+        })
+    };
 }
 
 /// Bidirectional attention within each of the consecutive sequences of `lens` rows (an
@@ -838,11 +971,9 @@ mod tests {
     }
 
     /// Every split gives what one row and one pass give, bit for bit: blocks of rows that
-    /// end inside a branch and at its end, the group's heads together and in parts, and the
-    /// split by keys (more keys than an item of its first pass takes, heads wider than an
-    /// item of its last pass takes); a ring that has wrapped (keys outside some rows'
-    /// windows but not others'), one and two KV heads, one row and several, branches after
-    /// the cache.
+    /// end inside a branch and at its end, and the split by chunks of keys (folded after the
+    /// pass); a ring that has wrapped (keys outside some rows' windows but not others'), one
+    /// and two KV heads, one row and several, branches after the cache.
     #[test]
     fn every_split_gives_one_rows_values() {
         let mut rng = crate::sampler::Rng::new(17);
@@ -870,16 +1001,10 @@ mod tests {
                 );
                 let starts = crate::backend::branch_starts(lens);
                 let with = |how| attend_rows(&q, &k, &v, &kv, prefix, &starts, p, Some(how)).data;
-                let one = with(Split::Heads { parts: 1, rows: 1 });
+                let one = with(Split::Rows { rows: 1 });
                 assert!(one.iter().all(|x| x.is_finite()));
-                let heads = |parts, rows| Split::Heads { parts, rows };
-                for how in [
-                    heads(1, 3),
-                    heads(1, 8),
-                    heads(2, 8),
-                    heads(4 / n_kv, 5),
-                    Split::Keys,
-                ] {
+                let rows = |rows| Split::Rows { rows };
+                for how in [rows(3), rows(5), rows(8), Split::Chunks] {
                     assert_eq!(
                         one,
                         with(how),
@@ -948,13 +1073,9 @@ mod tests {
                 let (qt, kt, vt) = (row(&q, qw), row(&k, kw), row(&v, kw));
                 let (k16, v16) = (to_f16(&kt), to_f16(&vt));
                 let with = |how| attend_rows(&qt, &k16, &v16, &kv, t, &[0], p, Some(how));
-                let one = with(Split::Heads { parts: 1, rows: 1 });
-                let group = n_head / n_kv;
-                for parts in 2..=group {
-                    let split = with(Split::Heads { parts, rows: 1 });
-                    assert_eq!(one.data, split.data, "{n_head}/{n_kv} heads, {parts} parts");
-                }
-                assert_eq!(one.data, with(Split::Keys).data, "{n_head}/{n_kv}: by keys");
+                let one = with(Split::Rows { rows: 1 });
+                let chunks = with(Split::Chunks);
+                assert_eq!(one.data, chunks.data, "{n_head}/{n_kv}: by chunks of keys");
                 got.extend(attend(&qt, &kt, &vt, &mut kv, &[t], p).unwrap().data);
             }
             assert_eq!(kv.k.iter().map(|r| r.len() * 2).sum::<usize>(), 64 * kw * 2);
@@ -989,7 +1110,9 @@ mod tests {
 
     /// The cache grows in runs as positions arrive: one position at a time over runs and a
     /// ring that wraps (150 slots, not a multiple of a run) reads what one call over all
-    /// positions computes, and a saved and reloaded cache continues exactly as the original.
+    /// positions computes, bit for bit (a row's sums follow its keys' positions, not the
+    /// slots or the call that held them), and a saved and reloaded cache continues exactly
+    /// as the original.
     #[test]
     fn a_cache_grown_run_by_run_reads_what_it_was_given() {
         let mut rng = crate::sampler::Rng::new(11);
@@ -1018,9 +1141,12 @@ mod tests {
             let mut saved = None;
             for t in 0..n {
                 let got = attend(&row(&q, t), &row(&k, t), &row(&v, t), &mut kv, &[t], p).unwrap();
-                for (a, b) in got.data.iter().zip(&all.data[t * qw..(t + 1) * qw]) {
-                    assert!((a - b).abs() < 1e-5, "window {window}, row {t}: {a} vs {b}");
-                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got.data),
+                    bits(&all.data[t * qw..(t + 1) * qw]),
+                    "window {window}, row {t}"
+                );
                 let held = (t + 1).min(slots);
                 let runs = held.div_ceil(RUN_SLOTS);
                 assert_eq!(

@@ -169,22 +169,22 @@ pub fn check_kernels() -> Result<usize, String> {
     Ok(compared)
 }
 
-/// Each row of `x`, weighed, into each of `y`, the rows in order: `y[i] += w[k·m + i] ·
-/// x[k]` for k = 0, 1, … (`m` = `y.len()`; `x` holds its rows one after another, each as
-/// long as every `y[i]`), each term a product and then a sum, so every value is the one
-/// that adding the rows one at a time gives, bit for bit. Eight values of up to four
-/// outputs stay in registers over the rows instead of being loaded and stored once a row:
-/// attention's weighted sum of values, where those loads and stores were a third of the
-/// time.
+/// Each row of `x`, weighed, into each of the `m` rows of `y` (one after another), the rows
+/// of `x` in order: `y[i] += w[k·m + i] · x[k]` for k = 0, 1, … (`x` holds its rows one
+/// after another, each as long as a row of `y`), each term a product and then a sum, so
+/// every value is the one that adding the rows one at a time gives, bit for bit. Eight
+/// values of up to four outputs stay in registers over the rows instead of being loaded and
+/// stored once a row: attention's weighted sum of values, where those loads and stores were
+/// a third of the time.
 #[inline]
-pub fn axpys(y: &mut [&mut [f32]], w: &[f32], x: &[f32]) {
-    let m = y.len();
-    let Some(n) = y.first().map(|r| r.len()) else {
+pub fn axpys(y: &mut [f32], m: usize, w: &[f32], x: &[f32]) {
+    if m == 0 {
         return;
-    };
+    }
+    let n = y.len() / m;
     let rows = w.len() / m;
     assert!(
-        y.iter().all(|r| r.len() == n) && w.len() == rows * m && x.len() == rows * n,
+        y.len() == m * n && w.len() == rows * m && x.len() == rows * n,
         "axpys: shapes differ"
     );
     if n == 0 {
@@ -192,27 +192,28 @@ pub fn axpys(y: &mut [&mut [f32]], w: &[f32], x: &[f32]) {
     }
     let mut i = 0;
     while i < m {
+        let y = &mut y[i * n..];
         let take = match m - i {
-            4.. => axpys_tile::<4>(&mut y[i..], w, m, i, x),
-            2 | 3 => axpys_tile::<2>(&mut y[i..], w, m, i, x),
-            _ => axpys_tile::<1>(&mut y[i..], w, m, i, x),
+            4.. => axpys_tile::<4>(y, n, w, m, i, x),
+            2 | 3 => axpys_tile::<2>(y, n, w, m, i, x),
+            _ => axpys_tile::<1>(y, n, w, m, i, x),
         };
         i += take;
     }
 }
 
-/// [`axpys`] into `y[..M]`, the outputs `i0..i0 + M` of the weights' rows of `m`;
-/// returns `M`.
+/// [`axpys`] into the first `M` rows of `y` (each `n` values), the outputs `i0..i0 + M` of
+/// the weights' rows of `m`; returns `M`.
 #[inline(always)]
 fn axpys_tile<const M: usize>(
-    y: &mut [&mut [f32]],
+    y: &mut [f32],
+    n: usize,
     w: &[f32],
     m: usize,
     i0: usize,
     x: &[f32],
 ) -> usize {
     const ROWS: usize = 16;
-    let n = y[0].len();
     let whole = n / 8 * 8;
     // ROWS rows at a time, each weight set out four times (a vector to multiply by, not a
     // broadcast at every eight values).
@@ -224,7 +225,7 @@ fn axpys_tile<const M: usize>(
         }
         for d in (0..whole).step_by(8) {
             let mut acc = [[0f32; 8]; M];
-            for (a, y) in acc.iter_mut().zip(y.iter()) {
+            for (a, y) in acc.iter_mut().zip(y.chunks_exact(n)) {
                 a.copy_from_slice(&y[d..d + 8]);
             }
             for (x, w) in x.chunks_exact(n).zip(&splat[..c]) {
@@ -235,12 +236,12 @@ fn axpys_tile<const M: usize>(
                     }
                 }
             }
-            for (a, y) in acc.iter().zip(y.iter_mut()) {
+            for (a, y) in acc.iter().zip(y.chunks_exact_mut(n)) {
                 y[d..d + 8].copy_from_slice(a);
             }
         }
         for d in whole..n {
-            for (i, y) in y[..M].iter_mut().enumerate() {
+            for (i, y) in y.chunks_exact_mut(n).take(M).enumerate() {
                 for (x, w) in x.chunks_exact(n).zip(w.chunks_exact(m)) {
                     y[d] += w[i0 + i] * x[d];
                 }
@@ -539,10 +540,9 @@ mod tests {
                             axpy(y, w[k * m + i], row);
                         }
                     }
-                    let mut got = start.clone();
-                    let mut y: Vec<&mut [f32]> = got.iter_mut().map(|r| &mut r[..]).collect();
-                    axpys(&mut y, &w, &x);
-                    for (g, w) in got.iter().flatten().zip(want.iter().flatten()) {
+                    let mut got: Vec<f32> = start.concat();
+                    axpys(&mut got, m, &w, &x);
+                    for (g, w) in got.iter().zip(want.iter().flatten()) {
                         assert_eq!(g.to_bits(), w.to_bits(), "m {m}, n {n}, rows {c}");
                     }
                 }
