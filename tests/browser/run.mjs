@@ -1047,7 +1047,9 @@ try {
   });
 
   await test('threads build (both twins) is picked on a cross-origin-isolated page and gives the same ids, over a long prompt too', async () => {
-    // Over 256 keys a decode step's attention on two threads splits by keys (src/cpu/attention.rs).
+    // A decode step's attention on two threads splits by chunks of 64 key positions and folds
+    // them after the pass; on one thread it folds them as it goes (src/cpu/attention.rs): over
+    // 256 keys, five chunks or more.
     const long = 'The history of the city begins with a small settlement on the river, where traders met to exchange salt, grain and cloth. '.repeat(12);
     const r = await withPage(`${A}/www/`, (page) => inPage(page, `
       const out = [];
