@@ -279,8 +279,8 @@ fn check_shapes(
     Ok(())
 }
 
-/// The keys a call's rows see: the cached positions before `first` (in slot order) and the
-/// call's own (`k`, `v` as f16), row `t` those of its branch up to itself.
+/// The keys a call's rows see: the cached positions before `first` (in position order) and
+/// the call's own (`k`, `v` as f16), row `t` those of its branch up to itself.
 struct Keys<'a> {
     kv: &'a KvCache,
     /// The cached keys before `first` as (slot, position), in position order (a ring that
@@ -308,7 +308,8 @@ impl<'a> Keys<'a> {
         let mut cached: Vec<(usize, usize)> = (kv.pos.iter().enumerate())
             .filter_map(|(s, pk)| pk.filter(|&pk| pk < first).map(|pk| (s, pk)))
             .collect();
-        // At most two runs in order (a ring's two halves): the sort merges them.
+        // A ring holds them in runs of ascending positions (two after it wraps), which the
+        // sort merges.
         cached.sort_by_key(|&(_, pk)| pk);
         Self {
             kv,
@@ -481,8 +482,8 @@ fn exps(head: &mut [f32]) -> (f32, f32) {
 
 /// A work item's sums over one chunk of keys ([`ChunkSums::sum_chunk`]) and its scratch.
 struct ChunkSums {
-    /// The chunk's scores, then their exponentials: (row, head) x's for the key at position
-    /// `first + i` at `x · KEY_CHUNK + i`.
+    /// The chunk's scores, then their exponentials: (row, head) x's for the key at the
+    /// chunk's first position + i at `x · KEY_CHUNK + i`.
     scores: Vec<f32>,
     /// A key as f32.
     key: Vec<f32>,
@@ -688,6 +689,8 @@ fn attend_rows(
                     let (t, h) = (item / n_head, item % n_head);
                     let (kh, i) = (h / group, h % group);
                     let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0);
+                    // As `by_rows` starts a row: what a row that sees no key ends with alike.
+                    acc.fill(0.0);
                     for c in 0..n_chunks {
                         let at = (((t * n_kv + kh) * n_chunks + c) * group + i) * per;
                         let s = &sums[at..at + per];
@@ -982,6 +985,8 @@ mod tests {
             (12, 12, 40, 2, 16),
             (40, 40, 100, 2, 16),
             (usize::MAX, 256, 71, 2, 80),
+            // A window across a chunk's edge; heads of 12 (no multiple of eight).
+            (12, 12, 70, 2, 12),
         ] {
             let p = AttnParams {
                 n_head: 4,
@@ -1017,8 +1022,8 @@ mod tests {
 
     /// Against attention written out in f64 over the keys and values rounded to f16 (what
     /// the cache holds): grouped heads (1, 2, 3 and 6 to a KV head), a prompt of several rows
-    /// and then single rows after it, each group's heads together or split over items; the
-    /// splits give the same values bit for bit, and the cache holds 2 bytes a value.
+    /// and then single rows after it, one pass and split by chunks of keys; the splits give
+    /// the same values bit for bit, and the cache holds 2 bytes a value.
     #[test]
     fn attention_over_f16_keys_and_values_matches_f64() {
         let mut rng = crate::sampler::Rng::new(5);

@@ -2219,35 +2219,14 @@ pub fn check_kernels() -> Result<usize, String> {
         let corr = portable::fives_corrections(&x16, k);
         for apart in [1, 3] {
             for t in (1..=4).filter(|t| (t - 1) * apart < rows) {
+                let (ld, sld) = (apart * k, apart * k / QK);
                 let (mut a, mut b) = ([0f32; 4], [0f32; 4]);
                 for simd in [true, false] {
                     if simd {
-                        dot_w4(
-                            &q,
-                            &ws,
-                            &x16,
-                            &xd,
-                            k,
-                            apart * k,
-                            apart * k / QK,
-                            t,
-                            &mut a,
-                            false,
-                        );
+                        dot_w4(&q, &ws, &x16, &xd, k, ld, sld, t, &mut a, false);
                         dot_w5(&pa, &ws, &x16, &xd, &corr, k, apart, t, &mut b);
                     } else {
-                        portable::dot_w4(
-                            &q,
-                            &ws,
-                            &x16,
-                            &xd,
-                            k,
-                            apart * k,
-                            apart * k / QK,
-                            t,
-                            &mut a,
-                            false,
-                        );
+                        portable::dot_w4(&q, &ws, &x16, &xd, k, ld, sld, t, &mut a, false);
                         portable::dot_w5(&pa, &ws, &x16, &xd, &corr, k, apart, t, &mut b);
                     }
                     for r in 0..t {
