@@ -65,8 +65,9 @@ pub fn round_to_i16(v: f32) -> i16 {
 
 /// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `sld` apart: `ld /
 /// group` where they lie as the rows do, less where a caller converted only the tile's),
-/// against one activation row on 16-bit values: each row's sum exactly as [`dot`] makes it. A decode step's products (one activation row) take rows from four distant
-/// places at once: four memory streams, which one core reads nearly twice as fast as one.
+/// against one activation row on 16-bit values: each row's sum exactly as [`dot`] makes it.
+/// A decode step's products (one activation row) take rows from four distant places at
+/// once: four memory streams, which one core reads nearly twice as fast as one.
 #[allow(clippy::too_many_arguments, dead_code)]
 pub fn dot_w4(
     w: &[i8],
