@@ -716,12 +716,6 @@ impl QMatrix {
                     // and part p's output outlives `for_chunks`, which returns only when all
                     // are done.
                     unsafe { w.matvec_tiles(&act, sums, &corr, tiles, &outs[p], out) };
-                } else if m == 1 {
-                    // SAFETY: the item ranges are disjoint, so these ranges of part p's output
-                    // are disjoint and in bounds, and it outlives `for_chunks`, which returns
-                    // only when all are done.
-                    let part = unsafe { outs[p].part(r.start, r.len()) };
-                    w.matvec_into(&act, sums, &corr, r, part, out);
                 } else {
                     // SAFETY: outs[p] is part p's m × rows output, which outlives
                     // `for_chunks`, and these rows are this item's alone.
@@ -734,7 +728,7 @@ impl QMatrix {
 
     /// Whether a one-row product reads this matrix's scales and offsets where they are held
     /// (f32; in wasm Q5_0's f16 scales, which its kernel reads as they are: [`BlockScale`]);
-    /// else they are converted into f32 a span of rows at a time.
+    /// else those of a tile's rows are converted into f32 first ([`QMatrix::matvec_tiles`]).
     fn scales_in_place(&self) -> bool {
         let scales = match (&self.scales, &self.values) {
             (Scales::F32(_), _) => true,
@@ -747,8 +741,9 @@ impl QMatrix {
 
     /// Whether a one-row product's items are tiles of the whole matrix
     /// ([`QMatrix::matvec_tiles`]): where its scales are read in place, and where its kernel
-    /// takes them converted a tile at a time (all but the five-bit one, whose scales lie as
-    /// its rows do: Q5_0's f16 ones natively, in the tests).
+    /// takes them converted a tile at a time (all but the five-bit one, which takes them only
+    /// as its rows lie: Q5_0 with f16 scales natively, which no load makes, goes row by row
+    /// through [`QMatrix::rows_into`]).
     fn tiles_whole(&self) -> bool {
         self.scales_in_place() || !matches!(self.values, Values::Packed(Packing::Fives, _))
     }
@@ -816,8 +811,8 @@ impl QMatrix {
     /// tiles. Scales and offsets are read in place ([`QMatrix::scales_in_place`]) or those of
     /// these tiles' rows converted first (each quarter's run of rows after the one before;
     /// not the five-bit kernel's: [`QMatrix::tiles_whole`]). Each row's sum is
-    /// [`QMatrix::matvec_into`]'s, bit for bit: a row's sum does not depend on the rows beside
-    /// it in a tile, nor on where its scales lie. The pool's items are tiles rather than rows
+    /// [`QMatrix::rows_into`]'s for one activation row, bit for bit: a row's sum does not
+    /// depend on the rows beside it in a tile, nor on where its scales lie. The pool's items are tiles rather than rows
     /// because four streams a quarter of a small range apart read slower than a quarter of
     /// the matrix apart (Chromium, Gemma 3's gate and up split as the pool splits them, run on
     /// one thread: 1.3-1.5× the time with ranges of 256 rows).
@@ -900,54 +895,6 @@ impl QMatrix {
                 }
             }
         });
-    }
-
-    /// Rows `r` of a product with one activation row (and its five-bit corrections `corr`,
-    /// where the values are in that layout), their finished outputs `part`, for a five-bit
-    /// matrix whose scales its kernel does not read in place (Q5_0's f16 ones natively, in
-    /// the tests: [`QMatrix::tiles_whole`]; every other one-row product goes through
-    /// [`QMatrix::matvec_tiles`], which the tests hold to this layout): spans of at most
-    /// `SPAN` rows, each span's scales converted into `buf` in one pass,
-    /// then tiles of four rows a quarter of the span apart ([`for_row_tiles`]: four memory
-    /// streams; in Chromium a decode step took 34 ms instead of 25 with tiles of consecutive
-    /// rows on converted scales). Each row's sum is the one [`QMatrix::rows_into`] makes for
-    /// it, bit for bit.
-    fn matvec_into(
-        &self,
-        act: &Activations,
-        sums: &[f32],
-        corr: &[i32],
-        r: Range<usize>,
-        part: &mut [f32],
-        out: &Out,
-    ) {
-        let (n, group) = (self.cols, self.group);
-        let ng = n / group;
-        // Rows whose scales or offsets are converted at a time, where they are.
-        const SPAN: usize = 4 * ROW_CHUNK;
-        let mut buf = Vec::new();
-        for (k, p) in part.chunks_mut(SPAN).enumerate() {
-            let sub = r.start + k * SPAN..r.start + k * SPAN + p.len();
-            let ws = self.scales.groups(sub.start * ng..sub.end * ng, &mut buf);
-            for_row_tiles(sub.clone(), p, |j, apart, t, acc| {
-                let ws = &ws[(j - sub.start) * ng..];
-                self.dot_tile(act, corr, j, apart, t, Some((ws, apart * ng)), acc)
-            })
-        }
-        // Offsets, coded ones converted a span of rows at a time.
-        let mut buf = Vec::new();
-        for (k, p) in part.chunks_mut(SPAN).enumerate() {
-            let sub = r.start + k * SPAN..r.start + k * SPAN + p.len();
-            let offs =
-                (self.offsets.as_ref()).map(|o| o.groups(sub.start * ng..sub.end * ng, &mut buf));
-            for ((j, v), i) in sub.zip(p.iter_mut()).zip(0..) {
-                if let Some(off) = offs {
-                    // w = s·q − o: subtract o · Σx over each group, as `rows_into` does.
-                    *v -= super::ops::dot(&off[i * ng..(i + 1) * ng], &sums[..ng]);
-                }
-                *v = out.finish(*v, 0, j, self.rows);
-            }
-        }
     }
 
     /// Output columns `rows` for all activation rows, finished by `out` and stored into `y`
@@ -2769,8 +2716,8 @@ mod tests {
 
     /// A one-row product over the whole matrix's tiles (`matvec_tiles`), its tiles split
     /// into ranges at any points (the pool's items; a range starting or ending at index q,
-    /// past the quarters' tiles), gives each row's finished value of the layout the pool's
-    /// items had before (`matvec_into` over ranges of `ROW_CHUNK` rows), bit for bit, and
+    /// past the quarters' tiles), gives each row's finished value of the product row by row
+    /// (`rows_into`, the prompt's path), bit for bit, and
     /// every row is written by exactly one range: with and without offsets, packed and int8
     /// values, every count of rows after the quarters (0-3), fewer rows than a tile, a bias
     /// and a residual.
@@ -2808,8 +2755,8 @@ mod tests {
                     }
                     let m = load_layer(&bytes, rows, cols, ty, int8, layout);
                     if !m.tiles_whole() {
-                        // Q5_0's f16 scales natively: the five-bit kernel reads them as its
-                        // rows lie, in `matvec_into`.
+                        // Q5_0's f16 scales natively, which no load makes: `products` takes
+                        // them row by row (`rows_into`, the reference here).
                         continue;
                     }
                     let sums = act.group_sums(m.group);
@@ -2825,12 +2772,11 @@ mod tests {
                             post: Post::Add(&res),
                         },
                     ] {
-                        // The layout the pool's items had: ranges of ROW_CHUNK rows.
+                        // Row by row, as a prompt's rows go.
                         let mut want = vec![0f32; rows];
-                        for (c, part) in want.chunks_mut(ROW_CHUNK).enumerate() {
-                            let r = c * ROW_CHUNK..c * ROW_CHUNK + part.len();
-                            m.matvec_into(&act, &sums, &corr, r, part, &out);
-                        }
+                        let y = SharedOut::new(&mut want);
+                        // SAFETY: `want` is the whole output and outlives the call.
+                        unsafe { m.rows_into(&act, &sums, 0..rows, &y, &out) };
                         let n_tiles = rows.div_ceil(ROW_CHUNK) * TILES_PER_ITEM;
                         let q = rows / 4;
                         for cuts in [
