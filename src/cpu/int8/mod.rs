@@ -684,10 +684,11 @@ impl QMatrix {
         };
         let mut ys: Vec<Vec<f32>> = parts.iter().map(|(w, _)| vec![0f32; m * w.rows]).collect();
         let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
-        // Part p's chunks of ROW_CHUNK rows are the pass's items firsts[p]..firsts[p + 1].
+        // Part p's chunks of `chunk` rows are the pass's items firsts[p]..firsts[p + 1].
+        let chunk = if m == 1 { ONE_ROW_CHUNK } else { ROW_CHUNK };
         let mut firsts = vec![0usize];
         for (w, _) in parts {
-            firsts.push(firsts[firsts.len() - 1] + w.rows.div_ceil(ROW_CHUNK));
+            firsts.push(firsts[firsts.len() - 1] + w.rows.div_ceil(chunk));
         }
         let work = parts.iter().fold(0usize, |a, (w, _)| {
             a.saturating_add(m.saturating_mul(w.rows).saturating_mul(k))
@@ -698,8 +699,7 @@ impl QMatrix {
                 if c.is_empty() {
                     continue;
                 }
-                let r = (c.start - firsts[p]) * ROW_CHUNK
-                    ..((c.end - firsts[p]) * ROW_CHUNK).min(w.rows);
+                let r = (c.start - firsts[p]) * chunk..((c.end - firsts[p]) * chunk).min(w.rows);
                 debug_assert!(w.group == 16 || w.group == QK);
                 let sums = match (&w.offsets, w.group) {
                     (None, _) => &[][..],
@@ -707,10 +707,10 @@ impl QMatrix {
                     _ => &sums32[..],
                 };
                 if m == 1 && w.tiles_whole() {
-                    // Item c: tiles c·TILES_PER_ITEM.. of the whole matrix (the same count of
-                    // items as chunks of rows); the last one also takes the rows after them.
+                    // Item c: tiles c·chunk/4.. of the whole matrix (the same count of items
+                    // as chunks of rows); the last one also takes the rows after them.
                     let tiles = c.start - firsts[p]..c.end - firsts[p];
-                    let tiles = tiles.start * TILES_PER_ITEM..tiles.end * TILES_PER_ITEM;
+                    let tiles = tiles.start * chunk / 4..tiles.end * chunk / 4;
                     // SAFETY: the item ranges are disjoint, so are these tiles and their rows
                     // (the rows after the quarters go to the one range containing index q),
                     // and part p's output outlives `for_chunks`, which returns only when all
@@ -807,8 +807,8 @@ impl QMatrix {
     /// finished by `out` and stored into `y`, the whole output: tile i is rows i, i + q,
     /// i + 2q, i + 3q for q = rows / 4, as [`for_row_tiles`] lays out a range; the range that
     /// contains index q (past the quarters' tiles) takes the rows after 4q: when there are
-    /// such rows, rows is not a multiple of [`ROW_CHUNK`], so a part's items hold more than q
-    /// tiles. Scales and offsets are read in place ([`QMatrix::scales_in_place`]) or those of
+    /// such rows, rows is not a multiple of 4, nor of an item's rows, so a part's items hold
+    /// more than q tiles. Scales and offsets are read in place ([`QMatrix::scales_in_place`]) or those of
     /// these tiles' rows converted first (each quarter's run of rows after the one before;
     /// not the five-bit kernel's: [`QMatrix::tiles_whole`]). Each row's sum is
     /// [`QMatrix::rows_into`]'s for one activation row, bit for bit: a row's sum does not
@@ -1198,9 +1198,11 @@ impl Row7 {
 
 /// Weight rows per work item of the pool.
 const ROW_CHUNK: usize = 64;
-/// Tiles (of four rows) per work item of a one-row product over a whole matrix
-/// ([`QMatrix::matvec_tiles`]): the rows of a [`ROW_CHUNK`].
-const TILES_PER_ITEM: usize = ROW_CHUNK / 4;
+/// Weight rows per work item of a one-row product (a decode step's; its items are tiles of
+/// four rows over the whole matrix, [`QMatrix::matvec_tiles`], so an item's size sets no
+/// stream's length): Gemma 3's output projection and down have 640 rows, 10 items of 64, and
+/// two threads waited up to one of them at a job's end.
+const ONE_ROW_CHUNK: usize = 16;
 
 thread_local! {
     /// [`QMatrix::matvec_tiles`]'s converted scales and offsets.
@@ -2777,7 +2779,7 @@ mod tests {
                         let y = SharedOut::new(&mut want);
                         // SAFETY: `want` is the whole output and outlives the call.
                         unsafe { m.rows_into(&act, &sums, 0..rows, &y, &out) };
-                        let n_tiles = rows.div_ceil(ROW_CHUNK) * TILES_PER_ITEM;
+                        let n_tiles = rows.div_ceil(ONE_ROW_CHUNK) * ONE_ROW_CHUNK / 4;
                         let q = rows / 4;
                         for cuts in [
                             vec![],
