@@ -340,11 +340,19 @@ impl<'a> Keys<'a> {
         start..end
     }
 
-    /// The chunks ([`KEY_CHUNK`] positions each) that rows `rows` of one branch have keys in.
+    /// The chunks ([`KEY_CHUNK`] positions each) that rows `rows` of one branch have keys in:
+    /// from the lowest key any of them sees (a sliding window's ring holds `window` positions
+    /// before the call, and a prompt's later rows see fewer of them) to the highest query.
+    /// A chunk below would sum to nothing for each of them, which [`fold`] skips.
     fn chunks(&self, rows: Range<usize>) -> Range<usize> {
-        let lowest = self.cached.first().map_or(self.first, |&(_, pk)| pk);
+        let cached = self.cached.first().map_or(self.first, |&(_, pk)| pk);
+        let seen = (rows.clone())
+            .map(|t| (self.query_pos(t) + 1).saturating_sub(self.window))
+            .min()
+            .unwrap_or(0);
+        let lowest = cached.max(seen);
         let highest = rows.map(|t| self.query_pos(t)).max().unwrap_or(lowest);
-        lowest / KEY_CHUNK..highest / KEY_CHUNK + 1
+        lowest / KEY_CHUNK..highest.max(lowest) / KEY_CHUNK + 1
     }
 
     /// Whether row `t` sees a key at position `pk` (causal, windowed).
