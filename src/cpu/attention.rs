@@ -869,19 +869,12 @@ pub fn attend_packed(q: &Act, k: &Act, v: &Act, lens: &[usize], p: AttnParams) -
                 qh.extend_from_slice(&row[h * hd..(h + 1) * hd]);
             }
             let mut scores = keys.matmul(&qh, len, None); // (len × len)
+                                                          // Each row's softmax: the decoder's exponentials and sum ([`exps`]), then divided.
             for row in scores.chunks_exact_mut(len) {
-                let mut max = f32::NEG_INFINITY;
                 for v in row.iter_mut() {
                     *v *= p.scale;
-                    max = max.max(*v);
                 }
-                let mut sum = 0f32;
-                for v in row.iter_mut() {
-                    *v = exp_approx(*v - max);
-                }
-                for v in row.iter() {
-                    sum += *v;
-                }
+                let (_, sum) = exps(row);
                 let inv = 1.0 / sum;
                 for v in row.iter_mut() {
                     *v *= inv;
