@@ -35,7 +35,7 @@
 // the decoder's file, prompt and timing, one and two threads alternating in KERZE_PEERS_RUNS
 // pairs (which goes first flips each pair), so that the two runs of a pair meet the same
 // machine: the medians, their ratio and each pair's (a shared host moves a two-thread figure
-// by 20% within an hour; ~2.5 min for 5 pairs of kerze on 2 cores).
+// by 20% within an hour; ~2 min for 5 pairs of kerze on 2 cores). No RSS is sampled there.
 //
 // Prints JSON lines (each run), the encoder's table, and a JSON summary (last line: the
 // decoder's medians and ratios as `results`, the encoder's under `encoder`, the scaling
@@ -83,10 +83,14 @@ function sampler() {
   return { peak: () => { tick(); return peak; }, reset: () => { peak = 0; }, stop: () => clearInterval(t) };
 }
 
-/** One run of `engine` with `threads` in a fresh browser. */
-async function runOnce(engine, threads, promptText) {
+/**
+ * One run of `engine` with `threads` in a fresh browser. `memory: false` (the scaling section,
+ * which reports speed only) leaves the RSS sampler off: it reads /proc every 50 ms, a cost
+ * on a 2-core host that two threads feel more than one.
+ */
+async function runOnce(engine, threads, promptText, { memory = true } = {}) {
   const browser = await launch();
-  const rss = sampler();
+  const rss = memory ? sampler() : { peak: () => null, reset() {}, stop() {} };
   try {
     const page = await (await browser.newContext()).newPage();
     const m = `&model=${encodeURIComponent(MODEL)}`;
@@ -113,8 +117,9 @@ async function runOnce(engine, threads, promptText) {
     if (result.error) throw new Error(`${engine}: ${result.error}`);
     const peak = rss.peak();
     // After load and the run, once the garbage of loading could be collected.
-    await page.waitForTimeout(3000);
-    const after = rendererRssMb(process.pid).page;
+    if (memory) await page.waitForTimeout(3000);
+    const after = memory ? rendererRssMb(process.pid).page : null;
+    const mib = (x) => (x == null ? null : Math.round(x));
     return {
       engine,
       threads,
@@ -122,9 +127,9 @@ async function runOnce(engine, threads, promptText) {
       decode_tok_s: result.decode_tokens_per_s,
       wall_s: wallMs / 1000,
       ready_s: (engine.startsWith('kerze') ? result.create_engine_ms : result.fetch_ms + result.blob_to_ready_ms) / 1000,
-      rss_after_mib: Math.round(after),
-      peak_rss_mib: Math.round(peak),
-      ...(firstVisitPeak != null ? { first_visit_peak_rss_mib: Math.round(firstVisitPeak) } : {}),
+      rss_after_mib: mib(after),
+      peak_rss_mib: mib(peak),
+      ...(firstVisitPeak != null ? { first_visit_peak_rss_mib: mib(firstVisitPeak) } : {}),
       // kerze: its wasm memory once loaded (reserved; the untouched part is not resident).
       ...(result.wasm_memory_bytes != null ? { wasm_memory_mib: Math.round(result.wasm_memory_bytes / 2 ** 20) } : {}),
       ...(result.simd ? { simd: result.simd } : {}),
@@ -191,7 +196,7 @@ async function scaling() {
     const decode = { 1: [], 2: [] };
     for (let i = 0; i < RUNS; i++) {
       for (const threads of i % 2 === 0 ? [1, 2] : [2, 1]) {
-        const r = await runOnce(engine, threads, promptText);
+        const r = await runOnce(engine, threads, promptText, { memory: false });
         promptText ??= r.prompt_text;
         delete r.prompt_text;
         console.log(`KERZE_PEERS_RUN ${JSON.stringify(r)}`);
