@@ -869,7 +869,8 @@ pub fn attend_packed(q: &Act, k: &Act, v: &Act, lens: &[usize], p: AttnParams) -
                 qh.extend_from_slice(&row[h * hd..(h + 1) * hd]);
             }
             let mut scores = keys.matmul(&qh, len, None); // (len × len)
-                                                          // Each row's softmax: the decoder's exponentials and sum ([`exps`]), then divided.
+
+            // Each row's softmax: the decoder's exponentials and sum ([`exps`]), divided.
             for row in scores.chunks_exact_mut(len) {
                 for v in row.iter_mut() {
                     *v *= p.scale;

@@ -5,8 +5,9 @@
 //! - The calling thread works too: it takes ranges like every helper, and with no helper
 //!   awake it does the whole job itself instead of waiting for one to wake.
 //! - A job is one store (its generation) that the helpers watch. A helper spins on it for a
-//!   bounded while (~0.1 ms: a decode step's products follow each other closer than that)
-//!   and then parks, so an idle team costs no CPU that the page's own thread could use.
+//!   bounded while (~45 µs in Chromium on a 2-vCPU Xeon: most of a decode step's products
+//!   follow each other closer than that) and then parks, so an idle team costs no CPU that
+//!   the page's own thread could use.
 //! - A job is claimed in contiguous ranges, not one task per item: the first ranges are
 //!   long (a share of what is left), the last ones short, so the threads end together.
 //!
@@ -26,7 +27,9 @@ use std::thread::{self, Thread};
 const INSIDE: u32 = 0xff;
 const CLOSED: u32 = 0x100;
 const GEN_SHIFT: u32 = 9;
-/// Polls of `state` before a waiting thread parks (~0.05–0.2 ms).
+/// Polls of `state` before a waiting thread parks (~45 µs in Chromium on a 2-vCPU Xeon: there
+/// 40-55 of a two-thread decode's jobs per 16 tokens found the helper parked; eight times as
+/// many polls left 7-27 but decoded no measurably faster, +0.7% ± 0.75% in 16 pairs).
 const SPINS: u32 = 1 << 15;
 
 /// A job's smallest range is 1 / (this · threads) of it. Ranges shrink from a quarter of the

@@ -808,11 +808,12 @@ impl QMatrix {
     /// i + 2q, i + 3q for q = rows / 4, as [`for_row_tiles`] lays out a range; the range that
     /// contains index q (past the quarters' tiles) takes the rows after 4q: when there are
     /// such rows, rows is not a multiple of 4, nor of an item's rows, so a part's items hold
-    /// more than q tiles. Scales and offsets are read in place ([`QMatrix::scales_in_place`]) or those of
-    /// these tiles' rows converted first (each quarter's run of rows after the one before;
-    /// not the five-bit kernel's: [`QMatrix::tiles_whole`]). Each row's sum is
-    /// [`QMatrix::rows_into`]'s for one activation row, bit for bit: a row's sum does not
-    /// depend on the rows beside it in a tile, nor on where its scales lie. The pool's items are tiles rather than rows
+    /// more than q tiles. Scales and offsets are read in place
+    /// ([`QMatrix::scales_in_place`]) or those of these tiles' rows converted first (each
+    /// quarter's run of rows after the one before; not the five-bit kernel's:
+    /// [`QMatrix::tiles_whole`]). Each row's sum is [`QMatrix::rows_into`]'s for one
+    /// activation row, bit for bit: a row's sum does not depend on the rows beside it in a
+    /// tile, nor on where its scales lie. The pool's items are tiles rather than rows
     /// because four streams a quarter of a small range apart read slower than a quarter of
     /// the matrix apart (Chromium, Gemma 3's gate and up split as the pool splits them, run on
     /// one thread: 1.3-1.5× the time with ranges of 256 rows).
@@ -1200,8 +1201,9 @@ impl Row7 {
 const ROW_CHUNK: usize = 64;
 /// Weight rows per work item of a one-row product (a decode step's; its items are tiles of
 /// four rows over the whole matrix, [`QMatrix::matvec_tiles`], so an item's size sets no
-/// stream's length): Gemma 3's output projection and down have 640 rows, 10 items of 64, and
-/// two threads waited up to one of them at a job's end.
+/// stream's length): Gemma 3's output projection and down have 640 rows, 10 items of 64,
+/// which left the team's ranges that shrink towards a job's end ([`super::team`]) no small
+/// ones to end with.
 const ONE_ROW_CHUNK: usize = 16;
 
 thread_local! {
