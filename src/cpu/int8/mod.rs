@@ -1074,6 +1074,7 @@ impl QMatrix {
             all.1 += n_ok;
         });
         if !finite.load(Relaxed) {
+            HEAD_SUMS.with_borrow_mut(|b| *b = uppers);
             return None;
         }
         let (mut lower, n_ok) = bounds.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -1099,6 +1100,7 @@ impl QMatrix {
             cands.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
         });
         let cands = cands.into_inner().unwrap_or_else(|e| e.into_inner());
+        HEAD_SUMS.with_borrow_mut(|b| *b = uppers);
         Some(crate::sampler::top_k_of(cands, k))
     }
 
@@ -1112,7 +1114,11 @@ impl QMatrix {
         then: impl Fn(Range<usize>, &mut [f32]) + Sync,
     ) -> Vec<f32> {
         let (n, group) = (self.cols, self.group);
-        let mut y = vec![0f32; self.rows];
+        // The last call's buffer (`top_k_filtered` hands it back): every row is written below,
+        // so only rows it lacks are zeroed, not Gemma 3's 1 MB each decode step (in wasm that
+        // zeroing ran alone on the calling thread, long enough for the helpers to park).
+        let mut y = HEAD_SUMS.with_borrow_mut(std::mem::take);
+        y.resize(self.rows, 0.0);
         let out = SharedOut::new(&mut y);
         let n_chunks = self.rows.div_ceil(ROW_CHUNK);
         pool::for_chunks(n_chunks, self.rows.saturating_mul(n) / 2, |chunks| {
@@ -1210,6 +1216,9 @@ thread_local! {
     /// [`QMatrix::matvec_tiles`]'s converted scales and offsets.
     static TILE_SCALES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// The LM head filter's sums, then upper bounds, one per row ([`QMatrix::products_u7`]),
+    /// kept by the calling thread from one decode step to the next.
+    static HEAD_SUMS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// (whole file blocks, their values, their scales, their offsets: empty when the type has
