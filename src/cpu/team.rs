@@ -258,6 +258,51 @@ mod tests {
         assert!(on_helpers.load(Relaxed) > 0, "the helpers took no range");
     }
 
+    /// A job's claims, taken one after another, cover its items in order, each a share of what
+    /// is left: never longer than the one before, never shorter than the grain (but the last),
+    /// the first a quarter on two threads.
+    #[test]
+    fn claims_shrink_towards_the_end_and_cover_every_item() {
+        let f = |_: Range<usize>| {};
+        for (n_items, threads) in [(1, 2), (7, 2), (40, 2), (256, 2), (4096, 2), (1000, 4)] {
+            let job = Job {
+                f: &f,
+                n_items,
+                threads,
+                grain: (n_items / (SMALLEST_PER_THREAD * threads)).max(1),
+                next: AtomicUsize::new(0),
+                caller: thread::current(),
+            };
+            let mut claims = Vec::new();
+            while let Some(r) = job.claim() {
+                claims.push(r);
+            }
+            let (mut at, mut before) = (0, usize::MAX);
+            for (i, r) in claims.iter().enumerate() {
+                assert_eq!(r.start, at, "{n_items} items: claims in order, no gap");
+                assert!(
+                    r.len() <= before,
+                    "{n_items} items: claim {i} grew: {claims:?}"
+                );
+                assert!(
+                    r.len() >= job.grain || r.end == n_items,
+                    "{n_items} items: claim {i} under the grain"
+                );
+                (at, before) = (r.end, r.len());
+            }
+            assert_eq!(at, n_items, "every item claimed");
+            if n_items >= 4 * threads {
+                assert_eq!(claims[0].len(), n_items / (2 * threads), "the first claim");
+            }
+            // Few claims: about as many as the eight equal ranges a thread had before.
+            assert!(
+                claims.len() <= 24 * threads,
+                "{n_items} items: {} claims",
+                claims.len()
+            );
+        }
+    }
+
     #[test]
     fn a_team_without_helpers_runs_on_the_caller() {
         let team = Team::start(0, |_| unreachable!());
