@@ -52,7 +52,19 @@ struct Job<'a> {
     caller: Thread,
 }
 
-impl Job<'_> {
+impl<'a> Job<'a> {
+    /// A job of `n_items` for `threads` threads (the caller's among them), none claimed yet.
+    fn new(f: &'a (dyn Fn(Range<usize>) + Sync), n_items: usize, threads: usize) -> Self {
+        Job {
+            f,
+            n_items,
+            threads,
+            grain: (n_items / (SMALLEST_PER_THREAD * threads)).max(1),
+            next: AtomicUsize::new(0),
+            caller: thread::current(),
+        }
+    }
+
     /// Claim and run ranges until none is left.
     fn work(&self) {
         while let Some(r) = self.claim() {
@@ -117,15 +129,7 @@ impl Team {
             f(0..n_items);
             return;
         }
-        let threads = self.helpers.len() + 1;
-        let job = Job {
-            f,
-            n_items,
-            threads,
-            grain: (n_items / (SMALLEST_PER_THREAD * threads)).max(1),
-            next: AtomicUsize::new(0),
-            caller: thread::current(),
-        };
+        let job = Job::new(f, n_items, self.helpers.len() + 1);
         // SAFETY (of the helpers' use of this pointer): a helper dereferences it only after
         // joining this job's generation, and this function returns only after the job is
         // closed and every helper that joined has left it.
@@ -265,14 +269,7 @@ mod tests {
     fn claims_shrink_towards_the_end_and_cover_every_item() {
         let f = |_: Range<usize>| {};
         for (n_items, threads) in [(1, 2), (7, 2), (40, 2), (256, 2), (4096, 2), (1000, 4)] {
-            let job = Job {
-                f: &f,
-                n_items,
-                threads,
-                grain: (n_items / (SMALLEST_PER_THREAD * threads)).max(1),
-                next: AtomicUsize::new(0),
-                caller: thread::current(),
-            };
+            let job = Job::new(&f, n_items, threads);
             let mut claims = Vec::new();
             while let Some(r) = job.claim() {
                 claims.push(r);
