@@ -1115,8 +1115,9 @@ impl QMatrix {
     ) -> Vec<f32> {
         let (n, group) = (self.cols, self.group);
         // The last call's buffer (`top_k_filtered` hands it back): every row is written below,
-        // so only rows it lacks are zeroed, not Gemma 3's 1 MB each decode step (in wasm that
-        // zeroing ran alone on the calling thread, long enough for the helpers to park).
+        // so only rows it lacks are zeroed. A fresh vector each decode step (1 MB for Gemma 3)
+        // cost the wasm threads build 7% of its two-thread decode; not its zeroing (the kept
+        // buffer zeroed each step decoded as fast), the cause not found (README, e96f8bc).
         let mut y = HEAD_SUMS.with_borrow_mut(std::mem::take);
         y.resize(self.rows, 0.0);
         let out = SharedOut::new(&mut y);
