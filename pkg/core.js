@@ -1028,25 +1028,18 @@ export class Core {
       const ids = this.promptIds(input);
       const plan = await this.#prefixBefore(engine, input, ids);
       throwIfAborted(signal);
-      engine.begin(ids, JSON.stringify(options));
-      if (plan?.save) engine.savePrefixAt(plan.tokens);
-      while (!(await this.#switched(engine.prefillStep()))) {
-        await yieldToEventLoop();
-        throwIfAborted(signal);
-      }
-      this.#prefixAfter(engine, plan, ids);
+      engine.begin(ids, JSON.stringify(plan?.save ? { ...options, savePrefixAt: plan.tokens } : options));
+      // The engine's own loop (src/generate/), a turn at a time: a chunk of the prompt (or,
+      // after a move to the CPU, of the tokens so far), else a piece of text. Between turns
+      // the page's events and aborts get through.
       for (;;) {
         throwIfAborted(signal);
-        const c = await this.#switched(engine.step());
-        if (c === undefined) break;
-        yield JSON.parse(c);
+        const turn = await this.#switched(engine.next());
+        if (turn === undefined) break;
+        const { event, ...chunk } = JSON.parse(turn);
+        if (event === 'chunk') yield chunk;
+        else if (event === 'prefixSaved') this.#prefixAfter(engine, plan, ids);
         await yieldToEventLoop();
-        // After a move to the CPU the tokens so far run again: chunk by chunk, like the
-        // prompt, so aborts and the page's events get through (a no-op otherwise).
-        while (!(await this.#switched(engine.prefillStep()))) {
-          await yieldToEventLoop();
-          throwIfAborted(signal);
-        }
       }
       finished = true;
       const result = JSON.parse(engine.finish());

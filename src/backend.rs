@@ -2,47 +2,15 @@
 //! written once against this trait; the CPU backend executes each call at once, a GPU backend
 //! records it. Activations are 2-D: `n_tok` rows of `width` values, row-major.
 
+use crate::config::Glu;
 use crate::error::{Error, Result};
-use crate::gguf::{ByteSource, GgmlType, TensorInfo};
+use crate::gguf::{ByteSource, TensorInfo};
+use crate::logits::{is_allowed, TokenMask};
 
-/// Int8 rows (`scale.len()` of them) with a scale and zero per row, as f32:
-/// `(v − zero) · scale`, `DequantizeLinear`'s value (the difference is an exact small integer).
-pub fn dequantize_int8_rows(values: &[i8], scale: &[f32], zero: &[f32]) -> Vec<f32> {
-    let cols = values.len().checked_div(scale.len()).unwrap_or(0);
-    let mut out = Vec::with_capacity(values.len());
-    for (row, (&s, &z)) in values.chunks_exact(cols.max(1)).zip(scale.iter().zip(zero)) {
-        out.extend(row.iter().map(|&v| (f32::from(v) - z) * s));
-    }
-    out
-}
-
-/// The values of an I8 matrix `(rows, cols)` with a scale and zero per row, checked.
-pub fn int8_rows(
-    info: &TensorInfo,
-    scale: &[f32],
-    zero: &[f32],
-    src: &dyn ByteSource,
-) -> Result<Vec<i8>> {
-    let (rows, cols) = info.rows_cols();
-    if info.ty != GgmlType::I8
-        || info.dims.len() != 2
-        || scale.len() != rows
-        || zero.len() != rows
-        || info.n_bytes != rows as u64 * cols as u64
-    {
-        return Err(Error::Config(format!(
-            "tensor {}: an int8 matrix {:?} ({}) with {} scales and {} zeros",
-            info.name,
-            info.dims,
-            info.ty,
-            scale.len(),
-            zero.len()
-        )));
-    }
-    let mut buf = vec![0u8; rows * cols];
-    src.read_at(info.offset, &mut buf)?;
-    Ok(buf.into_iter().map(|b| b as i8).collect())
-}
+/// Prompt positions per prefill step by default ([`Backend::prompt_rows`]): large enough to
+/// reuse each weight tile across rows, small enough to keep activations small and let an abort
+/// land quickly.
+pub const PREFILL_CHUNK: usize = 128;
 
 /// Shape and policy of one attention call.
 #[derive(Clone, Copy, Debug)]
@@ -65,16 +33,6 @@ pub enum Then<'a, T> {
     Gelu,
     /// Plus a tensor of the output's shape (a residual).
     Add(&'a T),
-}
-
-/// The gate's activation in a gated feed-forward product.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Glu {
-    /// GELU, tanh approximation (Gemma).
-    GeluTanh,
-    /// SiLU, `x·σ(x)` (Llama, Qwen, SmolLM).
-    Silu,
 }
 
 /// A rotary embedding: which elements pair up and each pair's angle per position, computed
@@ -178,13 +136,6 @@ pub fn branch_starts(lens: &[usize]) -> Vec<usize> {
     starts
 }
 
-/// Whether bit `i % 32` of word `i / 32` of an output constraint's mask is set.
-pub fn is_allowed(allowed: &[u32], i: usize) -> bool {
-    allowed
-        .get(i / 32)
-        .is_some_and(|w| (w >> (i % 32)) & 1 == 1)
-}
-
 /// [`Backend::head_top_k`] through every logit: the default, and the fallback of a backend
 /// that filters.
 pub async fn head_top_k_of_logits<B: Backend + ?Sized>(
@@ -192,7 +143,7 @@ pub async fn head_top_k_of_logits<B: Backend + ?Sized>(
     x: &B::Tensor,
     w: &B::Weight,
     k: usize,
-    allowed: Option<&[u32]>,
+    allowed: Option<&TokenMask>,
 ) -> Result<Vec<(u32, f32)>> {
     let logits = be.matmul(x, w)?;
     match allowed {
@@ -245,8 +196,8 @@ pub trait Backend {
         zero: &[f32],
         src: &dyn ByteSource,
     ) -> Result<Self::Weight> {
-        let values = int8_rows(info, scale, zero, src)?;
-        let floats = dequantize_int8_rows(&values, scale, zero);
+        let values = crate::quant::int8_rows(info, scale, zero, src)?;
+        let floats = crate::quant::dequantize_int8_rows(&values, scale, zero);
         let mut bytes = Vec::with_capacity(floats.len() * 4);
         for v in floats {
             bytes.extend_from_slice(&v.to_le_bytes());
@@ -259,11 +210,23 @@ pub trait Backend {
         };
         self.load_weight(&f32_info, &bytes)
     }
-    /// The most prompt positions a prefill step runs at once ([`crate::generate::PREFILL_CHUNK`]
+    /// The most prompt positions a prefill step runs at once ([`PREFILL_CHUNK`]
     /// by default). A step's activations and scratch grow with it, and in wasm memory never
     /// comes back down, so a backend whose memory is the tab's may take fewer.
     fn prompt_rows(&self) -> usize {
-        crate::generate::PREFILL_CHUNK
+        PREFILL_CHUNK
+    }
+    /// Another instance of this backend that runs the weights this one loaded, for a session
+    /// of its own on them (a server slot: [`crate::session::Session::fork`]). By default a
+    /// backend cannot: its weights live where only it reaches them (a GPU's device).
+    fn fork(&self) -> Result<Self>
+    where
+        Self: Sized,
+    {
+        Err(Error::InvalidArgument(
+            "this backend cannot share its weights with another session: load another engine"
+                .into(),
+        ))
     }
     /// A KV cache of `n_slots` positions (a ring when smaller than the context).
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<Self::Kv>;
@@ -401,7 +364,7 @@ pub trait Backend {
         let v = self.read(x).await?;
         let n = self.width(x);
         let last = v.len().checked_sub(n).map_or(&v[..], |s| &v[s..]);
-        Ok(crate::sampler::top_k(last, k))
+        Ok(crate::logits::top_k(last, k))
     }
 
     /// [`Backend::top_k`] (with `allowed`, [`Backend::top_k_masked`]) of `x @ wᵀ`: the LM
@@ -412,7 +375,7 @@ pub trait Backend {
         x: &Self::Tensor,
         w: &Self::Weight,
         k: usize,
-        allowed: Option<&[u32]>,
+        allowed: Option<&TokenMask>,
     ) -> Result<Vec<(u32, f32)>> {
         head_top_k_of_logits(self, x, w, k, allowed).await
     }
@@ -425,7 +388,7 @@ pub trait Backend {
         &mut self,
         x: &Self::Tensor,
         k: usize,
-        allowed: &[u32],
+        allowed: &TokenMask,
     ) -> Result<Vec<(u32, f32)>> {
         let v = self.read(x).await?;
         let n = self.width(x);
@@ -436,7 +399,7 @@ pub trait Backend {
                 *l = f32::NEG_INFINITY;
             }
         }
-        let mut top = crate::sampler::top_k(&last, k);
+        let mut top = crate::logits::top_k(&last, k);
         top.retain(|&(i, _)| ok(i as usize));
         Ok(top)
     }

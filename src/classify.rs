@@ -9,18 +9,18 @@
 //!   deterministic, so a Python twin decides the same).
 //! - **Generative** (decoder): each label's log-likelihood as the continuation of a prompt
 //!   that shows the text and the labels; the prompt's KV is computed once and all the labels
-//!   continue from it in one batched pass (branches that share the prompt's KV). Calibrated by the same scores after a content-free text
-//!   ("contextual calibration"): a label the model likes whatever the text loses that bias.
+//!   continue from it in one batched pass (branches that share the prompt's KV: see
+//!   [`crate::score`]). Calibrated by the same scores after a content-free text ("contextual
+//!   calibration"): a label the model likes whatever the text loses that bias.
 //!
-//! The math here is backend-free; [`crate::generate::Session`] runs the model.
+//! The math here is backend-free; a [`Session`] runs the model.
 
 use crate::backend::Backend;
+use crate::config::MAX_LABELS;
 use crate::error::{Error, Result};
-use crate::generate::{Session, PREFILL_CHUNK};
-
-/// The most labels one call takes: each costs an embedding (or a continuation on a decoder),
-/// and a result list longer than this is not a classification any more.
-pub const MAX_LABELS: usize = 256;
+use crate::logits::softmax;
+use crate::score::{ScoreUsage, MAX_LABEL_IDS};
+use crate::session::Session;
 
 /// The labels of a call.
 #[derive(Clone, Debug, PartialEq)]
@@ -185,23 +185,6 @@ fn bad(msg: String) -> Error {
     Error::InvalidArgument(format!("classify: {msg}"))
 }
 
-/// Softmax of `logits` (f64, max-shifted).
-/// One choice of a `choices` constraint and how likely the model finds it after the prompt:
-/// its log-likelihood (the sum over its tokens) and its probability among the choices.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ChoiceScore {
-    pub choice: String,
-    pub logprob: f64,
-    pub prob: f64,
-}
-
-pub fn softmax(logits: &[f64]) -> Vec<f64> {
-    let m = logits.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = logits.iter().map(|x| (x - m).exp()).collect();
-    let s: f64 = e.iter().sum();
-    e.into_iter().map(|x| x / s).collect()
-}
-
 /// Labels with their scores, best first (ties keep the labels' order).
 pub fn ranked(names: &[&str], scores: &[f64]) -> Vec<Scored> {
     let mut out: Vec<Scored> = names
@@ -316,19 +299,6 @@ pub fn prompt(template: &str, labels: &[&str], text: &str) -> String {
         .replace("{labels}", &labels.join(", "))
         .replace("{text}", text)
 }
-
-/// `log softmax(row)[id]` in f64.
-pub fn log_prob(row: &[f32], id: u32) -> f64 {
-    let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let s: f64 = row.iter().map(|&x| (f64::from(x) - m).exp()).sum();
-    f64::from(row[id as usize]) - m - s.ln()
-}
-
-/// Logit rows read back at once (a row is the vocabulary: 1 MB for Gemma 3).
-const LOGIT_ROWS: usize = 16;
-
-/// The most ids a label may have on a decoder (its continuation runs in one pass).
-pub const MAX_LABEL_IDS: usize = PREFILL_CHUNK;
 
 /// How many label and example embeddings a session keeps (then it starts over).
 const KEPT_EMBEDDINGS: usize = 4096;
@@ -508,10 +478,11 @@ impl<B: Backend> Session<B> {
                 ids.len()
             )));
         }
+        let mut scored = ScoreUsage::default();
         let bias = if opts.calibrate {
             let p = self.prompt_ids(&prompt(&opts.prompt, &names, CONTENT_FREE))?;
             Some(
-                self.label_log_likelihoods(&p, &label_ids, &mut usage)
+                self.label_log_likelihoods(&p, &label_ids, &mut scored)
                     .await?,
             )
         } else {
@@ -521,163 +492,20 @@ impl<B: Backend> Session<B> {
         for t in texts {
             let p = self.prompt_ids(&prompt(&opts.prompt, &names, t))?;
             let mut ll = self
-                .label_log_likelihoods(&p, &label_ids, &mut usage)
+                .label_log_likelihoods(&p, &label_ids, &mut scored)
                 .await?;
             if let Some(b) = &bias {
                 ll.iter_mut().zip(b).for_each(|(x, b)| *x -= b);
             }
             results.push(ranked(&names, &softmax(&ll)));
         }
+        usage.prompt_tokens += scored.prompt_tokens;
+        usage.decoder_passes += scored.decoder_passes;
         Ok(Classified { results, usage })
     }
 
     fn prompt_ids(&self, text: &str) -> Result<Vec<u32>> {
         self.tok.encode_user(text, true)
-    }
-
-    /// Each choice's probability after `prompt`, from its log-likelihood (the same scoring as
-    /// [`Session::classify`]'s on decoders), normalised over the choices; `None` when a choice
-    /// is longer than [`MAX_LABEL_IDS`] tokens. The cache holds `prompt` after it (the
-    /// choices ran as branches).
-    pub(crate) async fn choice_scores(
-        &mut self,
-        prompt: &[u32],
-        choices: &[String],
-    ) -> Result<Option<Vec<ChoiceScore>>> {
-        let ids = choices
-            .iter()
-            .map(|c| self.tok.encode_user(c, false))
-            .collect::<Result<Vec<_>>>()?;
-        if ids.iter().any(|i| i.is_empty() || i.len() > MAX_LABEL_IDS) {
-            return Ok(None);
-        }
-        let mut usage = ClassifyUsage::default();
-        let ll = self.label_log_likelihoods(prompt, &ids, &mut usage).await?;
-        let probs = softmax(&ll);
-        Ok(Some(
-            choices
-                .iter()
-                .zip(ll.iter().zip(probs))
-                .map(|(c, (&logprob, prob))| ChoiceScore {
-                    choice: c.clone(),
-                    logprob,
-                    prob,
-                })
-                .collect(),
-        ))
-    }
-
-    /// `log p(label | prompt)` for each label. The prompt runs once: its last row scores
-    /// every label's first id. The labels' other ids then run together, as branches after the
-    /// prompt's KV (each sees the prompt and its own earlier ids, nothing enters the cache):
-    /// one pass for all the labels, or a few when their ids pass [`PREFILL_CHUNK`] rows.
-    async fn label_log_likelihoods(
-        &mut self,
-        prompt: &[u32],
-        labels: &[Vec<u32>],
-        usage: &mut ClassifyUsage,
-    ) -> Result<Vec<f64>> {
-        let p = prompt.len();
-        if p == 0 {
-            return Err(bad("the prompt is empty".into()));
-        }
-        // Keeps at most the prompt but its last id, whose row is needed.
-        self.keep_common_prefix(prompt);
-        let last = self.rows_after(prompt, p - 1, usage).await?;
-        let mut out: Vec<f64> = labels.iter().map(|l| log_prob(&last, l[0])).collect();
-        // Labels of more than one id, in groups of at most PREFILL_CHUNK continuation rows.
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        let mut rows = 0;
-        for (i, l) in labels.iter().enumerate().filter(|(_, l)| l.len() > 1) {
-            if groups.is_empty() || rows + l.len() - 1 > PREFILL_CHUNK {
-                groups.push(Vec::new());
-                rows = 0;
-            }
-            if let Some(g) = groups.last_mut() {
-                g.push(i);
-            }
-            rows += l.len() - 1;
-        }
-        for group in groups {
-            // A label's ids but its last run; each row scores the label's next id.
-            let ids: Vec<u32> = group
-                .iter()
-                .flat_map(|&g| labels[g][..labels[g].len() - 1].iter().copied())
-                .collect();
-            let next: Vec<u32> = group
-                .iter()
-                .flat_map(|&g| labels[g][1..].iter().copied())
-                .collect();
-            let lens: Vec<usize> = group.iter().map(|&g| labels[g].len() - 1).collect();
-            let scores = self.branch_log_probs(&ids, &lens, &next, usage).await?;
-            let mut at = 0;
-            for (&g, &len) in group.iter().zip(&lens) {
-                out[g] += scores[at..at + len].iter().sum::<f64>();
-                at += len;
-            }
-        }
-        Ok(out)
-    }
-
-    /// Run `ids` as branches of `lens` ids after the cache (which keeps only what it holds):
-    /// `log p(next[r])` after each row r. The logits are read back and scored a slice of a
-    /// few rows at a time, so what is held is a slice's, not every row's (up to
-    /// [`PREFILL_CHUNK`] rows of the vocabulary: 128 MiB for Gemma 3, which wasm memory would
-    /// keep for the page's life).
-    async fn branch_log_probs(
-        &mut self,
-        ids: &[u32],
-        lens: &[usize],
-        next: &[u32],
-        usage: &mut ClassifyUsage,
-    ) -> Result<Vec<f64>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        usage.prompt_tokens += ids.len();
-        usage.decoder_passes += 1;
-        let h = self.forward_branches(ids, lens)?;
-        let n_vocab = self.model.cfg().n_vocab;
-        let mut out = Vec::with_capacity(ids.len());
-        for start in (0..ids.len()).step_by(LOGIT_ROWS) {
-            let n = LOGIT_ROWS.min(ids.len() - start);
-            let slice = self.be.rows(&h, start, n)?;
-            let logits = self.model.lm_head(&mut self.be, &slice)?;
-            let rows = self.be.read(&logits).await?;
-            out.extend(
-                rows.chunks_exact(n_vocab)
-                    .zip(&next[start..start + n])
-                    .map(|(row, &id)| log_prob(row, id)),
-            );
-        }
-        Ok(out)
-    }
-
-    /// Run `ids` after the part of them the cache holds; the logits of the rows from
-    /// position `first` on (`(ids.len() - first) × n_vocab`, read back).
-    async fn rows_after(
-        &mut self,
-        ids: &[u32],
-        first: usize,
-        usage: &mut ClassifyUsage,
-    ) -> Result<Vec<f32>> {
-        let mut at = self.cached_len();
-        debug_assert!(at <= first);
-        usage.prompt_tokens += ids.len() - at;
-        let mut rows = Vec::new();
-        while at < ids.len() {
-            let end = (at + self.be.prompt_rows()).min(ids.len());
-            let h = self.forward_chunk(&ids[at..end])?;
-            usage.decoder_passes += 1;
-            let from = first.max(at);
-            if from < end {
-                let h = self.be.rows(&h, from - at, end - from)?;
-                let logits = self.model.lm_head(&mut self.be, &h)?;
-                rows.extend(self.be.read(&logits).await?);
-            }
-            at = end;
-        }
-        Ok(rows)
     }
 }
 
@@ -772,11 +600,5 @@ mod tests {
         let m = Logistic::train(&[(&a, 0), (&b, 1)], 2);
         assert!(m.predict(&a)[0] > 0.9);
         assert!(m.predict(&b)[1] > 0.9);
-    }
-
-    #[test]
-    fn log_prob_is_a_log_softmax() {
-        let row = [0.0f32, (2f32).ln()];
-        assert!((log_prob(&row, 1) - (2.0f64 / 3.0).ln()).abs() < 1e-6);
     }
 }

@@ -684,6 +684,7 @@ fn cmd_generate(a: &GenerateArgs) -> Result<()> {
         stop_tokens: None,
         constraint: constraint(&a.constraint)?,
         json_whitespace: a.json_whitespace,
+        save_prefix_at: None,
     };
     let prompt_ids = engine.tokenizer().encode_user(&a.prompt, true)?;
     let json = a.json;
@@ -753,6 +754,7 @@ fn cmd_chat(a: &ChatArgs) -> Result<()> {
         stop_tokens: None,
         constraint: constraint(&a.constraint)?,
         json_whitespace: a.json_whitespace,
+        save_prefix_at: None,
     };
     let mut text = String::new();
     let mut out = std::io::stdout();

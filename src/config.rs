@@ -1,7 +1,6 @@
 //! Model hyper-parameters from GGUF metadata, validated once; plus the values the file does
 //! not carry. GGUF key strings live here and in gguf.rs/tokenizer.rs only.
 
-use crate::backend::Glu;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};
 
@@ -70,6 +69,16 @@ impl Family {
 /// would cost 200 MB in a browser tab.
 pub const DEFAULT_N_CTX: usize = 4096;
 
+/// The most labels one call takes: each costs an embedding (or a continuation on a decoder),
+/// and a result list longer than this is not a classification any more.
+pub const MAX_LABELS: usize = 256;
+
+/// A classification head's metadata in a GGUF (`kerze convert` writes them): its labels, the
+/// activation between pooler and classifier, and the problem type.
+pub const KEY_LABELS: &str = "bert.classifier.output_labels";
+pub const KEY_HEAD_ACTIVATION: &str = "kerze.classifier.activation";
+pub const KEY_PROBLEM_TYPE: &str = "kerze.classifier.problem_type";
+
 /// How an encoder's token states become one vector (`{arch}.pooling_type`, llama.cpp's
 /// numbering: 1 mean, 2 CLS, 3 last).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -81,6 +90,16 @@ pub enum Pooling {
     Cls,
     /// The last token's state.
     Last,
+}
+
+/// The gate's activation in a gated feed-forward product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Glu {
+    /// GELU, tanh approximation (Gemma).
+    GeluTanh,
+    /// SiLU, `x·σ(x)` (Llama, Qwen, SmolLM).
+    Silu,
 }
 
 /// Hyper-parameters of a transformer, in the one dimension vocabulary.

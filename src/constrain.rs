@@ -17,12 +17,13 @@
 //! first constrained request, reached through src/wasm.rs's `guide` with the same interface.
 
 use crate::error::{Error, Result};
+use crate::logits::{is_allowed, TokenMask};
 use crate::tokenizer::Tokenizer;
 use kerze_guide::Grammar;
 use std::sync::{Arc, OnceLock};
 
 #[cfg(all(not(feature = "guide"), target_arch = "wasm32"))]
-use crate::wasm::guide::{Matcher, Vocabulary};
+use crate::bridge::guide::{Matcher, Vocabulary};
 #[cfg(feature = "guide")]
 use kerze_guide::{Matcher, Vocabulary};
 #[cfg(all(not(feature = "guide"), not(target_arch = "wasm32")))]
@@ -350,8 +351,8 @@ impl Guide {
 }
 
 /// Whether token `id` of a vocabulary of `n` is allowed by `mask`.
-fn allowed(mask: &[u32], n: usize, id: u32) -> bool {
-    (id as usize) < n && crate::backend::is_allowed(mask, id as usize)
+fn allowed(mask: &TokenMask, n: usize, id: u32) -> bool {
+    (id as usize) < n && is_allowed(mask, id as usize)
 }
 
 /// Allow every end token in `m` where its first (the end of sequence) is allowed: a chat

@@ -7,6 +7,7 @@
 //! fixed order, round-to-nearest quantization, no dates), so a catalog sha256 holds for a
 //! file that is converted on the visitor's side of the registry rather than downloaded.
 
+use crate::config::{KEY_HEAD_ACTIVATION, KEY_LABELS, KEY_PROBLEM_TYPE};
 use crate::error::{Error, Result};
 use crate::gguf::Writer;
 use crate::gguf::{Array, GgmlType, Value};
@@ -462,11 +463,6 @@ pub fn read_config(cfg: &Json, pooling: Option<&Json>, sbert: Option<&Json>) -> 
         classifier,
     })
 }
-
-/// A classification head's metadata: its labels, activation and problem type.
-pub const KEY_LABELS: &str = "bert.classifier.output_labels";
-pub const KEY_HEAD_ACTIVATION: &str = "kerze.classifier.activation";
-pub const KEY_PROBLEM_TYPE: &str = "kerze.classifier.problem_type";
 
 /// A GGUF writer with an encoder's metadata; `head`: the classification head's activation
 /// between pooler and classifier (`"tanh"`, `"relu"`, or `"none"` without a pooler) when

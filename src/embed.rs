@@ -1,10 +1,14 @@
 //! Embeddings: texts → tokens (`[CLS]` … `[SEP]`; longer than the model's `max_seq` →
 //! truncated there with `[SEP]` kept last, as sentence-transformers does, or an error, or
 //! chunks) → the encoder in packed batches → pooling (mean / CLS / last, summed in f64) →
-//! L2 normalisation. Backend-independent: the backend returns token states, this does the rest.
+//! L2 normalisation. Backend-independent: the backend returns token states, this does the rest
+//! (a [`Session`] on an encoder runs it: [`Session::embed`], [`Session::head_logits`]).
 
+use crate::backend::Backend;
+use crate::clock::now_ms;
 use crate::config::Pooling;
 use crate::error::{Error, Result};
+use crate::session::Session;
 
 /// What to do with a text longer than the model's `max_seq` tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -169,6 +173,100 @@ pub fn batches(pieces: &[Vec<u32>]) -> Vec<std::ops::Range<usize>> {
         out.push(start..pieces.len());
     }
     out
+}
+
+impl<B: Backend> Session<B> {
+    /// One vector per text from an encoder (see the module's doc).
+    pub async fn embed(&mut self, texts: &[&str], opts: &EmbedOptions) -> Result<Embeddings> {
+        let pooling = self
+            .model
+            .cfg()
+            .pooling
+            .ok_or_else(|| self.not_an_encoder())?;
+        let t0 = now_ms();
+        let (mut data, mut usage) = self.pooled(texts, opts.overflow, pooling).await?;
+        if opts.normalize {
+            data.iter_mut().for_each(|v| normalize(v));
+        }
+        usage.encode_ms = now_ms() - t0;
+        Ok(Embeddings { data, usage })
+    }
+
+    fn not_an_encoder(&self) -> Error {
+        Error::InvalidArgument(format!(
+            "{} is a decoder: embeddings come from an encoder model (bert)",
+            self.model.cfg().arch
+        ))
+    }
+
+    /// One pooled, unnormalised vector per text; a text in chunks gets its pieces' vectors
+    /// averaged, weighted by their tokens.
+    pub(crate) async fn pooled(
+        &mut self,
+        texts: &[&str],
+        overflow: Overflow,
+        pooling: Pooling,
+    ) -> Result<(Vec<Vec<f32>>, EmbedUsage)> {
+        let cfg = self.model.cfg().clone();
+        if cfg.pooling.is_none() {
+            return Err(self.not_an_encoder());
+        }
+        if texts.is_empty() {
+            return Err(Error::InvalidArgument("embed: no texts".into()));
+        }
+        let mut usage = EmbedUsage::default();
+        // Each text's pieces (one, or its chunks), and which text each piece belongs to.
+        let mut pieces: Vec<Vec<u32>> = Vec::new();
+        let mut owner: Vec<usize> = Vec::new();
+        for (i, t) in texts.iter().enumerate() {
+            let ids = self.tok.encode_user(t, true)?;
+            for p in plan(ids, cfg.max_seq, overflow, &mut usage)?.pieces {
+                owner.push(i);
+                pieces.push(p);
+            }
+        }
+        let mut vectors: Vec<Vec<f32>> = Vec::with_capacity(pieces.len());
+        for r in batches(&pieces) {
+            let batch = &pieces[r];
+            let h = self.model.encode(&mut self.be, batch)?;
+            let rows = self.be.read(&h).await?;
+            let lens: Vec<usize> = batch.iter().map(Vec::len).collect();
+            vectors.extend(pool(&rows, cfg.n_embd, &lens, pooling));
+        }
+        usage.prompt_tokens = pieces.iter().map(Vec::len).sum();
+        let mut data = vec![vec![0f64; cfg.n_embd]; texts.len()];
+        let mut weight = vec![0f64; texts.len()];
+        for ((v, &i), p) in vectors.iter().zip(&owner).zip(&pieces) {
+            let w = p.len() as f64;
+            for (a, &x) in data[i].iter_mut().zip(v) {
+                *a += w * f64::from(x);
+            }
+            weight[i] += w;
+        }
+        let data = data
+            .into_iter()
+            .zip(weight)
+            .map(|(v, w)| v.iter().map(|x| (x / w) as f32).collect())
+            .collect();
+        Ok((data, usage))
+    }
+
+    /// The classification head's outputs per text (its `[CLS]` state, the text truncated
+    /// to the model's length): the logits, before softmax or sigmoid.
+    pub async fn head_logits(&mut self, texts: &[&str]) -> Result<(Vec<Vec<f64>>, EmbedUsage)> {
+        if self.model.head().is_none() {
+            return Err(Error::InvalidArgument(
+                "classify: this model has no classification head: give labels (names or examples)"
+                    .into(),
+            ));
+        }
+        let (cls, usage) = self.pooled(texts, Overflow::Truncate, Pooling::Cls).await?;
+        let head = self
+            .model
+            .head()
+            .ok_or_else(|| Error::Backend("head gone".into()))?;
+        Ok((cls.iter().map(|c| head.logits(c)).collect(), usage))
+    }
 }
 
 #[cfg(test)]

@@ -4,9 +4,10 @@
 use crate::config::ModelConfig;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
-use crate::generate::{Chunk, GenerateOptions, Generation, Session};
+use crate::generate::{Chunk, Event, GenerateOptions, Generation};
 use crate::gguf::{ByteSource, Gguf, SyncReads};
 use crate::model::Model;
+use crate::session::Session;
 use crate::tokenizer::Tokenizer;
 
 /// Which device to run on.
@@ -462,13 +463,23 @@ impl Engine {
         on_session!(&mut self.run, s => s.begin(prompt_ids, opts))
     }
 
-    /// See [`Session::prefill_step`]. If the GPU fails, the generation continues on the CPU.
+    /// See [`Session::next`]: the generation loop's next turn. If the GPU fails, the
+    /// generation continues on the CPU: the chunk of the failed step comes first, then the
+    /// ids so far are run again there, a chunk a turn.
+    pub async fn next(
+        &mut self,
+        g: &mut Generation,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Option<Event>> {
+        recovering!(self, s => s.next(g, abort).await, g.replay())
+    }
+
+    /// See [`Session::prefill_step`] (a turn of [`Engine::next`]); recovering as it does.
     pub async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
         recovering!(self, s => s.prefill_step(g).await, g.replay())
     }
 
-    /// See [`Session::step`]. If the GPU fails, the generation continues on the CPU: the
-    /// chunk of the failed step comes first, then the ids so far are run again there.
+    /// See [`Session::step`] (a turn of [`Engine::next`]); recovering as it does.
     pub async fn step(
         &mut self,
         g: &mut Generation,
@@ -530,7 +541,7 @@ impl Engine {
     }
 
     /// A sequence-classification model's head outputs per text, before softmax (see
-    /// [`crate::generate::Session::head_logits`]).
+    /// [`Session::head_logits`]).
     pub async fn head_logits(
         &mut self,
         texts: &[&str],
@@ -590,10 +601,16 @@ impl Engine {
         Ok(p.to_bytes(self.identity(model)))
     }
 
-    /// The snapshot `g` made where [`Generation::save_prefix_at`] asked, as bytes for
+    /// The snapshot `g` made where [`GenerateOptions::save_prefix_at`] asked, as bytes for
     /// [`Engine::restore_prefix`] (None: not made, e.g. the prefix came from the cache).
     pub fn take_prefix(&self, g: &mut Generation, model: &str) -> Option<Vec<u8>> {
-        g.take_prefix().map(|p| p.to_bytes(self.identity(model)))
+        g.take_prefix().map(|p| self.prefix_bytes(&p, model))
+    }
+
+    /// A snapshot as bytes for [`Engine::restore_prefix`]: `p` with who may use it (`model`:
+    /// its sha256, this engine and backend).
+    pub fn prefix_bytes(&self, p: &crate::prefix::Prefix, model: &str) -> Vec<u8> {
+        p.to_bytes(self.identity(model))
     }
 
     /// A second engine on the same weights with its own KV cache (a server slot), as a
@@ -617,15 +634,12 @@ impl crate::generate::Steps for Engine {
     fn begin(&mut self, prompt_ids: Vec<u32>, opts: &GenerateOptions) -> Result<Generation> {
         Engine::begin(self, prompt_ids, opts)
     }
-    async fn prefill_step(&mut self, g: &mut Generation) -> Result<bool> {
-        Engine::prefill_step(self, g).await
-    }
-    async fn step(
+    async fn next(
         &mut self,
         g: &mut Generation,
         abort: &dyn Fn() -> bool,
-    ) -> Result<Option<Chunk>> {
-        Engine::step(self, g, abort).await
+    ) -> Result<Option<Event>> {
+        Engine::next(self, g, abort).await
     }
 }
 

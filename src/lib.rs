@@ -30,11 +30,16 @@ pub mod generate;
 pub mod gguf;
 #[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod logits;
 pub mod model;
 pub mod onnx;
 pub mod openai;
 pub mod prefix;
+pub mod quant;
+pub mod rng;
 pub mod sampler;
+pub mod score;
+pub mod session;
 pub mod synth;
 pub mod tokenizer;
 
@@ -45,6 +50,12 @@ pub mod cli;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod server;
 
+/// The browser builds' bridges to the template and constraint modules (loaded on first use).
+#[cfg(all(
+    target_arch = "wasm32",
+    any(not(feature = "jinja"), not(feature = "guide"))
+))]
+pub mod bridge;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 
@@ -52,7 +63,8 @@ pub use backend::{AttnParams, Backend};
 pub use config::{Family, ModelConfig};
 pub use engine::{Device, Engine, EngineInfo, GpuCounters, LoadOptions};
 pub use error::{Error, Result};
-pub use generate::{Chunk, FinishReason, GenerateOptions, Generation, Session, Usage};
+pub use generate::{Chunk, Event, FinishReason, GenerateOptions, Generation, Usage};
 pub use gguf::{ByteSource, GgmlType, Gguf, TensorInfo};
 pub use sampler::{Sampler, SamplerConfig};
+pub use session::Session;
 pub use tokenizer::Tokenizer;

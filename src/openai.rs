@@ -819,7 +819,7 @@ pub struct ChatChoice {
     pub logprobs: Option<()>,
     /// kerze: with a `choices` constraint, each choice's log-likelihood and probability.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub choice_scores: Option<Vec<crate::classify::ChoiceScore>>,
+    pub choice_scores: Option<Vec<crate::score::ChoiceScore>>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -938,7 +938,7 @@ pub struct ChunkChoice {
     pub logprobs: Option<()>,
     /// On the finish chunk: as [`ChatChoice::choice_scores`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub choice_scores: Option<Vec<crate::classify::ChoiceScore>>,
+    pub choice_scores: Option<Vec<crate::score::ChoiceScore>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -1140,7 +1140,7 @@ pub struct TextChoice {
     /// kerze: with a `choices` constraint, each choice's log-likelihood and probability (the
     /// whole response; not in a stream's chunks).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub choice_scores: Option<Vec<crate::classify::ChoiceScore>>,
+    pub choice_scores: Option<Vec<crate::score::ChoiceScore>>,
 }
 
 /// A text completion, whole (`finish` and `usage` set) or one chunk of its stream (`finish`

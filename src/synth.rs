@@ -3,12 +3,12 @@
 //! one of each Llama-block family ([`tiny_decoder`]: Llama with its own LM head and Llama 3
 //! frequency factors, Qwen2 with q/k/v biases, Qwen3 with QK-norm and a head size apart from
 //! n_embd / n_head). Deterministic on every target: the weights come from
-//! [`crate::sampler::Rng`], quantized by candle into the types asked for.
+//! [`crate::rng::Rng`], quantized by candle into the types asked for.
 
 use crate::config::Family;
 use crate::error::{Error, Result};
 use crate::gguf::{Array, GgmlType, Value, Writer};
-use crate::sampler::Rng;
+use crate::rng::Rng;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 

@@ -85,7 +85,7 @@ fn seed(fixed: u64) -> u64 {
 /// Parse and load mutated copies of `base`; every outcome must be Ok or a typed error,
 /// never a panic, and no allocation may exceed `limit` bytes.
 fn fuzz(base: &[u8], cases: usize, seed: u64, limit: usize) -> (usize, usize) {
-    let mut rng = kerze::sampler::Rng::new(seed);
+    let mut rng = kerze::rng::Rng::new(seed);
     let header_len = Gguf::read(base).unwrap().data_offset as usize;
     let (mut ok, mut err) = (0, 0);
     for i in 0..cases {
@@ -720,7 +720,7 @@ fn mutated_onnx_exports_give_typed_errors() {
         .and_then(|v| v.parse().ok())
         .map_or(300, |n: usize| n / 100);
     let seed = seed(17);
-    let mut rng = kerze::sampler::Rng::new(seed);
+    let mut rng = kerze::rng::Rng::new(seed);
     // The graph's structure (nodes, names, attributes) lies outside the big weights: mutate
     // anywhere, but mostly in the first and last 64 KiB where the nodes are.
     let limit = base.len() * 10 + (64 << 20);

@@ -333,7 +333,7 @@ fn generative_scores_are_llama_cpps_label_log_likelihoods() {
             .max()
             .unwrap_or(0)
             + 64;
-        let passes = (n + 1) * (longest.div_ceil(kerze::generate::PREFILL_CHUNK) + 1);
+        let passes = (n + 1) * (longest.div_ceil(kerze::backend::PREFILL_CHUNK) + 1);
         assert!(
             got.usage.decoder_passes <= passes,
             "{} decoder passes, at most {passes} with the labels batched",
@@ -394,13 +394,13 @@ fn multi_id_labels_score_as_a_teacher_forced_pass() {
     assert!(label_ids.iter().filter(|l| l.len() > 1).count() >= 3);
     assert_eq!(
         got.usage.decoder_passes,
-        prompt.len().div_ceil(kerze::generate::PREFILL_CHUNK) + 1
+        prompt.len().div_ceil(kerze::backend::PREFILL_CHUNK) + 1
     );
     assert_eq!(
         got.usage.prompt_tokens,
         prompt.len() + label_ids.iter().map(|l| l.len() - 1).sum::<usize>()
     );
-    let p = kerze::classify::softmax(&want);
+    let p = kerze::logits::softmax(&want);
     for (k, l) in names.iter().enumerate() {
         let s = got.results[0].iter().find(|s| s.label == *l).unwrap().score;
         assert!(

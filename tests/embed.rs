@@ -252,7 +252,7 @@ fn synthetic_encoder(dir: &std::path::Path, pooling: &str, max_seq: usize, disti
     std::fs::write(dir.join("sentence_bert_config.json"), st_cfg).unwrap();
     let tokenizer = include_bytes!("fixtures/all-minilm-l6-v2.tokenizer.json");
     std::fs::write(dir.join("tokenizer.json"), tokenizer).unwrap();
-    let mut rng = kerze::sampler::Rng::new(0xbe27);
+    let mut rng = kerze::rng::Rng::new(0xbe27);
     let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
     let mut add = |name: String, shape: Vec<usize>, scale: f32, offset: f32| {
         let n: usize = shape.iter().product();

@@ -306,10 +306,10 @@ fn matvec_matches_the_cpu_on_the_real_model_with_default_limits() {
 /// A session on the GPU (WebGPU's default limits) for the model in `src`.
 fn gpu_session(
     src: &dyn kerze::gguf::ByteSource,
-) -> kerze::generate::Session<kerze::gpu::backend::GpuBackend> {
-    use kerze::generate::Session;
+) -> kerze::session::Session<kerze::gpu::backend::GpuBackend> {
     use kerze::gpu::backend::GpuBackend;
     use kerze::model::Model;
+    use kerze::session::Session;
     use kerze::tokenizer::Tokenizer;
     use kerze::ModelConfig;
 
@@ -400,7 +400,7 @@ fn gpu_top_k_equals_the_cpu_top_k() {
         let x = be.upload(&v, n_tok, n).unwrap();
         for k in [1, 2, 40, 104, TOPK_MAX] {
             let got = pollster::block_on(be.top_k(&x, k)).unwrap();
-            let want = kerze::sampler::top_k(&v[last..], k);
+            let want = kerze::logits::top_k(&v[last..], k);
             assert_eq!(got, want, "n {n} k {k}");
         }
     }
@@ -514,7 +514,7 @@ fn decode_steps_read_back_little_and_match_the_cpu() {
         let mut g = pollster::block_on(s.start(ids.clone(), &opts, &|| false)).unwrap();
         let mut steps = Vec::new();
         let e0 = s.be.encode_ms();
-        let counts = |s: &kerze::generate::Session<kerze::gpu::backend::GpuBackend>| {
+        let counts = |s: &kerze::session::Session<kerze::gpu::backend::GpuBackend>| {
             [
                 s.be.gpu.bytes_read.load(Ordering::Relaxed),
                 s.be.gpu.submits.load(Ordering::Relaxed),
@@ -805,7 +805,8 @@ fn close(what: &str, got: Vec<f32>, want: &[f32], tol: f64) {
 /// (grouped heads, a sliding window that the ring wraps, chunks after cached rows).
 #[test]
 fn each_op_on_the_gpu_matches_the_cpu_on_random_tensors() {
-    use kerze::backend::{AttnParams, Backend, Glu, Rope};
+    use kerze::backend::{AttnParams, Backend, Rope};
+    use kerze::config::Glu;
     use kerze::cpu::CpuBackend;
 
     let mut rng = Rng(0x5eed_0123_4567);
@@ -1364,10 +1365,11 @@ fn a_restored_prefix_on_the_gpu_gives_the_computed_logits_bit_for_bit() {
     }
     // The CPU's snapshot of the same prefix has the GPU's shapes and near its values.
     let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
-    let mut g = cpu
-        .begin(ids.clone(), &kerze::GenerateOptions::greedy_tokens(1))
-        .unwrap();
-    g.save_prefix_at(p);
+    let opts = kerze::GenerateOptions {
+        save_prefix_at: Some(p),
+        ..kerze::GenerateOptions::greedy_tokens(1)
+    };
+    let mut g = cpu.begin(ids.clone(), &opts).unwrap();
     while !pollster::block_on(cpu.prefill_step(&mut g)).unwrap() {}
     let c = g.take_prefix().unwrap();
     assert_eq!(c.layers.len(), snap.layers.len());

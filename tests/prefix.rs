@@ -24,17 +24,18 @@ fn engine(bytes: &[u8]) -> Engine {
 
 /// Run `ids` greedily for 8 tokens, saving the cache after `n` ids: the snapshot and the text.
 fn generate_saving(e: &mut Engine, ids: &[u32], n: usize) -> (Vec<u8>, Vec<u32>, usize) {
-    let opts = GenerateOptions::greedy_tokens(8);
+    let opts = GenerateOptions {
+        save_prefix_at: Some(n),
+        ..GenerateOptions::greedy_tokens(8)
+    };
     let mut g = e.begin(ids.to_vec(), &opts).unwrap();
-    g.save_prefix_at(n);
-    while !pollster::block_on(e.prefill_step(&mut g)).unwrap() {}
-    let snap = e
-        .take_prefix(&mut g, "model-a")
-        .expect("a snapshot at the prefix");
-    while pollster::block_on(e.step(&mut g, &never))
-        .unwrap()
-        .is_some()
-    {}
+    let mut snap = None;
+    while let Some(event) = pollster::block_on(e.next(&mut g, &never)).unwrap() {
+        if event == kerze::Event::PrefixSaved {
+            snap = e.take_prefix(&mut g, "model-a");
+        }
+    }
+    let snap = snap.expect("a snapshot at the prefix");
     (snap, g.generated().to_vec(), g.usage.prefill_tokens)
 }
 

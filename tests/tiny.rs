@@ -316,7 +316,7 @@ fn abort_during_a_long_prefill_leaves_the_cache_consistent() {
         .encode_user(&"the cat and the dog ".repeat(40), true)
         .unwrap();
     assert!(
-        ids.len() > 2 * kerze::generate::PREFILL_CHUNK,
+        ids.len() > 2 * kerze::backend::PREFILL_CHUNK,
         "needs several prefill chunks"
     );
     // Abort after the first chunk has run.
@@ -337,7 +337,7 @@ fn abort_during_a_long_prefill_leaves_the_cache_consistent() {
     .unwrap();
     assert_eq!(
         a.usage.prefill_tokens,
-        ids.len() - kerze::generate::PREFILL_CHUNK
+        ids.len() - kerze::backend::PREFILL_CHUNK
     );
     e.reset();
     let b = pollster::block_on(e.generate(

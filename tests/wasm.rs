@@ -187,7 +187,7 @@ async fn every_family_in_wasm_matches_the_f64_reference() {
 fn dense_simd_kernels_equal_the_portable_ones_in_wasm() {
     use kerze::cpu::dense::{DenseMatrix, I8Matrix, Kernel};
     assert_eq!(Kernel::best(), Kernel::Simd);
-    let mut rng = kerze::sampler::Rng::new(5);
+    let mut rng = kerze::rng::Rng::new(5);
     for (m, n, k) in [(1, 3, 5), (7, 13, 33), (65, 70, 384)] {
         let mut random = |len: usize| (0..len).map(|_| rng.normal()).collect::<Vec<f32>>();
         let (x, w, b) = (random(m * k), random(n * k), random(n));

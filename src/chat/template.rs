@@ -251,7 +251,7 @@ fn render_text(
     #[cfg(feature = "jinja")]
     return kerze_jinja::render(source, context, today);
     #[cfg(all(not(feature = "jinja"), target_arch = "wasm32"))]
-    return crate::wasm::render_template(source, context, today);
+    return crate::bridge::render_template(source, context, today);
     #[cfg(all(not(feature = "jinja"), not(target_arch = "wasm32")))]
     {
         let _ = (source, context, today);

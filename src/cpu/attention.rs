@@ -897,7 +897,7 @@ pub fn attend_packed(q: &Act, k: &Act, v: &Act, lens: &[usize], p: AttnParams) -
 mod tests {
     use super::*;
 
-    fn random(rng: &mut crate::sampler::Rng, n: usize, width: usize) -> Act {
+    fn random(rng: &mut crate::rng::Rng, n: usize, width: usize) -> Act {
         Act {
             data: (0..n * width).map(|_| rng.normal()).collect(),
             width,
@@ -905,12 +905,7 @@ mod tests {
     }
 
     /// A cache of `slots` holding positions `0..prefix`, as a prompt of random rows left it.
-    fn prefilled(
-        rng: &mut crate::sampler::Rng,
-        p: AttnParams,
-        slots: usize,
-        prefix: usize,
-    ) -> KvCache {
+    fn prefilled(rng: &mut crate::rng::Rng, p: AttnParams, slots: usize, prefix: usize) -> KvCache {
         let (qw, kw) = (p.n_head * p.head_dim, p.n_head_kv * p.head_dim);
         let mut kv = KvCache::new(slots, kw);
         let pos: Vec<usize> = (0..prefix).collect();
@@ -928,7 +923,7 @@ mod tests {
     /// has wrapped; and the cache is left as the prefix made it.
     #[test]
     fn branches_equal_each_branch_alone_after_the_prefix() {
-        let mut rng = crate::sampler::Rng::new(7);
+        let mut rng = crate::rng::Rng::new(7);
         for (window, slots, prefix) in [(usize::MAX, 64, 11), (6, 6, 13)] {
             let p = AttnParams {
                 n_head: 4,
@@ -981,7 +976,7 @@ mod tests {
     /// and two KV heads, one row and several, branches after the cache.
     #[test]
     fn every_split_gives_one_rows_values() {
-        let mut rng = crate::sampler::Rng::new(17);
+        let mut rng = crate::rng::Rng::new(17);
         for (window, slots, prefix, n_kv, head_dim) in [
             (usize::MAX, 256, 150, 1, 16),
             (12, 12, 40, 2, 16),
@@ -1028,7 +1023,7 @@ mod tests {
     /// the same values bit for bit, and the cache holds 2 bytes a value.
     #[test]
     fn attention_over_f16_keys_and_values_matches_f64() {
-        let mut rng = crate::sampler::Rng::new(5);
+        let mut rng = crate::rng::Rng::new(5);
         for (n_head, n_kv) in [(2, 2), (4, 2), (6, 2), (6, 1)] {
             let p = AttnParams {
                 n_head,
@@ -1122,7 +1117,7 @@ mod tests {
     /// as the original.
     #[test]
     fn a_cache_grown_run_by_run_reads_what_it_was_given() {
-        let mut rng = crate::sampler::Rng::new(11);
+        let mut rng = crate::rng::Rng::new(11);
         for (window, slots, n) in [(usize::MAX, 300, 200), (150, 150, 400)] {
             let p = AttnParams {
                 n_head: 2,

@@ -17,9 +17,11 @@ mod pool;
 )]
 mod team;
 
-use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope, Then};
+use crate::backend::{AttnParams, Backend, KvRows, Rope, Then};
+use crate::config::Glu;
 use crate::error::{Error, Result};
 use crate::gguf::{now, ByteSource, GgmlType, SyncReads, TensorInfo};
+use crate::logits::TokenMask;
 use candle_core::quantized::k_quants::GgmlType as Block;
 
 pub use attention::KvCache;
@@ -372,7 +374,7 @@ impl Backend for CpuBackend {
         now(load_cpu_weight(info, &SyncReads(src), false))?
     }
 
-    /// In wasm a quarter of [`crate::generate::PREFILL_CHUNK`] on one thread, half on more: a
+    /// In wasm a quarter of [`crate::backend::PREFILL_CHUNK`] on one thread, half on more: a
     /// step's activations (Gemma 3 270M: the feed-forward's 2048-wide rows, the quantized
     /// copies) stay in the tab's memory for good: 128 positions' ~4 MiB more than 64's, 64's
     /// ~1.6 MiB more than 32's. One thread in Chromium prefills as fast at 32 (131 tok/s
@@ -382,11 +384,11 @@ impl Backend for CpuBackend {
     /// against llama.cpp, the whole chunk.
     fn prompt_rows(&self) -> usize {
         if !cfg!(target_arch = "wasm32") {
-            crate::generate::PREFILL_CHUNK
+            crate::backend::PREFILL_CHUNK
         } else if pool::threads() == 1 {
-            crate::generate::PREFILL_CHUNK / 4
+            crate::backend::PREFILL_CHUNK / 4
         } else {
-            crate::generate::PREFILL_CHUNK / 2
+            crate::backend::PREFILL_CHUNK / 2
         }
     }
 
@@ -410,11 +412,11 @@ impl Backend for CpuBackend {
         zero: &[f32],
         src: &dyn ByteSource,
     ) -> Result<CpuWeight> {
-        let values = crate::backend::int8_rows(info, scale, zero, src)?;
+        let values = crate::quant::int8_rows(info, scale, zero, src)?;
         let (rows, cols) = info.rows_cols();
         if !dense::I8Matrix::takes(cols) {
             // Rows the int8 layout does not take: as f32, exactly dequantized.
-            let floats = crate::backend::dequantize_int8_rows(&values, scale, zero);
+            let floats = crate::quant::dequantize_int8_rows(&values, scale, zero);
             return Ok(CpuWeight::Dense(dense::DenseMatrix::pack(
                 &floats, rows, cols,
             )));
@@ -426,6 +428,11 @@ impl Backend for CpuBackend {
             rows,
             cols,
         )))
+    }
+
+    /// A fresh backend: the weights it will run are the loaded ones, shared read-only.
+    fn fork(&self) -> Result<Self> {
+        Ok(CpuBackend::new())
     }
 
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<KvCache> {
@@ -686,7 +693,7 @@ impl Backend for CpuBackend {
 
     async fn top_k(&mut self, x: &Act, k: usize) -> Result<Vec<(u32, f32)>> {
         let last = x.data.len().saturating_sub(x.width);
-        Ok(crate::sampler::top_k(&x.data[last..], k))
+        Ok(crate::logits::top_k(&x.data[last..], k))
     }
 
     async fn head_top_k(
@@ -694,7 +701,7 @@ impl Backend for CpuBackend {
         x: &Act,
         w: &CpuWeight,
         k: usize,
-        allowed: Option<&[u32]>,
+        allowed: Option<&TokenMask>,
     ) -> Result<Vec<(u32, f32)>> {
         if let (CpuWeight::Int8(q), Some(last)) = (w, x.data.len().checked_sub(x.width)) {
             if let Some(top) = q.top_k(&x.data[last..], k, allowed) {
@@ -748,7 +755,7 @@ mod tests {
     #[test]
     fn matrices_embed_and_multiply() {
         let (rows, cols) = (5usize, 64usize);
-        let mut rng = crate::sampler::Rng::new(1);
+        let mut rng = crate::rng::Rng::new(1);
         let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
         let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
         for (dt, ty) in [
@@ -812,7 +819,7 @@ mod tests {
     #[test]
     fn fused_steps_equal_the_separate_ones() {
         let (m, n, k) = (130usize, 44usize, 64usize);
-        let mut rng = crate::sampler::Rng::new(7);
+        let mut rng = crate::rng::Rng::new(7);
         let mut be = CpuBackend::new();
         let mut weights = Vec::new();
         for ty in [GgmlType::F32, GgmlType::Q4_0] {

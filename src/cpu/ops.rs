@@ -142,7 +142,7 @@ fn lanes8_portable<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] 
 /// with and without a remainder of eight, one row and four: the number of outputs compared,
 /// or what differed. Part of [`super::check_kernels`], which the package runs in the browser.
 pub fn check_kernels() -> Result<usize, String> {
-    let mut rng = crate::sampler::Rng::new(3);
+    let mut rng = crate::rng::Rng::new(3);
     let mut compared = 0;
     for n in [0, 1, 7, 8, 13, 64, 256, 261] {
         let rows: Vec<Vec<f32>> = (0..4)
@@ -476,7 +476,7 @@ mod tests {
     /// `sum` adds as `dot` does (its products by one are exact), bit for bit.
     #[test]
     fn sum_is_dot_with_ones() {
-        let mut rng = crate::sampler::Rng::new(5);
+        let mut rng = crate::rng::Rng::new(5);
         for n in [0, 1, 7, 8, 9, 64, 261] {
             let x: Vec<f32> = (0..n).map(|_| rng.spread() * 3.0).collect();
             let ones = vec![1f32; n];
@@ -493,7 +493,7 @@ mod tests {
     #[test]
     fn dots_are_each_rows_dot() {
         assert_eq!(check_kernels(), Ok(40));
-        let mut rng = crate::sampler::Rng::new(3);
+        let mut rng = crate::rng::Rng::new(3);
         for n in [0, 1, 7, 8, 13, 64, 256, 261] {
             let rows: Vec<Vec<f32>> = (0..4)
                 .map(|_| (0..n).map(|_| rng.normal() * 3.0).collect())
@@ -523,7 +523,7 @@ mod tests {
     /// weights zero.
     #[test]
     fn axpys_are_axpy_row_after_row() {
-        let mut rng = crate::sampler::Rng::new(11);
+        let mut rng = crate::rng::Rng::new(11);
         for m in 1..=9 {
             for n in [0, 1, 5, 8, 13, 64, 261] {
                 for c in [0, 1, 3, 16, 20] {

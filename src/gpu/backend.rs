@@ -16,9 +16,11 @@ use super::kernels::topk::{TopKStage, TOPK_BLOCK};
 use super::kernels::{Kernels, Pool, Recorder};
 use super::weights::GpuWeight;
 use super::{Gpu, GpuOptions};
-use crate::backend::{AttnParams, Backend, Glu, KvRows, Rope};
+use crate::backend::{AttnParams, Backend, KvRows, Rope};
+use crate::config::Glu;
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
+use crate::logits::TokenMask;
 
 /// Activations on the GPU: `n_tok` rows of `width` f32.
 #[derive(Clone)]
@@ -716,7 +718,7 @@ impl Backend for GpuBackend {
         &mut self,
         x: &GpuTensor,
         k: usize,
-        allowed: &[u32],
+        allowed: &TokenMask,
     ) -> Result<Vec<(u32, f32)>> {
         self.top_k_on_device(x, k, Some(allowed)).await
     }
@@ -734,7 +736,7 @@ impl GpuBackend {
         &mut self,
         x: &GpuTensor,
         k: usize,
-        allowed: Option<&[u32]>,
+        allowed: Option<&TokenMask>,
     ) -> Result<Vec<(u32, f32)>> {
         self.gpu.check()?;
         let k = k.clamp(1, TOPK_MAX);

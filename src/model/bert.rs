@@ -85,7 +85,7 @@ impl Head {
     /// Scores from [`Head::logits`]: softmax, sigmoids or the values themselves.
     pub fn scores(&self, logits: &[f64]) -> Vec<f64> {
         match self.problem {
-            Problem::SingleLabel => crate::classify::softmax(logits),
+            Problem::SingleLabel => crate::logits::softmax(logits),
             Problem::MultiLabel => logits.iter().map(|&z| 1.0 / (1.0 + (-z).exp())).collect(),
             Problem::Regression => logits.to_vec(),
         }
@@ -93,15 +93,15 @@ impl Head {
 
     /// The head of file `g`, if it has one (`cls.output.*`, and `cls.*` for the pooler).
     pub fn load(g: &Gguf, src: &dyn ByteSource, n_embd: usize) -> Result<Option<Self>> {
-        use crate::convert::{KEY_HEAD_ACTIVATION, KEY_LABELS, KEY_PROBLEM_TYPE};
+        use crate::config::{KEY_HEAD_ACTIVATION, KEY_LABELS, KEY_PROBLEM_TYPE, MAX_LABELS};
         let Some(out_w) = g.tensor("cls.output.weight") else {
             return Ok(None);
         };
         let n = out_w.dims.get(1).copied().unwrap_or(0) as usize;
-        if n == 0 || n > crate::classify::MAX_LABELS {
+        if n == 0 || n > MAX_LABELS {
             return Err(Error::Config(format!(
                 "cls.output.weight: {n} labels (1 to {})",
-                crate::classify::MAX_LABELS
+                MAX_LABELS
             )));
         }
         let read = |name: &str, dims: &[usize]| super::host_f32(g, src, name, dims);

@@ -3,8 +3,10 @@
 //! head tied to the token embedding. The (1 + w) of Gemma's RMSNorm is already baked into the
 //! GGUF norm weights.
 
-use super::{matmuls, Cache, Progress, Rows, Span, Want};
-use crate::backend::{AttnParams, Backend, Glu, Rope};
+use super::pass::matmuls;
+use super::{Cache, Progress, Rows, Span, Want};
+use crate::backend::{AttnParams, Backend, Rope};
+use crate::config::Glu;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::gguf::{ByteSource, Gguf};
@@ -121,7 +123,7 @@ impl<B: Backend> Gemma3<B> {
         cache: &mut Cache<B>,
     ) -> Result<B::Tensor> {
         let c = &self.cfg;
-        let span = Span::new(c, cache, ids.len(), rows)?;
+        let span = Span::new(c, cache, ids, rows)?;
         let pos = &span.pos;
         let mut x = be.embed(&self.token_embd, ids, c.embd_scale)?; // (n_tok, n_embd)
         for (il, (l, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {

@@ -5,7 +5,8 @@
 //! `rope_freqs.weight` frequency factors), Qwen2/2.5 (NeoX RoPE, q/k/v biases), Qwen3 (NeoX
 //! RoPE, q and k RMS-normed per head before RoPE).
 
-use super::{host_vector, matmuls, Cache, Progress, Rows, Span, Want};
+use super::pass::matmuls;
+use super::{host_vector, Cache, Progress, Rows, Span, Want};
 use crate::backend::{AttnParams, Backend, Rope};
 use crate::config::ModelConfig;
 use crate::error::{Error, Result};
@@ -149,7 +150,7 @@ impl<B: Backend> Llama<B> {
         cache: &mut Cache<B>,
     ) -> Result<B::Tensor> {
         let c = &self.cfg;
-        let span = Span::new(c, cache, ids.len(), rows)?;
+        let span = Span::new(c, cache, ids, rows)?;
         let pos = &span.pos;
         let bias = |be: &mut B, x: B::Tensor, b: &Option<B::Weight>| match b {
             Some(b) => be.add_bias(&x, b),

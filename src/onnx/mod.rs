@@ -100,7 +100,7 @@ pub struct Int8Rows {
 
 impl Int8Rows {
     pub fn dequantize(&self) -> Vec<f32> {
-        crate::backend::dequantize_int8_rows(&self.values, &self.scale, &self.zero)
+        crate::quant::dequantize_int8_rows(&self.values, &self.scale, &self.zero)
     }
 }
 

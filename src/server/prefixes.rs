@@ -242,12 +242,11 @@ mod tests {
     /// Generate `ids` after the store's `before`, saving through `after`: the prefill count.
     fn ask(store: &PrefixStore, e: &mut Engine, ids: &[u32], shared: usize) -> usize {
         let plan = store.before(e, ids, shared);
-        let mut g = e
-            .begin(ids.to_vec(), &GenerateOptions::greedy_tokens(2))
-            .unwrap();
-        if let Some(n) = plan.save_at {
-            g.save_prefix_at(n);
-        }
+        let opts = GenerateOptions {
+            save_prefix_at: plan.save_at,
+            ..GenerateOptions::greedy_tokens(2)
+        };
+        let mut g = e.begin(ids.to_vec(), &opts).unwrap();
         while !pollster::block_on(e.prefill_step(&mut g)).unwrap() {}
         if let Some(b) = e.take_prefix(&mut g, &store.model) {
             store.after(e.info().backend, &ids[..plan.save_at.unwrap()], b);

@@ -7,7 +7,7 @@
 use crate::chat::{ChatOptions, Message};
 use crate::engine::{Engine, EngineInfo, LoadOptions};
 use crate::error::{Error, Result};
-use crate::generate::{FinishReason, GenerateOptions, Usage};
+use crate::generate::{Event as Step, FinishReason, GenerateOptions, Usage};
 use crate::server::prefixes::PrefixStore;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -333,14 +333,13 @@ fn run(engine: &mut Engine, job: Job, prefixes: Option<&PrefixStore>) {
     };
     let begun = ids.and_then(|(ids, shared)| {
         let plan = prefixes.map(|p| p.before(engine, &ids, shared));
-        let save_at = plan.and_then(|p| p.save_at);
-        let mut g = engine.begin(ids, &opts)?;
-        if let Some(n) = save_at {
-            g.save_prefix_at(n);
-        }
-        Ok((g, save_at))
+        let opts = GenerateOptions {
+            save_prefix_at: plan.and_then(|p| p.save_at),
+            ..opts
+        };
+        engine.begin(ids, &opts)
     });
-    let (mut g, save_at) = match begun {
+    let mut g = match begun {
         Ok(g) => g,
         Err(e) => {
             last(Event::Failed(e));
@@ -352,22 +351,22 @@ fn run(engine: &mut Engine, job: Job, prefixes: Option<&PrefixStore>) {
     }
     let abort = || events.is_closed() || Instant::now() >= deadline;
     let outcome = pollster::block_on(async {
-        loop {
-            if abort() {
-                return Err(Error::Aborted);
-            }
-            if engine.prefill_step(&mut g).await? {
-                break;
-            }
-        }
-        if let (Some(store), Some(n)) = (prefixes, save_at) {
-            if let Some(bytes) = engine.take_prefix(&mut g, store.model()) {
-                store.after(engine.info().backend, &g.ids[..n], bytes);
-            }
-        }
-        while let Some(c) = engine.step(&mut g, &abort).await? {
-            if !c.text.is_empty() && !send(Event::Chunk(c.text)) {
-                return Err(Error::Aborted);
+        while let Some(event) = engine.next(&mut g, &abort).await? {
+            match event {
+                Step::Prefilled => {}
+                Step::PrefixSaved => {
+                    // The store asked for it (its plan set `save_prefix_at`); the answer goes
+                    // on while it is written.
+                    if let (Some(store), Some(p)) = (prefixes, g.take_prefix()) {
+                        let bytes = engine.prefix_bytes(&p, store.model());
+                        store.after(engine.info().backend, &p.ids, bytes);
+                    }
+                }
+                Step::Chunk(c) => {
+                    if !c.text.is_empty() && !send(Event::Chunk(c.text)) {
+                        return Err(Error::Aborted);
+                    }
+                }
             }
         }
         Ok(())

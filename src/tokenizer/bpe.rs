@@ -12,7 +12,7 @@
 //! SentencePiece model keeps no list: for Gemma 3 that skips deriving and sorting 515 000
 //! merges (~90 ms native, ~160 ms in wasm) and a 17 MB table.
 
-use super::Bits;
+use super::pipeline::Bits;
 use hashbrown::HashMap;
 use std::collections::BinaryHeap;
 use std::hash::BuildHasher;

@@ -4,7 +4,7 @@
 //! CJK split, lower-case and accent stripping), `BertPreTokenizer`, the WordPiece model,
 //! `[CLS] $A [SEP]` — so the ids are Hugging Face's.
 
-use super::tk_err;
+use super::pipeline::{tk_err, Impl};
 use crate::error::Result;
 use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
 use tokenizers::models::wordpiece::WordPiece;
@@ -55,7 +55,7 @@ pub struct Spec<'a> {
 
 /// The pipeline Hugging Face builds for a BERT `tokenizer.json`, built directly (deserializing
 /// a described `tokenizer.json` would bring every tokenizer kind's reader into the wasm).
-pub fn build(s: &Spec) -> Result<super::Impl<WordPiece>> {
+pub fn build(s: &Spec) -> Result<Impl<WordPiece>> {
     let piece = |id: u32| {
         s.pieces
             .get(id as usize)
@@ -75,7 +75,7 @@ pub fn build(s: &Spec) -> Result<super::Impl<WordPiece>> {
         .max_input_chars_per_word(100)
         .build()
         .map_err(tk_err)?;
-    let mut tk = super::Impl::new(model);
+    let mut tk = Impl::new(model);
     tk.with_normalizer(Some(BertNormalizer::new(true, true, None, s.lowercase)))
         .map_err(tk_err)?;
     tk.with_pre_tokenizer(Some(BertPreTokenizer));

@@ -921,7 +921,7 @@ fn quantize_row_u7(row: &[f32], q: &mut [u8]) -> RowQ7 {
 /// when it loads a relaxed-SIMD build, whose instructions are only as good as the browser's
 /// lowering of them.
 pub fn check_kernels() -> Result<usize, String> {
-    let mut rng = crate::sampler::Rng::new(5);
+    let mut rng = crate::rng::Rng::new(5);
     let mut compared = 0;
     for (m, n, k) in [(1, 1, 16), (3, 7, 40), (9, 13, 384), (5, 9, 2064)] {
         let x: Vec<f32> = (0..m * k).map(|_| rng.spread()).collect();
@@ -1019,7 +1019,7 @@ pub fn check_kernels() -> Result<usize, String> {
 mod tests {
     use super::*;
 
-    fn random(rng: &mut crate::sampler::Rng, n: usize) -> Vec<f32> {
+    fn random(rng: &mut crate::rng::Rng, n: usize) -> Vec<f32> {
         (0..n).map(|_| rng.normal()).collect()
     }
 
@@ -1049,7 +1049,7 @@ mod tests {
     /// kernel agree to a few ulps of the sum's magnitude.
     #[test]
     fn kernels_equal_the_definition() {
-        let mut rng = crate::sampler::Rng::new(11);
+        let mut rng = crate::rng::Rng::new(11);
         for (m, n, k) in [
             (1, 1, 1),
             (3, 13, 7),
@@ -1100,7 +1100,7 @@ mod tests {
     /// multiple of 16; the kernels agree exactly; rows dequantize as defined.
     #[test]
     fn int8_kernels_equal_the_dequantized_product() {
-        let mut rng = crate::sampler::Rng::new(3);
+        let mut rng = crate::rng::Rng::new(3);
         for kind in [I8Kind::Wide, I8Kind::Narrow] {
             for (m, n, k, extreme) in [
                 (1, 1, 8, false),

@@ -58,9 +58,9 @@ mod wasm;
 
 use super::dense::{Out, Post};
 use super::pool::{self, SharedOut};
-use crate::backend::is_allowed;
 use crate::error::{Error, Result};
 use crate::gguf::{now, ByteSource, GgmlType, SyncReads};
+use crate::logits::{is_allowed, TokenMask};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
@@ -945,7 +945,7 @@ impl QMatrix {
 impl QMatrix {
     /// The `k` largest of `x @ selfᵀ` for one row `x` among the rows `allowed` marks (bit
     /// `i % 32` of word `i / 32`; all rows without it): the same `(row, value)` pairs as
-    /// [`crate::sampler::top_k`] of [`QMatrix::matmul`], bit for bit, ties to the lower row.
+    /// [`crate::logits::top_k`] of [`QMatrix::matmul`], bit for bit, ties to the lower row.
     /// `None` where this build has no fast 7-bit kernel, the matrix has offsets, or `x` or a
     /// product is not finite: the caller runs the whole product.
     ///
@@ -955,7 +955,12 @@ impl QMatrix {
     /// activations known) plus both sums' rounding. Only the rows whose upper bound reaches
     /// the k-th largest lower bound can be among the k largest; those run the exact kernel,
     /// the one [`QMatrix::matmul`] runs, on the same 16-bit activations.
-    pub fn top_k(&self, x: &[f32], k: usize, allowed: Option<&[u32]>) -> Option<Vec<(u32, f32)>> {
+    pub fn top_k(
+        &self,
+        x: &[f32],
+        k: usize,
+        allowed: Option<&TokenMask>,
+    ) -> Option<Vec<(u32, f32)>> {
         if !has_fast_u7() {
             return None;
         }
@@ -968,7 +973,7 @@ impl QMatrix {
         &self,
         x: &[f32],
         k: usize,
-        allowed: Option<&[u32]>,
+        allowed: Option<&TokenMask>,
     ) -> Option<Vec<(u32, f32)>> {
         let Values::Int8(qs) = &self.values else {
             return None;
@@ -1101,7 +1106,7 @@ impl QMatrix {
         });
         let cands = cands.into_inner().unwrap_or_else(|e| e.into_inner());
         HEAD_SUMS.with_borrow_mut(|b| *b = uppers);
-        Some(crate::sampler::top_k_of(cands, k))
+        Some(crate::logits::top_k_of(cands, k))
     }
 
     /// `Σ_g scale_g · Σ q·code` of every row against one row of 7-bit codes, over the pool
@@ -2041,7 +2046,7 @@ fn dot_u7<S: Scale>(
 /// top-k exactly, ties included.
 pub fn check_kernels() -> Result<usize, String> {
     // `n` 16-bit activations, every fifth at −32 767, and a scale per 32.
-    fn activations16(rng: &mut crate::sampler::Rng, n: usize) -> (Vec<i16>, Vec<f32>) {
+    fn activations16(rng: &mut crate::rng::Rng, n: usize) -> (Vec<i16>, Vec<f32>) {
         let x16 = (0..n)
             .map(|i| {
                 if i % 5 == 0 {
@@ -2054,7 +2059,7 @@ pub fn check_kernels() -> Result<usize, String> {
         let xd = (0..n / QK).map(|_| rng.spread().abs() * 1e-4).collect();
         (x16, xd)
     }
-    let mut rng = crate::sampler::Rng::new(11);
+    let mut rng = crate::rng::Rng::new(11);
     let mut compared = 0;
     let close = |what: &str, a: f32, b: f32, size: f32| {
         if (a - b).abs() <= 1e-5 * size.max(f32::MIN_POSITIVE) {
@@ -2438,7 +2443,7 @@ pub fn check_kernels() -> Result<usize, String> {
 }
 
 /// The top-k of the whole product (all logits), masked as `Backend::top_k_masked` masks.
-fn exact_top_k(m: &QMatrix, x: &[f32], k: usize, allowed: Option<&[u32]>) -> Vec<(u32, f32)> {
+fn exact_top_k(m: &QMatrix, x: &[f32], k: usize, allowed: Option<&TokenMask>) -> Vec<(u32, f32)> {
     let mut y = m.matmul(x, 1);
     let ok = |i: usize| allowed.is_none_or(|a| is_allowed(a, i));
     for (i, v) in y.iter_mut().enumerate() {
@@ -2446,7 +2451,7 @@ fn exact_top_k(m: &QMatrix, x: &[f32], k: usize, allowed: Option<&[u32]>) -> Vec
             *v = f32::NEG_INFINITY;
         }
     }
-    let mut top = crate::sampler::top_k(&y, k);
+    let mut top = crate::logits::top_k(&y, k);
     top.retain(|&(i, _)| ok(i as usize));
     top
 }
@@ -2470,7 +2475,7 @@ mod tests {
     /// mask; a matrix with offsets or a non-finite activation falls back (`None`).
     #[test]
     fn the_head_filter_equals_the_exact_top_k() {
-        let mut rng = crate::sampler::Rng::new(21);
+        let mut rng = crate::rng::Rng::new(21);
         let (rows, cols) = (3001, 256);
         let mut w: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
         for r in (0..rows - 2).step_by(13) {
@@ -2574,7 +2579,7 @@ mod tests {
     /// negative scale in a later chunk, after f16 ones were kept), with the same products.
     #[test]
     fn a_head_with_a_negative_scale_keeps_f32_scales() {
-        let mut rng = crate::sampler::Rng::new(5);
+        let mut rng = crate::rng::Rng::new(5);
         let (rows, cols) = (LOAD_CHUNK_BLOCKS / 4 + 3, 128);
         let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
         let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
@@ -2677,7 +2682,7 @@ mod tests {
     /// a tile, in one work item or several, and whoever else is in the pass.
     #[test]
     fn parts_in_one_pass_equal_each_row_alone() {
-        let mut rng = crate::sampler::Rng::new(11);
+        let mut rng = crate::rng::Rng::new(11);
         let cols = 512;
         let types = [
             (GgmlDType::Q4K, GgmlType::Q4_K, 300),
@@ -2737,7 +2742,7 @@ mod tests {
     /// and a residual.
     #[test]
     fn a_one_row_product_in_any_tile_ranges_equals_the_row_layout() {
-        let mut rng = crate::sampler::Rng::new(17);
+        let mut rng = crate::rng::Rng::new(17);
         let cols = 256;
         for (dt, ty) in [
             (GgmlDType::Q4_1, GgmlType::Q4_1),
@@ -2835,12 +2840,7 @@ mod tests {
     }
 
     /// A file's bytes of `rows × cols` normal weights, quantized by candle as `dt`.
-    fn quantized(
-        rng: &mut crate::sampler::Rng,
-        rows: usize,
-        cols: usize,
-        dt: GgmlDType,
-    ) -> Vec<u8> {
+    fn quantized(rng: &mut crate::rng::Rng, rows: usize, cols: usize, dt: GgmlDType) -> Vec<u8> {
         let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
         let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
         QTensor::quantize(&wt, dt)
@@ -2883,7 +2883,7 @@ mod tests {
     /// and as an LM head.
     #[test]
     fn every_layout_equals_int8_with_f32_scales_bit_for_bit() {
-        let mut rng = crate::sampler::Rng::new(9);
+        let mut rng = crate::rng::Rng::new(9);
         // 38 rows: decode tiles of 4 and of 2 rows.
         for (rows, cols) in [(38, 512), (333, 1024)] {
             let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
@@ -2995,7 +2995,7 @@ mod tests {
     /// five-bit kernel reads them, and as int8.
     #[test]
     fn f16_scales_that_are_not_finite_become_f32() {
-        let mut rng = crate::sampler::Rng::new(6);
+        let mut rng = crate::rng::Rng::new(6);
         let (rows, cols) = (LOAD_CHUNK_BLOCKS + 5, 64);
         let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
         let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
@@ -3026,7 +3026,7 @@ mod tests {
     /// too (a value no code gives would make the matrix f32: [`Scales::append`]).
     #[test]
     fn coded_scales_of_any_unit_give_the_f32_values() {
-        let mut rng = crate::sampler::Rng::new(8);
+        let mut rng = crate::rng::Rng::new(8);
         let (rows, cols) = (LOAD_CHUNK_BLOCKS / 2 + 3, 512);
         let w: Vec<f32> = (0..rows * cols).map(|_| rng.normal()).collect();
         let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
@@ -3106,7 +3106,7 @@ mod tests {
     /// exact one — much nearer than candle's with 8-bit activations.
     #[test]
     fn every_type_unpacks_exactly_and_multiplies_near_exactly() {
-        let mut rng = crate::sampler::Rng::new(5);
+        let mut rng = crate::rng::Rng::new(5);
         // The second shape is large enough for the thread pool;
         // the third is a decode step's (one activation row, rows from four places at once).
         for (rows, cols, m) in [(37, 512, 6), (333, 1024, 5), (333, 1024, 1)] {

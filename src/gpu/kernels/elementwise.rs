@@ -1,7 +1,7 @@
 //! Element-wise kernels (shaders/elementwise.wgsl): sums, gated products, row biases.
 
 use super::{grid, Recorder};
-use crate::backend::Glu;
+use crate::config::Glu;
 use crate::error::Result;
 use crate::gpu::Gpu;
 
