@@ -48,7 +48,7 @@ pub fn set_template_renderer(render: Option<Function>) {
 
 /// Render through the template module (see [`set_template_renderer`]).
 #[cfg(not(feature = "jinja"))]
-pub fn render_template(
+pub(crate) fn render_template(
     source: &str,
     context: &serde_json::Value,
     today: kerze_jinja::Date,
@@ -81,7 +81,7 @@ pub fn render_template(
 /// first constrained request and hands over (`setGuideModule`); these hold its numbers, with
 /// the interface `constrain.rs` uses natively (kerze-guide's `Vocabulary` and `Matcher`).
 #[cfg(not(feature = "guide"))]
-pub mod guide {
+pub(crate) mod guide {
     use js_sys::{Array, Function, Reflect, Uint32Array, Uint8Array};
     use std::cell::RefCell;
     use wasm_bindgen::prelude::*;

@@ -422,7 +422,7 @@ impl Engine {
         let info = EngineInfo {
             backend: "",
             reason: String::new(),
-            simd: crate::cpu::dense::simd_name(),
+            simd: crate::cpu::Isa::best().name(),
             version: crate::prefix::ENGINE_VERSION,
             model: cfg.name.clone(),
             arch: cfg.arch.clone(),

@@ -55,7 +55,7 @@ pub mod server;
     target_arch = "wasm32",
     any(not(feature = "jinja"), not(feature = "guide"))
 ))]
-pub mod bridge;
+mod bridge;
 #[cfg(target_arch = "wasm32")]
 pub mod wasm;
 

@@ -185,15 +185,16 @@ async fn every_family_in_wasm_matches_the_f64_reference() {
 /// the int8 one (i32x4.dot_i16x8_s) across its k split too.
 #[wasm_bindgen_test]
 fn dense_simd_kernels_equal_the_portable_ones_in_wasm() {
-    use kerze::cpu::dense::{DenseMatrix, I8Matrix, Kernel};
-    assert_eq!(Kernel::best(), Kernel::Simd);
+    use kerze::cpu::dense::{DenseMatrix, I8Matrix};
+    use kerze::cpu::Isa;
+    assert_ne!(Isa::best(), Isa::Portable);
     let mut rng = kerze::rng::Rng::new(5);
     for (m, n, k) in [(1, 3, 5), (7, 13, 33), (65, 70, 384)] {
         let mut random = |len: usize| (0..len).map(|_| rng.normal()).collect::<Vec<f32>>();
         let (x, w, b) = (random(m * k), random(n * k), random(n));
         let d = DenseMatrix::pack(&w, n, k);
-        let simd = d.matmul_with(Kernel::Simd, &x, m, Some(&b));
-        let portable = d.matmul_with(Kernel::Portable, &x, m, Some(&b));
+        let simd = d.matmul_with(Isa::best(), &x, m, Some(&b));
+        let portable = d.matmul_with(Isa::Portable, &x, m, Some(&b));
         assert_eq!(simd, portable, "{m}×{n}×{k}");
         for i in 0..m {
             for j in 0..n {
@@ -214,8 +215,8 @@ fn dense_simd_kernels_equal_the_portable_ones_in_wasm() {
         let zero: Vec<f32> = (0..n).map(|j| (j % 7) as f32 - 3.0).collect();
         let x: Vec<f32> = (0..m * k).map(|_| rng.normal()).collect();
         let q = I8Matrix::pack(&v, scale, zero, n, k);
-        let simd = q.matmul_with(Kernel::Simd, &x, m, None);
-        let portable = q.matmul_with(Kernel::Portable, &x, m, None);
+        let simd = q.matmul_with(Isa::best(), &x, m, None);
+        let portable = q.matmul_with(Isa::Portable, &x, m, None);
         assert_eq!(simd, portable, "int8 {m}×{n}×{k}");
     }
 }

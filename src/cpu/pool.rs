@@ -121,3 +121,34 @@ impl<T> SharedOut<T> {
 
 // SAFETY: workers write disjoint ranges or elements through it (see `part` and `set`).
 unsafe impl<T: Send> Sync for SharedOut<T> {}
+
+/// The rate (GB/s) at which this machine's threads, as the kernels' pool runs them, read
+/// `mb` MiB of memory: the best of three passes after a first that brings it in. A decode
+/// step reads every weight once, so this rate over the bytes a step reads bounds the decode.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn read_rate_gb_per_s(mb: usize) -> f64 {
+    const CHUNK: usize = 1 << 17; // u64s: 1 MiB
+    let data: Vec<u64> = (0..(mb << 17).max(CHUNK) as u64).collect();
+    let n_chunks = data.len().div_ceil(CHUNK);
+    let pass = || {
+        let t = std::time::Instant::now();
+        for_chunks(n_chunks, usize::MAX, |chunks| {
+            for c in chunks {
+                let xs = &data[c * CHUNK..((c + 1) * CHUNK).min(data.len())];
+                // Eight independent sums: the loads, not an add chain, set the pace.
+                let mut acc = [0u64; 8];
+                for block in xs.chunks_exact(8) {
+                    for (a, &x) in acc.iter_mut().zip(block) {
+                        *a = a.wrapping_add(x);
+                    }
+                }
+                // Kept, so the loads are not optimized away.
+                std::hint::black_box(acc.iter().fold(0u64, |s, &a| s.wrapping_add(a)));
+            }
+        });
+        t.elapsed().as_secs_f64()
+    };
+    pass();
+    let best = (0..3).map(|_| pass()).fold(f64::INFINITY, f64::min);
+    (data.len() * 8) as f64 / best / 1e9
+}

@@ -1,7 +1,7 @@
 //! The dense kernel with AVX2 and FMA (x86-64, detected at run time): 8 rows × one panel of
 //! 8 columns, one `__m256` accumulator per row.
 
-use super::{Tile, TileI8, PANEL};
+use super::tile::{Tile, TileI8, PANEL};
 use std::arch::x86_64::*;
 
 /// Rows per tile.
@@ -57,7 +57,7 @@ pub const MR_I8: usize = 4;
 /// 8 activations, broadcast to both halves, meet them in `vpmaddwd`. Call only when
 /// [`available`].
 pub fn tile_i8(t: usize, x: &[i16], ldx: usize, k: usize, panel: &[i16], out: &mut TileI8) {
-    use super::I8_PANEL;
+    use super::tile::I8_PANEL;
     assert!(available());
     assert!(
         (1..=MR_I8).contains(&t)

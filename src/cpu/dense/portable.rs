@@ -1,7 +1,7 @@
 //! The dense kernel in plain Rust: the reference the SIMD kernels are tested against, and
 //! the path where neither runs.
 
-use super::{Tile, TileI8, PANEL};
+use super::tile::{Tile, TileI8, PANEL};
 
 /// Rows per tile.
 pub const MR: usize = 4;
@@ -51,7 +51,7 @@ fn tile_int<const STEP: usize, X: Copy + Into<i32>, W: Copy + Into<i32>>(
     panel: &[W],
     out: &mut TileI8,
 ) {
-    use super::I8_PANEL;
+    use super::tile::I8_PANEL;
     assert!(k.is_multiple_of(STEP));
     for (i, o) in out.iter_mut().enumerate().take(t) {
         let xr = &x[i * ldx..i * ldx + k];

@@ -3,7 +3,7 @@
 //! accumulators, 2 weight vectors and a broadcast stay within the 16 registers V8 maps
 //! v128 to on x86-64 (6 rows spill and run at half speed).
 
-use super::{Tile, TileI8, PANEL};
+use super::tile::{Tile, TileI8, PANEL};
 use core::arch::wasm32::*;
 
 /// Rows per tile.
@@ -42,7 +42,7 @@ unsafe fn rows<const R: usize>(x: *const f32, ldx: usize, k: usize, p: *const f3
     }
 }
 
-/// Rows of activations per int8 tile (times [`super::I8_PANEL`] weight rows).
+/// Rows of activations per int8 tile (times [`super::tile::I8_PANEL`] weight rows).
 pub const MR_I8: usize = 2;
 
 /// `t ≤ MR_I8` rows of 16-bit activations (stride `ldx`) times one int8 panel (4 weight rows,
@@ -67,7 +67,7 @@ fn tile_int<const STEP: usize, X, W>(
     out: &mut TileI8,
     dot: impl Fn(v128, v128, v128) -> v128,
 ) {
-    use super::I8_PANEL;
+    use super::tile::I8_PANEL;
     assert!(
         (1..=mr.min(2)).contains(&t)
             && STEP * size_of::<X>() == 16
@@ -124,7 +124,7 @@ unsafe fn rows_int<const R: usize, const STEP: usize, X, W>(
     }
 }
 
-/// Rows of activations per `Narrow` int8 tile (times [`super::I8_PANEL`] weight rows).
+/// Rows of activations per `Narrow` int8 tile (times [`super::tile::I8_PANEL`] weight rows).
 #[cfg(target_feature = "relaxed-simd")]
 pub const MR_U7: usize = 2;
 

@@ -1,6 +1,13 @@
 //! Element-wise kernels of the CPU backend. Loops keep 8 independent accumulators so LLVM
 //! vectorises them (SSE/AVX natively, simd128 in wasm) without reassociating floats; the dot
-//! product has them written out.
+//! product has them written out, one file per instruction set (`sse2.rs`, `wasm.rs`,
+//! `portable.rs`), each held to the portable one bit for bit ([`check_kernels`]).
+
+mod portable;
+#[cfg(target_arch = "x86_64")]
+mod sse2;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm;
 
 /// Dot product with 8 lanes: lane `l` sums `a[i] · b[i]` for `i ≡ l (mod 8)` in order, the
 /// lanes then added as `((0 + 4) + (1 + 5)) + ((2 + 6) + (3 + 7))` and the remainder after
@@ -62,80 +69,17 @@ pub fn sum(x: &[f32]) -> f32 {
     x[whole..].iter().fold(fold_lanes(&lanes), |s, &v| s + v)
 }
 
-/// The eight lane sums of each row of `a` with `b` (a multiple of 8 long; each row at
-/// least as long).
-#[cfg(target_arch = "x86_64")]
+/// This build's eight lane sums: the instruction set's file where every build of the target
+/// has it (SSE2 is part of x86-64, simd128 of every kerze wasm build: no run-time check, so
+/// no [`super::Isa`] needed here), else the portable one.
 #[inline(always)]
 fn lanes8<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] {
-    use std::arch::x86_64::*;
-    debug_assert!(b.len().is_multiple_of(8) && a.iter().all(|x| x.len() >= b.len()));
-    let mut out = [[0f32; 8]; N];
-    // SAFETY: SSE2 is part of x86-64; every load is inside `b` or a row of `a` (as long).
-    unsafe {
-        let (mut lo, mut hi) = ([_mm_setzero_ps(); N], [_mm_setzero_ps(); N]);
-        for c in (0..b.len()).step_by(8) {
-            let y0 = _mm_loadu_ps(b.as_ptr().add(c));
-            let y1 = _mm_loadu_ps(b.as_ptr().add(c + 4));
-            for i in 0..N {
-                let x = a[i].as_ptr().add(c);
-                lo[i] = _mm_add_ps(lo[i], _mm_mul_ps(_mm_loadu_ps(x), y0));
-                hi[i] = _mm_add_ps(hi[i], _mm_mul_ps(_mm_loadu_ps(x.add(4)), y1));
-            }
-        }
-        for i in 0..N {
-            _mm_storeu_ps(out[i].as_mut_ptr(), lo[i]);
-            _mm_storeu_ps(out[i].as_mut_ptr().add(4), hi[i]);
-        }
-    }
-    out
-}
-
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-#[inline(always)]
-fn lanes8<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] {
-    use std::arch::wasm32::*;
-    debug_assert!(b.len().is_multiple_of(8) && a.iter().all(|x| x.len() >= b.len()));
-    let mut out = [[0f32; 8]; N];
-    // SAFETY: every load is inside `b` or a row of `a` (as long); loads are unaligned.
-    unsafe {
-        let (mut lo, mut hi) = ([f32x4_splat(0.0); N], [f32x4_splat(0.0); N]);
-        for c in (0..b.len()).step_by(8) {
-            let y0 = v128_load(b.as_ptr().add(c).cast());
-            let y1 = v128_load(b.as_ptr().add(c + 4).cast());
-            for i in 0..N {
-                let x = a[i].as_ptr().add(c);
-                lo[i] = f32x4_add(lo[i], f32x4_mul(v128_load(x.cast()), y0));
-                hi[i] = f32x4_add(hi[i], f32x4_mul(v128_load(x.add(4).cast()), y1));
-            }
-        }
-        for i in 0..N {
-            v128_store(out[i].as_mut_ptr().cast(), lo[i]);
-            v128_store(out[i].as_mut_ptr().add(4).cast(), hi[i]);
-        }
-    }
-    out
-}
-
-#[cfg(not(any(
-    target_arch = "x86_64",
-    all(target_arch = "wasm32", target_feature = "simd128")
-)))]
-use lanes8_portable as lanes8;
-
-/// [`lanes8`] in plain Rust: every build's definition, and the lanes of builds without SSE2
-/// or simd128.
-#[inline(always)]
-fn lanes8_portable<const N: usize>(a: &[&[f32]; N], b: &[f32]) -> [[f32; 8]; N] {
-    let mut out = [[0f32; 8]; N];
-    for (c, y) in b.chunks_exact(8).enumerate() {
-        for (acc, x) in out.iter_mut().zip(a) {
-            let x = &x[c * 8..c * 8 + 8];
-            for l in 0..8 {
-                acc[l] += x[l] * y[l];
-            }
-        }
-    }
-    out
+    #[cfg(target_arch = "x86_64")]
+    return sse2::lanes8(a, b);
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return wasm::lanes8(a, b);
+    #[allow(unreachable_code)]
+    portable::lanes8(a, b)
 }
 
 /// This build's [`dots`] against the portable one, bit for bit, on random rows of lengths
@@ -150,8 +94,8 @@ pub fn check_kernels() -> Result<usize, String> {
             .collect();
         let b: Vec<f32> = (0..n).map(|_| rng.spread()).collect();
         let a = [&rows[0][..], &rows[1], &rows[2], &rows[3]];
-        let (got, want) = (dots(a, &b), dots_with(a, &b, lanes8_portable));
-        let (one, one_want) = (dots([a[2]], &b), dots_with([a[2]], &b, lanes8_portable));
+        let (got, want) = (dots(a, &b), dots_with(a, &b, portable::lanes8));
+        let (one, one_want) = (dots([a[2]], &b), dots_with([a[2]], &b, portable::lanes8));
         for (i, (g, w)) in got
             .iter()
             .chain(&one)
