@@ -6,7 +6,7 @@
 
 import { KerzeError, abortError } from './protocol.js';
 import { openModelCache, openPrefixStore, PREFIX_DEFAULTS } from './cache.js';
-import { RELAXED_SIMD_PROBE } from './probe.js';
+import { wasmUrl, jinjaUrl, guideUrl, loadWasm, probeGpu, ExtraModules } from './wasm-load.js';
 
 /** The wasm-bindgen glue can address at most 4 GiB; nothing this size fits in a tab anyway. */
 const MAX_MODEL_BYTES = 2 ** 32 - 1;
@@ -101,123 +101,6 @@ export function yieldToEventLoop() {
 
 function throwIfAborted(signal) {
   if (signal?.aborted) throw abortError(signal);
-}
-
-/** The key under which rayon-start.js finds how to start a thread. */
-const RAYON_SPAWN = Symbol.for('kerze.spawnRayonWorker');
-
-/** Where the single-thread build's module is: next to this file (bundlers emit it there). */
-export function wasmUrl() {
-  return new URL('./wasm/kerze_bg.wasm', import.meta.url);
-}
-
-/**
- * Where the chat-template module is (src/jinja/: the engine's builds leave the template
- * engine out; it is loaded at the first chat that needs a template).
- */
-export function jinjaUrl() {
-  return new URL('./wasm/jinja/kerze_jinja_bg.wasm', import.meta.url);
-}
-
-/**
- * Where the constraint module is (src/guide/: llguidance; the engine's builds leave it out,
- * it is loaded at the first constrained request or `prepareConstraints`).
- */
-export function guideUrl() {
-  return new URL('./wasm/guide/kerze_guide_bg.wasm', import.meta.url);
-}
-
-/** Whether this browser validates relaxed SIMD (then the relaxed builds can run). */
-export function relaxedSimd() {
-  return typeof WebAssembly === 'object' && WebAssembly.validate(RELAXED_SIMD_PROBE);
-}
-
-/** A thread of the threads build: told first which twin's glue to import (rayon-worker.js). */
-function spawnThread(build) {
-  const worker = new Worker(new URL('./rayon-worker.js', import.meta.url), { type: 'module', name: 'kerze-rayon' });
-  worker.postMessage({ type: 'kerze_rayon_build', build });
-  return worker;
-}
-
-/**
- * Whether a relaxed-SIMD build's kernels equal the portable ones on this device (a few
- * milliseconds): relaxed SIMD is what the browser lowers it to, so it is checked, not trusted.
- */
-function kernelsAgree(glue, warn) {
-  try {
-    glue.checkKernels();
-    return true;
-  } catch (e) {
-    warn(`the relaxed-SIMD kernels disagree with the portable ones here (${e?.message ?? e}): running on simd128`);
-    return false;
-  }
-}
-
-/**
- * Load the wasm glue: the threads build when asked for and possible, else single-thread
- * (its module from `wasm()`: a URL, a Response or bytes; `custom`: given by the host, which
- * then has no relaxed twin). `simd`: 'auto' takes the relaxed-SIMD twin where the browser
- * validates it, 'relaxed' asks for it (a warning where it cannot), 'simd128' never takes it.
- */
-async function loadWasm(threads, warn, wasm, simd = 'auto', custom = false) {
-  const can = relaxedSimd();
-  if (simd === 'relaxed' && !can) warn('relaxed SIMD was asked for, but this browser does not validate it: running on simd128');
-  if (simd === 'relaxed' && can && custom && threads <= 1) warn('relaxed SIMD was asked for, but this engine\'s wasm is the host\'s own (the inline worker), with no relaxed twin: running on simd128');
-  const relaxed = simd !== 'simd128' && can;
-  if (threads > 1) {
-    try {
-      // How rayon-start.js starts a thread: here, in the literal form bundlers emit as a
-      // worker, and outside the threads' own module graph (see there).
-      const build = relaxed ? 'relaxed' : 'simd128';
-      globalThis[RAYON_SPAWN] = () => spawnThread(build);
-      const glue = relaxed ? await import('./wasm/threads-relaxed/kerze.js') : await import('./wasm/threads/kerze.js');
-      const exports = await glue.default({
-        module_or_path: relaxed
-          ? new URL('./wasm/threads-relaxed/kerze_bg.wasm', import.meta.url)
-          : new URL('./wasm/threads/kerze_bg.wasm', import.meta.url),
-      });
-      // The calling thread computes too (src/cpu/team.rs): `threads` in all.
-      await glue.initThreadPool(threads - 1);
-      if (!relaxed || kernelsAgree(glue, warn)) return { glue, threads, memory: exports.memory };
-      // Its pool holds the memory: the single-thread simd128 build takes over.
-      return await loadWasm(0, warn, wasm, 'simd128', custom);
-    } catch (e) {
-      warn(`the threads build did not start (${e?.message ?? e}): running on one thread`);
-    }
-  }
-  if (relaxed && !custom) {
-    try {
-      const glue = await import('./wasm/relaxed/kerze.js');
-      const exports = await glue.default({ module_or_path: new URL('./wasm/relaxed/kerze_bg.wasm', import.meta.url) });
-      if (kernelsAgree(glue, warn)) return { glue, threads: 1, memory: exports.memory };
-    } catch (e) {
-      warn(`the relaxed-SIMD build did not start (${e?.message ?? e}): running on simd128`);
-    }
-  }
-  const glue = await import('./wasm/kerze.js');
-  const exports = await glue.default({ module_or_path: await wasm() });
-  return { glue, threads: 1, memory: exports.memory };
-}
-
-/**
- * Whether to take the WebGPU path: `webgpu` always; `auto` when this context offers an
- * adapter that is not a software fallback. Returns [yes, why not].
- */
-async function probeGpu(device) {
-  if (device === 'cpu') return [false, "device 'cpu' was asked for"];
-  if (device === 'webgpu') return [true, null];
-  const gpu = globalThis.navigator?.gpu;
-  if (!gpu) return [false, 'no WebGPU in this browser'];
-  try {
-    const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
-    if (!adapter) return [false, 'no WebGPU adapter'];
-    if (adapter.info?.isFallbackAdapter) {
-      return [false, `the WebGPU adapter (${adapter.info.description || adapter.info.architecture || 'software'}) is a software fallback (slower than the CPU engine)`];
-    }
-    return [true, null];
-  } catch (e) {
-    return [false, `WebGPU failed: ${e?.message ?? e}`];
-  }
 }
 
 /** Why a cache write failed, for a warning: 'storage quota' or the error's message. */
@@ -686,12 +569,9 @@ export class Core {
     this.onInfo = hooks.info ?? (() => {});
     this.wasm = hooks.wasm ?? wasmUrl;
     this.customWasm = hooks.wasm != null;
-    this.jinja = hooks.jinja ?? jinjaUrl;
-    this.guide = hooks.guide ?? guideUrl;
     this.glue = null;
-    /** The chat-template and constraint modules' loads, once started (see #module). */
-    this.templates = null;
-    this.guides = null;
+    /** The chat-template and constraint modules, loaded on first use (wasm-load.js). */
+    this.modules = new ExtraModules(hooks.jinja ?? jinjaUrl, hooks.guide ?? guideUrl);
     this.engine = null;
     this.info = null;
     this.busy = false;
@@ -832,7 +712,7 @@ export class Core {
     bytes = null;
     // The constraint engine's token trie, built now when asked (else at the first constraint).
     const prepare = args.prepareConstraints && engineInfo.family !== 'bert';
-    if (prepare) await this.#guides();
+    if (prepare) await this.modules.forConstraints(this.glue);
     const constraintsMs = prepare ? this.engine.prepareConstraints() : null;
     this.info = {
       ...engineInfo,
@@ -853,46 +733,6 @@ export class Core {
     return this.engine;
   }
 
-  /**
-   * A module the engine's builds leave out, loaded on first use and handed to the engine's
-   * module (`hand`: its setter there, given `pick(module)`; a build with the module's code
-   * inside, as the wasm tests', has none and needs nothing). `slot`: where the load is
-   * kept; a failed load is tried again next time.
-   */
-  async #module(slot, hand, glueOf, url, what, pick = (m) => m) {
-    if (typeof this.glue?.[hand] !== 'function') return;
-    const glue = this.glue;
-    this[slot] ??= (async () => {
-      const m = await glueOf();
-      await m.default({ module_or_path: await url() });
-      return m;
-    })().catch((e) => {
-      this[slot] = null;
-      throw new KerzeError('DownloadError', `the ${what} module did not load (${e?.message ?? e})`, { cause: e });
-    });
-    // Handed over every time (a setter): a later load in this Core may run another build.
-    glue[hand](pick(await this[slot]));
-  }
-
-  /**
-   * Before a chat with the file's template: the engine's module renders it through the
-   * chat-template module (src/jinja/). Pages that never chat, or chat in Gemma's built-in
-   * format, never load it.
-   */
-  async #templates(input) {
-    if (!Array.isArray(input.messages) || this.info?.chatTemplate !== 'file') return;
-    await this.#module('templates', 'setTemplateRenderer',
-      () => import('./wasm/jinja/kerze_jinja.js'), this.jinja, 'chat-template', (m) => m.render);
-  }
-
-  /**
-   * Before a constrained request (or `prepareConstraints`): the engine's module compiles
-   * and matches through the constraint module (src/guide/).
-   */
-  async #guides() {
-    await this.#module('guides', 'setGuideModule',
-      () => import('./wasm/guide/kerze_guide.js'), this.guide, 'constraint');
-  }
 
   /**
    * Prompt ids of `input`: { prompt } (user text), { ids } or { messages, chat? } (the model's
@@ -1023,8 +863,8 @@ export class Core {
     let finished = false;
     try {
       throwIfAborted(signal);
-      await this.#templates(input);
-      if (options?.constraint != null) await this.#guides();
+      await this.modules.forChat(this.glue, input, this.info?.chatTemplate);
+      if (options?.constraint != null) await this.modules.forConstraints(this.glue);
       const ids = this.promptIds(input);
       const plan = await this.#prefixBefore(engine, input, ids);
       throwIfAborted(signal);
