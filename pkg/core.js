@@ -5,10 +5,11 @@
 // so an abort lands within one step and the thread never blocks for longer than one step.
 
 import { KerzeError, abortError } from './protocol.js';
-import { openPrefixStore, PREFIX_DEFAULTS, whyNotStored } from './cache.js';
+import { PREFIX_DEFAULTS } from './cache.js';
 import { wasmUrl, jinjaUrl, guideUrl, loadWasm, probeGpu, ExtraModules } from './wasm-load.js';
 import { lookUpCached, modelBytes, onnxCompanions, storeDownloaded } from './download.js';
 import { readAheadOf } from './read-ahead.js';
+import { PrefixCache } from './prefix-cache.js';
 
 /** Option names of generate(), as JS spells them → as the engine spells them. */
 const GENERATE_OPTIONS = {
@@ -122,10 +123,8 @@ export class Core {
     this.engine = null;
     this.info = null;
     this.busy = false;
-    /** The prefix cache's limits (null: off), its store once opened, its last write. */
-    this.prefixLimits = null;
-    this.prefixesOpen = null;
-    this.prefixWrite = null;
+    /** The prompt-prefix cache (prefix-cache.js): its limits are set by the load. */
+    this.prefixes = new PrefixCache(this.warn, () => this.info, () => this.glue);
   }
 
   /**
@@ -136,7 +135,7 @@ export class Core {
     if (this.engine) throw new KerzeError('EngineBusyError', 'this engine already holds a model');
     const t0 = performance.now();
     onProgress({ phase: 'compile', loaded: 0, total: 1 });
-    this.prefixLimits = args.prefixCache === false ? null : { ...PREFIX_DEFAULTS, ...(args.prefixCache ?? {}) };
+    this.prefixes.limits = args.prefixCache === false ? null : { ...PREFIX_DEFAULTS, ...(args.prefixCache ?? {}) };
     const spec = args.model;
     // The cache is opened and the model looked up while the module compiles.
     const lookup = !spec.data && args.cache !== false ? lookUpCached(spec) : null;
@@ -211,7 +210,6 @@ export class Core {
     return this.engine;
   }
 
-
   /**
    * Prompt ids of `input`: { prompt } (user text), { ids } or { messages, chat? } (the model's
    * chat template; `chat`: { enableThinking?, addGenerationPrompt? }).
@@ -224,107 +222,6 @@ export class Core {
     if (Array.isArray(input.ids)) return input.ids;
     if (typeof input.prompt === 'string') return Array.from(engine.tokenize(input.prompt, false, true));
     throw new KerzeError('InvalidArgumentError', 'the prompt must be a string');
-  }
-
-  /**
-   * How many of `ids` stay the same from request to request: a chat's messages before its
-   * last user message (as the template renders them), or a prompt's `prefix` option.
-   */
-  #sharedPrefix(engine, input, ids) {
-    if (Array.isArray(input.messages)) {
-      return engine.sharedPrefixLen(JSON.stringify(input.messages), JSON.stringify(input.chat ?? {}), Uint32Array.from(ids));
-    }
-    if (typeof input.prefixText === 'string' && typeof input.prompt === 'string') {
-      if (!input.prompt.startsWith(input.prefixText)) {
-        throw new KerzeError('InvalidArgumentError', 'prefix: the prompt does not start with it');
-      }
-      const p = engine.tokenize(input.prefixText, false, true);
-      let n = 0;
-      while (n < p.length && n < ids.length && p[n] === ids[n]) n += 1;
-      return n;
-    }
-    if (Number.isSafeInteger(input.prefixTokens) && Array.isArray(input.ids)) return Math.min(input.prefixTokens, ids.length);
-    return 0;
-  }
-
-  /** The prefix store (opened once), or null: off, no Cache API, or a model without sha256. */
-  #prefixStore() {
-    this.prefixesOpen ??= (async () => {
-      if (!this.prefixLimits) return null;
-      if (!this.info?.sha256) {
-        this.warn('prompt prefixes are not kept across visits: the model was given as bytes, its sha256 unknown');
-        return null;
-      }
-      const hasher = new this.glue.Sha256();
-      const hashIds = (ids) => {
-        const a = Uint32Array.from(ids);
-        hasher.update(new Uint8Array(a.buffer, a.byteOffset, a.byteLength));
-        return hasher.finishHex();
-      };
-      const opened = await openPrefixStore(hashIds, this.prefixLimits);
-      if (!opened.store) this.warn(`prompt prefixes are not kept across visits: ${opened.reason}`);
-      return opened.store;
-    })();
-    return this.prefixesOpen;
-  }
-
-  /** Where the entries of this model, backend and engine are. */
-  #prefixScope() {
-    return `${this.info.sha256}.${this.info.backend}.${this.info.version}`;
-  }
-
-  /**
-   * Before a generation of `ids`: the shared prefix (see #sharedPrefix) from the session's
-   * cache, else from the store (restored into the cache). Returns { tokens, from, save }:
-   * `save` when the prefix is computed by this generation and should be kept.
-   */
-  async #prefixBefore(engine, input, ids) {
-    if (!this.prefixLimits || input.prefixCache === false) return null;
-    const n = this.#sharedPrefix(engine, input, ids);
-    if (n < this.prefixLimits.minTokens || n >= ids.length) return null;
-    if (engine.cachedCommon(Uint32Array.from(ids)) >= n) return { tokens: n, from: 'session', save: false };
-    const store = await this.#prefixStore();
-    if (!store) return { tokens: n, from: 'computed', save: false };
-    await this.prefixWrite;
-    let found = null;
-    try {
-      found = await store.find(this.#prefixScope(), ids);
-    } catch (e) {
-      this.warn(`the prompt prefix store could not be read (${e?.message ?? e}): computing the prefix`);
-    }
-    if (found) {
-      try {
-        const got = engine.restorePrefix(found.bytes, this.info.sha256, Uint32Array.from(ids));
-        if (got >= n) return { tokens: got, from: 'storage', save: false };
-      } catch (e) {
-        this.warn(`a saved prompt prefix was dropped and is computed again: ${e?.message ?? e}`);
-        await store.delete(found.key).catch(() => {});
-      }
-    }
-    return { tokens: n, from: 'computed', save: true };
-  }
-
-  /**
-   * After the prefill: keep the snapshot the engine made at the prefix. The write goes on
-   * while the answer is generated (the next lookup waits for it).
-   */
-  #prefixAfter(engine, plan, ids) {
-    if (!plan?.save) return;
-    const bytes = engine.takePrefix(this.info.sha256);
-    if (bytes) this.#keepPrefix(ids.slice(0, plan.tokens), bytes);
-  }
-
-  #keepPrefix(ids, bytes) {
-    const scope = this.#prefixScope();
-    this.prefixWrite = (async () => {
-      await this.prefixWrite;
-      try {
-        const store = await this.#prefixStore();
-        await store?.put(scope, ids, bytes);
-      } catch (e) {
-        this.warn(`the prompt prefix was not kept (${whyNotStored(e)}): it is computed again next time`);
-      }
-    })();
   }
 
   /**
@@ -344,7 +241,7 @@ export class Core {
       await this.modules.forChat(this.glue, input, this.info?.chatTemplate);
       if (options?.constraint != null) await this.modules.forConstraints(this.glue);
       const ids = this.promptIds(input);
-      const plan = await this.#prefixBefore(engine, input, ids);
+      const plan = await this.prefixes.before(engine, input, ids);
       throwIfAborted(signal);
       engine.begin(ids, JSON.stringify(plan?.save ? { ...options, savePrefixAt: plan.tokens } : options));
       // The engine's own loop (src/generate/), a turn at a time: a chunk of the prompt (or,
@@ -356,7 +253,7 @@ export class Core {
         if (turn === undefined) break;
         const { event, ...chunk } = JSON.parse(turn);
         if (event === 'chunk') yield chunk;
-        else if (event === 'prefixSaved') this.#prefixAfter(engine, plan, ids);
+        else if (event === 'prefixSaved') this.prefixes.after(engine, plan, ids);
         await yieldToEventLoop();
       }
       finished = true;
@@ -404,14 +301,14 @@ export class Core {
     const engine = this.#need();
     if (this.busy) throw new KerzeError('EngineBusyError', 'a generation is running on this engine');
     const all = Uint32Array.from(ids);
-    const plan = prefix > 0 && prefix <= first ? await this.#prefixBefore(engine, { ids, prefixTokens: prefix }, ids) : null;
+    const plan = prefix > 0 && prefix <= first ? await this.prefixes.before(engine, { ids, prefixTokens: prefix }, ids) : null;
     if (!plan) return JSON.parse(await this.#switched(engine.logitsTopK(all, k, first)));
     this.busy = true;
     try {
       if (plan.save) {
         // The prefix alone first, so that the cache holds exactly it when it is saved.
         await this.#switched(engine.logitsFrom(all.subarray(0, plan.tokens), 1, plan.tokens - 1));
-        this.#keepPrefix(ids.slice(0, plan.tokens), await this.#switched(engine.savePrefix(this.info.sha256)));
+        this.prefixes.keep(ids.slice(0, plan.tokens), await this.#switched(engine.savePrefix(this.info.sha256)));
       }
       return JSON.parse(await this.#switched(engine.logitsFrom(all, k, first)));
     } finally {
