@@ -11,77 +11,6 @@ import { lookUpCached, modelBytes, onnxCompanions, storeDownloaded } from './dow
 import { readAheadOf } from './read-ahead.js';
 import { PrefixCache } from './prefix-cache.js';
 
-/** Option names of generate(), as JS spells them → as the engine spells them. */
-const GENERATE_OPTIONS = {
-  maxTokens: 'maxTokens', temperature: 'temperature', topK: 'topK', topP: 'topP', minP: 'minP',
-  repetitionPenalty: 'repetitionPenalty', presencePenalty: 'presencePenalty', frequencyPenalty: 'frequencyPenalty',
-  penaltyLastN: 'penaltyLastN', seed: 'seed', stop: 'stop', stopTokens: 'stopTokens',
-  constraint: 'constraint', jsonWhitespace: 'jsonWhitespace',
-};
-
-/** The shorthands of a constraint in generate()'s options → the engine's constraint. */
-const CONSTRAINTS = {
-  schema: (v) => {
-    if (!v || typeof v !== 'object' || Array.isArray(v)) throw new KerzeError('InvalidArgumentError', 'schema must be a JSON schema (an object)');
-    return { jsonSchema: v };
-  },
-  regex: (v) => {
-    if (v instanceof RegExp) {
-      if (v.flags.replace(/[uv]/g, '')) throw new KerzeError('InvalidArgumentError', `regex: the flags '${v.flags}' are not supported (the match is of the whole output)`);
-      return { regex: v.source };
-    }
-    if (typeof v !== 'string') throw new KerzeError('InvalidArgumentError', 'regex must be a string or a RegExp');
-    return { regex: v };
-  },
-  grammar: (v) => {
-    if (typeof v !== 'string') throw new KerzeError('InvalidArgumentError', 'grammar must be a string (a Lark grammar)');
-    return { grammar: v };
-  },
-  choices: (v) => {
-    if (!Array.isArray(v) || !v.every((c) => typeof c === 'string')) throw new KerzeError('InvalidArgumentError', 'choices must be an array of strings');
-    return { choices: v };
-  },
-};
-
-/** Generate options checked and converted for the engine (JSON). */
-export function engineOptions(options = {}) {
-  const out = {};
-  for (const [k, v] of Object.entries(options)) {
-    if (k === 'signal' || v === undefined) continue;
-    if (k in CONSTRAINTS) {
-      if (out.constraint !== undefined) {
-        throw new KerzeError('InvalidArgumentError', `one constraint per request: ${Object.keys(CONSTRAINTS).join(', ')}`);
-      }
-      out.constraint = CONSTRAINTS[k](v);
-      continue;
-    }
-    if (!(k in GENERATE_OPTIONS)) {
-      throw new KerzeError('InvalidArgumentError',
-        `unknown generate option '${k}': known are ${[...Object.keys(GENERATE_OPTIONS), ...Object.keys(CONSTRAINTS)].join(', ')}, signal`);
-    }
-    out[GENERATE_OPTIONS[k]] = v;
-  }
-  if (typeof out.stop === 'string') out.stop = [out.stop];
-  if (out.seed === undefined) out.seed = randomSeed();
-  for (const k of ['maxTokens', 'topK', 'penaltyLastN', 'seed']) {
-    if (k in out && !(Number.isSafeInteger(out[k]) && out[k] >= 0)) {
-      throw new KerzeError('InvalidArgumentError', `${k} must be a non-negative integer, got ${out[k]}`);
-    }
-  }
-  for (const k of ['temperature', 'topP', 'minP', 'repetitionPenalty', 'presencePenalty', 'frequencyPenalty']) {
-    if (k in out && !(typeof out[k] === 'number' && Number.isFinite(out[k]))) {
-      throw new KerzeError('InvalidArgumentError', `${k} must be a finite number, got ${out[k]}`);
-    }
-  }
-  return out;
-}
-
-function randomSeed() {
-  const a = new Uint32Array(1);
-  crypto.getRandomValues(a);
-  return a[0];
-}
-
 let channel = null;
 const waiting = [];
 /** Resolve after the event loop had a turn (a macrotask: messages and aborts get in). */
@@ -227,7 +156,7 @@ export class Core {
   /**
    * Generate: yields { text, tokenId } chunks; returns { finishReason, usage, ids, prefix }
    * (`prefix`: { tokens, from: 'session' | 'storage' | 'computed' } when the prompt has a
-   * shared prefix the prefix cache keeps). `options` are already checked by engineOptions().
+   * shared prefix the prefix cache keeps). `options` are already checked by engineOptions() (options.js).
    */
   async *generate(input, options, signal) {
     const engine = this.#need();

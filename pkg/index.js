@@ -8,10 +8,10 @@
 
 import { KerzeError, abortError, ERROR_NAMES } from './protocol.js';
 import { catalog } from './catalog.js';
-import { engineOptions } from './core.js';
+import { checkCreateOptions, engineOptions, deterministic, withCaching, promptInput, textList, classifyArgs } from './options.js';
 import { InThreadTransport, WorkerTransport, chooseThreads, _setWorkerUrl } from './transport.js';
 import { checkDevice, resolveModel, checkSupport, folderUrl, cache } from './model.js';
-import { openResponseStore, canonicalJson, textHash, RESPONSE_DEFAULTS, PREFIX_DEFAULTS } from './cache.js';
+import { openResponseStore, canonicalJson, textHash } from './cache.js';
 import { SearchIndex } from './search.js';
 import { beacon, checkProbeOptions, probeSpec } from './probe.js';
 import { RemoteTransport, fallbackOptions } from './route.js';
@@ -101,61 +101,12 @@ async function* pieces(t, args, outer) {
   }
 }
 
-/** Whether options (engine names, as given) make the answer deterministic: greedy or seeded. */
-function deterministic(o) {
-  return o.temperature === 0 || Number.isSafeInteger(o.seed);
-}
-
-/** The `responseCache` option checked: its limits, or null (off). */
-/** A cache's limits from its option: false (off), true/undefined (defaults) or some of them. */
-function limitsOf(name, o, defaults) {
-  if (o === false) return null;
-  if (o == null || o === true) return { ...defaults };
-  const known = Object.keys(defaults).join(', ');
-  if (typeof o !== 'object' || Array.isArray(o)) throw new KerzeError('InvalidArgumentError', `${name} must be false or { ${known} }`);
-  for (const k of Object.keys(o)) {
-    if (!(k in defaults)) throw new KerzeError('InvalidArgumentError', `${name}: unknown option '${k}': known are ${known}`);
-    if (!(Number.isSafeInteger(o[k]) && o[k] > 0)) throw new KerzeError('InvalidArgumentError', `${name}.${k} must be a positive integer`);
-  }
-  return { ...defaults, ...o };
-}
-
-/**
- * `input` with the prefix cache's hints: `cache: false` keeps its prompt out of it (nothing
- * read or saved); `prefix` is the start of a text prompt that repeats (a few-shot block), or
- * for a prompt of ids, how many of its first ids do.
- */
-function withCaching(input, cache, prefix) {
-  const out = { ...input };
-  if (cache === false) out.prefixCache = false;
-  if (prefix == null) return out;
-  if (typeof prefix === 'string' && typeof input.prompt === 'string') {
-    if (!input.prompt.startsWith(prefix)) throw new KerzeError('InvalidArgumentError', 'prefix: the prompt does not start with it');
-    out.prefixText = prefix;
-  } else if (Number.isSafeInteger(prefix) && prefix >= 0 && input.ids) {
-    out.prefixTokens = prefix;
-  } else {
-    throw new KerzeError('InvalidArgumentError', 'prefix must be the start of a string prompt, or a number of tokens of an ids prompt');
-  }
-  return out;
-}
-
 /** Whether the endpoint can continue a generation of `input` (token ids cannot go there). */
 function canContinue(input) {
   return Boolean(input.messages) || typeof input.prompt === 'string';
 }
 
-function promptInput(prompt) {
-  if (typeof prompt === 'string') return { prompt };
-  if (Array.isArray(prompt) && prompt.every((x) => Number.isInteger(x) && x >= 0 && x < 2 ** 32)) return { ids: prompt };
-  if (prompt instanceof Uint32Array) return { ids: Array.from(prompt) };
-  throw new KerzeError('InvalidArgumentError', 'the prompt must be a string (or an array of token ids)');
-}
-
 /** A loaded model. Create with createEngine(). */
-/** Options of classify besides labels (src/classify.rs ClassifyOptions). */
-const CLASSIFY_OPTIONS = new Set(['method', 'temperature', 'labelTemplate', 'prompt', 'calibrate']);
-
 export class Engine {
   #t;
   #disposed = false;
@@ -232,10 +183,7 @@ export class Engine {
    */
   async embed(texts, { normalize = true, overflow = 'truncate' } = {}) {
     this.#check();
-    const list = typeof texts === 'string' ? [texts] : texts;
-    if (!Array.isArray(list) || list.length === 0 || !list.every((t) => typeof t === 'string')) {
-      throw new KerzeError('InvalidArgumentError', 'embed: texts must be a string or a non-empty array of strings');
-    }
+    const list = textList('embed', texts);
     const r = await this.#embedRaw(list, { normalize, overflow });
     return r.vectors;
   }
@@ -253,25 +201,7 @@ export class Engine {
    */
   async classify(texts, { labels, ...options } = {}) {
     this.#check();
-    for (const k of Object.keys(options)) {
-      if (!CLASSIFY_OPTIONS.has(k)) {
-        throw new KerzeError('InvalidArgumentError',
-          `classify: unknown option '${k}': known are labels, ${[...CLASSIFY_OPTIONS].join(', ')}`);
-      }
-    }
-    const one = typeof texts === 'string';
-    const list = one ? [texts] : texts;
-    if (!Array.isArray(list) || list.length === 0 || !list.every((t) => typeof t === 'string')) {
-      throw new KerzeError('InvalidArgumentError', 'classify: texts must be a string or a non-empty array of strings');
-    }
-    const isNames = Array.isArray(labels);
-    const isExamples = labels && typeof labels === 'object' && !isNames
-      && Object.values(labels).every((v) => Array.isArray(v) || typeof v === 'string');
-    // No labels: a sequence-classification model's own (the engine says when it has none).
-    if (labels != null && !isNames && !isExamples) {
-      throw new KerzeError('InvalidArgumentError',
-        'classify: labels must be an array of names or an object label → example texts (or left out for a classification model\'s own)');
-    }
+    const { one, list } = classifyArgs(texts, labels, options);
     const r = await this.#t.request('classify', { texts: list, labels: labels ?? null, options });
     const out = one ? r.results[0] : r.results;
     Object.defineProperty(out, 'usage', { value: Object.freeze(r.usage) });
@@ -633,9 +563,6 @@ export async function probe(options = {}) {
   return probeSpec(resolveModel(model), { device, signal, overrides });
 }
 
-/** createEngine's `simd`: which wasm twin runs the CPU engine (see loadWasm in core.js). */
-const SIMD_CHOICES = ['auto', 'relaxed', 'simd128'];
-
 /**
  * Load a model and return an Engine.
  * @param {import('./index.js').CreateEngineOptions} options
@@ -646,17 +573,7 @@ export async function createEngine(options = {}) {
     threads = 'auto', nCtx, cache = true, assetsUrl, fallback, onRoute, probeOverrides, responseCache, prefixCache,
     prepareConstraints = false, simd = 'auto',
   } = options;
-  if (typeof prepareConstraints !== 'boolean') throw new KerzeError('InvalidArgumentError', 'prepareConstraints must be true or false');
-  if (!SIMD_CHOICES.includes(simd)) {
-    throw new KerzeError('InvalidArgumentError', `simd must be one of ${SIMD_CHOICES.join(', ')}, got '${simd}'`);
-  }
-  const responses = limitsOf('responseCache', responseCache, RESPONSE_DEFAULTS);
-  const prefixes = limitsOf('prefixCache', prefixCache, PREFIX_DEFAULTS);
-  checkDevice(device);
-  if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
-    throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
-  }
-  if (onRoute != null && typeof onRoute !== 'function') throw new KerzeError('InvalidArgumentError', 'onRoute must be a function');
+  const { responses, prefixes } = checkCreateOptions({ device, nCtx, onRoute, responseCache, prefixCache, prepareConstraints, simd });
   const f = fallbackOptions(fallback);
   const cloud = f ? new RemoteTransport(f) : null;
   if (signal?.aborted) throw abortError(signal);

@@ -51,7 +51,7 @@ export function fallbackOptions(f) {
   };
 }
 
-/** Engine options (core.js engineOptions) → the OpenAI request's sampling fields. */
+/** Engine options (options.js engineOptions) → the OpenAI request's sampling fields. */
 const WIRE = {
   maxTokens: 'max_tokens', temperature: 'temperature', topP: 'top_p', topK: 'top_k', minP: 'min_p',
   seed: 'seed', stop: 'stop', presencePenalty: 'presence_penalty', frequencyPenalty: 'frequency_penalty',
