@@ -16,6 +16,9 @@ import { SearchIndex } from './search.js';
 import { beacon, checkProbeOptions, probeSpec } from './probe.js';
 import { RemoteTransport, fallbackOptions } from './route.js';
 import {
+  decide, slowMidway, slowAfter, takeOver, afterCheck, startFailed, whileLoading, loadFailed, didNotLoad,
+} from './route-policy.js';
+import {
   chatOptions, chatTemplateOptions, streamOptions, completionId, chatCompletion, ChatStream, ThinkSplitter, hasToolCalls,
   embeddingsOptions, embeddingsResponse,
 } from './openai.js';
@@ -101,11 +104,6 @@ async function* pieces(t, args, outer) {
   }
 }
 
-/** Whether the endpoint can continue a generation of `input` (token ids cannot go there). */
-function canContinue(input) {
-  return Boolean(input.messages) || typeof input.prompt === 'string';
-}
-
 /** A loaded model. Create with createEngine(). */
 export class Engine {
   #t;
@@ -155,7 +153,7 @@ export class Engine {
         this.info = this.#describe(ready);
         this.#report({ route: 'local', reason: `the model is ready (${ready.backend})` });
       }, (e) => {
-        this.#notLocal = `error: the model did not load (${e?.name}: ${e?.message})`;
+        this.#notLocal = didNotLoad(e);
         this.#t = null;
         transport.terminate();
         this.info = this.#describe(null);
@@ -253,22 +251,9 @@ export class Engine {
 
   /** Where a request goes, and why (`asked`: the request's route). */
   #decide(asked = 'auto') {
-    const cloud = this.#cloud;
-    if (!['auto', 'local', 'cloud'].includes(asked)) {
-      throw new KerzeError('InvalidArgumentError', `route must be 'auto', 'local' or 'cloud', not '${asked}'`);
-    }
-    if (asked === 'cloud') {
-      if (!cloud) throw new KerzeError('InvalidArgumentError', "route 'cloud' needs a fallback endpoint (createEngine({ fallback }))");
-      return { route: 'cloud', reason: "route 'cloud' was asked for" };
-    }
-    if (asked === 'local') {
-      if (!this.#t) throw new KerzeError('UnsupportedDeviceError', `route 'local': ${this.#notLocal}`);
-      return { route: 'local', reason: "route 'local' was asked for" };
-    }
-    if (!this.#t) return { route: 'cloud', reason: this.#notLocal };
-    if (this.#notLocal && cloud?.when.has('loading')) return { route: 'cloud', reason: this.#notLocal };
-    if (this.#slow && cloud?.when.has('slow')) return { route: 'cloud', reason: this.#slow };
-    return { route: 'local', reason: `on this device (${this.info.backend})` };
+    return decide(asked, {
+      cloud: this.#cloud, local: Boolean(this.#t), notLocal: this.#notLocal, slow: this.#slow, backend: this.info.backend,
+    });
   }
 
   /** The route of a generation: waits for a loading model when 'local' is asked for. */
@@ -396,27 +381,24 @@ export class Engine {
             const r = await it.next();
             if (r.done) {
               const usage = done ? { ...r.value.usage, completionTokens: (r.value.usage?.completionTokens ?? 0) + done } : r.value.usage;
-              if (local) this.#noteSpeed(usage);
+              if (local) this.#slow = slowAfter(this.#cloud, usage) ?? this.#slow;
               return { ...r.value, usage, kerze };
             }
             text += r.value.text ?? '';
             n += 1;
             yield { ...r.value, kerze };
-            if (local && this.#cloud?.when.has('slow')) {
+            if (local && this.#cloud) {
               first ??= performance.now();
-              const tps = n > 8 ? (n - 1) / ((performance.now() - first) / 1000) : Infinity;
-              if (tps < this.#cloud.slowTokensPerS && canContinue(input) && opts.constraint == null) {
-                this.#slow = `slow: the local model decoded ${tps.toFixed(1)} tokens/s here (under ${this.#cloud.slowTokensPerS})`;
-                next = { route: 'cloud', reason: this.#slow };
+              const slow = slowMidway(this.#cloud, n, performance.now() - first, input, opts);
+              if (slow) {
+                this.#slow = slow;
+                next = { route: 'cloud', reason: slow };
                 break;
               }
             }
           }
         } catch (e) {
-          // A constrained answer cut midway cannot be continued elsewhere: the endpoint's
-          // constraint would start over on the partial output.
-          const resumable = canContinue(input) && !(opts.constraint != null && text);
-          const why = local && this.#cloud && resumable ? this.#takeOver(e) : null;
+          const why = local ? takeOver(this.#cloud, e, input, opts, text) : null;
           if (!why) throw e;
           next = { route: 'cloud', reason: why };
         } finally {
@@ -427,23 +409,6 @@ export class Engine {
       }
     } finally {
       link.unlink();
-    }
-  }
-
-  /** Why the fallback takes over from a local failure, or null when it does not. */
-  #takeOver(e) {
-    const cloud = this.#cloud;
-    if (['AbortError', 'InvalidArgumentError', 'DisposedError'].includes(e?.name)) return null;
-    if (e?.name === 'ContextFullError') return cloud.when.has('context') ? `context: ${e.message}` : null;
-    return cloud.when.has('error') ? `error: the local answer failed (${e?.name}: ${e?.message})` : null;
-  }
-
-  /** After a local answer: a device under the `slow` threshold sends the next ones away. */
-  #noteSpeed(usage) {
-    const cloud = this.#cloud;
-    const tps = usage?.decodeTokensPerS;
-    if (cloud?.when.has('slow') && usage?.completionTokens >= 8 && tps != null && tps < cloud.slowTokensPerS) {
-      this.#slow = `slow: the local model decoded ${tps.toFixed(1)} tokens/s here (under ${cloud.slowTokensPerS})`;
     }
   }
 
@@ -601,21 +566,13 @@ export async function createEngine(options = {}) {
     check = { canRun: 'no', problems: [e.message] };
   }
   if (check?.unreachable || check?.canRun === 'no') starting?.then((s) => s.transport?.terminate());
-  if (check?.unreachable) {
-    // The file cannot be had: a download error, whatever the device.
-    if (cloud?.when.has('error')) return cloudOnly(`error: the model cannot be downloaded (DownloadError: ${check.unreachable})`);
-    throw new KerzeError('DownloadError', `the model cannot be downloaded: ${check.unreachable}`);
-  }
-  if (check?.canRun === 'no') {
-    if (cloud?.when.has('unsupported')) return cloudOnly(`unsupported: ${check.problems.join('; ')}`);
-    const e = new KerzeError('UnsupportedDeviceError', `this device cannot run the model: ${check.problems.join('; ')}`);
-    e.probe = check;
-    throw e;
-  }
+  const away = afterCheck(cloud, check);
+  if (away) return cloudOnly(away);
   if (check?.canRun === 'risky') warn(`the model may not run well here: ${check.problems.join('; ')}`);
   const { transport, error } = await (starting ?? start());
   if (error) {
-    if (cloud?.when.has('error')) return cloudOnly(`error: the engine did not start (${error?.name}: ${error?.message})`);
+    const why = startFailed(cloud, error);
+    if (why) return cloudOnly(why);
     throw error;
   }
   // Rayon blocks with Atomics.wait, which the page's main thread may not: threads need the worker.
@@ -643,18 +600,15 @@ export async function createEngine(options = {}) {
     }
   };
   // First visit with `loading`: the fallback answers while the model downloads.
-  if (cloud?.when.has('loading') && check && !check.cached) {
-    const mb = check.downloadBytes != null ? ` (${Math.round(check.downloadBytes / 1e6)} MB)` : '';
-    return new Engine(transport, null, warn, { cloud, onRoute, notLocal: `loading: the model is downloading${mb}`, ready: load(), responses });
-  }
+  const loading = whileLoading(cloud, check);
+  if (loading) return new Engine(transport, null, warn, { cloud, onRoute, notLocal: loading, ready: load(), responses });
   let info;
   try {
     info = await load();
   } catch (e) {
     transport.terminate();
-    if (e?.name !== 'AbortError' && cloud?.when.has('error')) {
-      return cloudOnly(`error: the model did not load (${e?.name}: ${e?.message})`);
-    }
+    const why = loadFailed(cloud, e);
+    if (why) return cloudOnly(why);
     throw e;
   }
   return new Engine(transport, info, warn, { cloud, onRoute, responses });

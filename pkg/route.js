@@ -14,8 +14,8 @@
 // ({ finishReason, usage, ids }), so the Engine builds every answer, local or not, one way.
 
 import { KerzeError, abortError } from './protocol.js';
+import { WHEN } from './route-policy.js';
 
-export const WHEN = Object.freeze(['unsupported', 'loading', 'context', 'error', 'slow']);
 const KNOWN = new Set(['baseURL', 'model', 'headers', 'getToken', 'when', 'consent', 'budget', 'slowTokensPerS']);
 
 const bad = (m) => new KerzeError('InvalidArgumentError', `fallback: ${m}`);
