@@ -1,6 +1,6 @@
 // The page's routing policy: whether an answer comes from the model on this device ('local')
 // or from the fallback endpoint ('cloud'), and why. Every decision is a pure function of what
-// the caller passes in; the Engine and createEngine (index.js) ask and act. Each
+// the caller passes in; the Engine (engine.js) and createEngine (index.js) ask and act. Each
 // reason holds only where the fallback's `when` lists it:
 //
 //   reason       when                                                        decided by
