@@ -276,7 +276,7 @@ export class Core {
 
 /**
  * Run one request on `core`: the one dispatcher of both transports (the worker's side in
- * serve.js, and the in-page transport of index.js).
+ * serve.js, and the in-page transport of transport.js).
  */
 export async function dispatch(core, op, args, { onProgress, onChunk, signal } = {}) {
   switch (op) {
