@@ -1,5 +1,6 @@
 // Types of the analysis methods: embed(), classify() and index()'s search. Re-exported by
-// index.d.ts (import them from 'kerze').
+// index.d.ts (import them from 'kerze'). Not here: the OpenAI embeddings API's shapes
+// (openai-types.d.ts).
 
 export interface EmbedOptions {
   /** Default true. */

@@ -1,5 +1,6 @@
 // Types of generation: generate()'s options, its pieces and result, and the route tag every
-// answer carries. Re-exported by index.d.ts (import them from 'kerze').
+// answer carries. Re-exported by index.d.ts (import them from 'kerze'). Not here: the engine's
+// and the fallback's options (index.d.ts), the OpenAI shapes (openai-types.d.ts).
 
 /** Where an answer came from and why. */
 export interface RouteTag {

@@ -1,5 +1,6 @@
 // Types of the OpenAI-shaped APIs: engine.chat.completions and engine.embeddings (the shapes
 // of pkg/openai.js and openai-reply.js). Re-exported by index.d.ts (import them from 'kerze').
+// Not here: generate()'s own options and results (generate-types.d.ts).
 
 import type { RouteTag } from './generate-types.js';
 
