@@ -101,6 +101,11 @@ class ModelCache {
   }
 }
 
+/** Why a cache write failed, for a warning: 'storage quota' or the error's message. */
+export function whyNotStored(e) {
+  return e?.name === 'QuotaExceededError' ? 'storage quota' : e?.message ?? e;
+}
+
 // ---------------------------------------------------------------------------------------
 // Embeddings of page content, across visits: IndexedDB `kerze-embeddings-v1`, one record per
 // (model sha256, text sha256) → Float32Array. A returning visitor's index costs no forward

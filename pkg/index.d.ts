@@ -1,4 +1,26 @@
-// Types of the kerze package (checked with `tsc --noEmit` by `make test`).
+// Types of the kerze package (checked with `tsc --noEmit` by `make test`). Here: errors, the
+// catalog, models, createEngine's options, the engine info, the device check, the model cache
+// and the Engine; the types of generation, of the OpenAI-shaped APIs and of the analysis
+// methods are in generate-types.d.ts, openai-types.d.ts and analysis-types.d.ts, exported from
+// here under the same names.
+
+import type {
+  RouteTag, GenerateOptions, Chunk, Usage, FinishReason, GenerateResult, Completion, Prompt,
+} from './generate-types.js';
+import type {
+  ChatMessage, ChatTool, ChatToolCall, ChatToolCallDelta, ChatCompletionCreateParams, ChatCompletionUsage,
+  ChatCompletion, ChatCompletionChunk, RequestOptions, ChatCompletions, EmbeddingsCreateParams, EmbeddingsResponse,
+} from './openai-types.js';
+import type {
+  EmbedOptions, ClassifyOptions, LabelScore, ClassifyUsage, Classified, SearchHit, IndexOptions, SearchIndex,
+} from './analysis-types.js';
+
+export type {
+  RouteTag, GenerateOptions, Chunk, Usage, FinishReason, GenerateResult, Completion, Prompt,
+  ChatMessage, ChatTool, ChatToolCall, ChatToolCallDelta, ChatCompletionCreateParams, ChatCompletionUsage,
+  ChatCompletion, ChatCompletionChunk, RequestOptions, ChatCompletions, EmbeddingsCreateParams, EmbeddingsResponse,
+  EmbedOptions, ClassifyOptions, LabelScore, ClassifyUsage, Classified, SearchHit, IndexOptions, SearchIndex,
+};
 
 /** Every error name the engine produces. */
 export type KerzeErrorName =
@@ -166,15 +188,6 @@ export interface FallbackOptions {
   slowTokensPerS?: number;
 }
 
-/** Where an answer came from and why. */
-export interface RouteTag {
-  route: 'local' | 'cloud';
-  /** e.g. 'on this device (cpu-simd)', 'unsupported: …', 'loading: …', 'context: …', 'error: …', 'slow: …'. */
-  reason: string;
-  /** The answer came from the response cache (no forward pass, no request). */
-  cached?: boolean;
-}
-
 export interface EngineInfo {
   /** 'cloud': the local model does not run (the fallback answers generation and chat). */
   backend: 'webgpu' | 'cpu-simd' | 'cpu-simd-threads' | 'cpu-native' | 'cloud';
@@ -238,262 +251,6 @@ export interface EngineInfo {
   route: 'local' | 'cloud';
 }
 
-export interface GenerateOptions {
-  maxTokens?: number;
-  /** 0: greedy. */
-  temperature?: number;
-  topK?: number;
-  topP?: number;
-  minP?: number;
-  repetitionPenalty?: number;
-  presencePenalty?: number;
-  /** Subtracted × the count of each recent token (0: off). */
-  frequencyPenalty?: number;
-  penaltyLastN?: number;
-  /** Same seed, prompt and options → same text. Default: random. */
-  seed?: number;
-  /** Generation ends before any of these strings. */
-  stop?: string | string[];
-  /** Generation ends at these token ids (default: the model's end-of-turn/sequence). */
-  stopTokens?: number[];
-  /**
-   * Constrained output (one of these): JSON valid against a JSON Schema, a whole match of a
-   * regex, a sentence of a Lark grammar, or exactly one of the choices. Generation ends when
-   * the output is complete (`finishReason: 'stop'`); cut off by `maxTokens` it says 'length'.
-   * A schema or grammar that does not compile throws InvalidArgumentError before any token.
-   */
-  schema?: object;
-  regex?: string | RegExp;
-  grammar?: string;
-  choices?: string[];
-  /** Free whitespace between JSON tokens under a JSON constraint (default: compact JSON). */
-  jsonWhitespace?: boolean;
-  /** Stops the generation within one step; the engine stays usable. */
-  signal?: AbortSignal;
-  /**
-   * Where it runs: 'auto' (the default: locally, or through the fallback endpoint where its
-   * `when` covers the case, also midway), 'local' or 'cloud'. A plain prompt goes to the
-   * endpoint's `/completions`; token ids stay local.
-   */
-  route?: 'auto' | 'local' | 'cloud';
-  /** false: neither read nor store this request in the response cache or the prefix cache. */
-  cache?: boolean;
-  /**
-   * The start of a string prompt that repeats (a few-shot block), or for a prompt of ids how
-   * many of its first ids do: kept in the prefix cache.
-   */
-  prefix?: string | number;
-}
-
-/** One streamed piece: whole UTF-8 characters. */
-export interface Chunk {
-  text: string;
-  /** Absent on pieces from the fallback endpoint. */
-  tokenId?: number;
-  /** Where this piece came from and why. */
-  kerze: RouteTag;
-}
-
-export interface Usage {
-  promptTokens: number;
-  /** Prompt tokens computed (the rest came from the KV cache). */
-  prefillTokens: number;
-  completionTokens: number;
-  prefillMs: number;
-  decodeMs: number;
-  prefillTokensPerS: number;
-  decodeTokensPerS: number;
-  /** Tokens run again after the engine moved from the GPU to the CPU (the device was lost). */
-  replayedTokens: number;
-  replayMs: number;
-  /** Milliseconds the output constraint took (its masks and commits; 0 without one). */
-  maskMs: number;
-  /** Generated tokens that were not sampled: forced by the constraint or a picked choice. */
-  forcedTokens: number;
-  /** Milliseconds the constraint took to compile (the first one on a model builds its token trie). */
-  compileMs: number;
-}
-
-export type FinishReason = 'stop' | 'length' | 'context_full';
-
-export interface GenerateResult {
-  finishReason: FinishReason | null;
-  usage: Usage;
-  /** The generated ids (empty for an answer from the fallback endpoint). */
-  ids: number[];
-  /** The route of the end of the answer (the fallback's when it took over midway). */
-  kerze: RouteTag;
-  /**
-   * The prompt's shared prefix (see `prefixCache`): its tokens and where they came from — the
-   * engine's KV cache, the store (restored, not computed) or computed here (and kept).
-   */
-  prefix?: { tokens: number; from: 'session' | 'storage' | 'computed' };
-  /**
-   * With `choices`: each choice's log-likelihood after the prompt (summed over its tokens) and
-   * its probability among the choices, in the order given; the answer is the one the sampler
-   * picked from them (greedy: the likeliest).
-   */
-  choices?: Array<{ choice: string; logprob: number; prob: number }>;
-}
-
-export interface Completion extends GenerateResult {
-  text: string;
-}
-
-export type Prompt = string | number[] | Uint32Array;
-
-// --- OpenAI-shaped chat ---------------------------------------------------------------
-
-export interface ChatMessage {
-  role: 'system' | 'developer' | 'user' | 'assistant' | 'tool';
-  /** null in an assistant message that only calls tools. */
-  content: string | Array<{ type: 'text'; text: string }> | null;
-  /** An earlier assistant turn's thinking (templates of reasoning models read it). */
-  reasoning_content?: string;
-  /** An earlier assistant turn's calls. */
-  tool_calls?: ChatToolCall[];
-  /** A tool message: the call it answers. */
-  tool_call_id?: string;
-  name?: string;
-}
-
-/** A function the model may call; `parameters` is the JSON schema its arguments follow. */
-export interface ChatTool {
-  type: 'function';
-  function: { name: string; description?: string; parameters?: object; strict?: boolean };
-}
-
-export interface ChatToolCall {
-  id: string;
-  type: 'function';
-  /** arguments: JSON text valid against the function's parameters. */
-  function: { name: string; arguments: string };
-}
-
-/** A piece of a streamed call: the first has id, type and name; later ones more arguments. */
-export interface ChatToolCallDelta {
-  index: number;
-  id?: string;
-  type?: 'function';
-  function: { name?: string; arguments: string };
-}
-
-export interface ChatCompletionCreateParams {
-  messages: ChatMessage[];
-  model?: string;
-  stream?: boolean;
-  stream_options?: { include_usage?: boolean };
-  max_tokens?: number;
-  max_completion_tokens?: number;
-  temperature?: number;
-  top_p?: number;
-  top_k?: number;
-  min_p?: number;
-  seed?: number;
-  stop?: string | string[];
-  presence_penalty?: number;
-  repetition_penalty?: number;
-  frequency_penalty?: number;
-  /** Only false. */
-  logprobs?: boolean;
-  /** Only 1. */
-  n?: number;
-  user?: string;
-  signal?: AbortSignal;
-  /** Qwen3's thinking switch (default: the template's); also in chat_template_kwargs. */
-  enable_thinking?: boolean;
-  chat_template_kwargs?: { enable_thinking?: boolean };
-  /** The last message is the assistant's start: the answer continues it. */
-  continue_final_message?: boolean;
-  /**
-   * Constrained output: OpenAI's `{ type: 'text' | 'json_object' }` and `{ type:
-   * 'json_schema', json_schema: { name, schema, strict } }`, WebLLM's `{ type: 'json_object',
-   * schema }` and `{ type: 'grammar', grammar }` (Lark), and `{ type: 'regex', regex }`,
-   * `{ type: 'choices', choices }`.
-   */
-  response_format?:
-    | { type: 'text' }
-    | { type: 'json_object'; schema?: object | string }
-    | { type: 'json_schema'; json_schema: { name?: string; schema: object | string; strict?: boolean; description?: string } }
-    | { type: 'grammar'; grammar: string }
-    | { type: 'regex'; regex: string }
-    | { type: 'choices'; choices: string[] };
-  /**
-   * Functions the model may call. Under 'auto' (the default) the answer is text or calls,
-   * 'required' at least one call, a named function a call of it, 'none' text: each call's
-   * arguments valid against its function's schema (constrained decoding).
-   */
-  tools?: ChatTool[];
-  tool_choice?: 'none' | 'auto' | 'required' | { type: 'function'; function: { name: string } };
-  /** Several calls in one answer (default true). */
-  parallel_tool_calls?: boolean;
-  /** 'auto' (default): local unless a fallback reason holds; 'local' or 'cloud' to choose. */
-  route?: 'auto' | 'local' | 'cloud';
-  /** false: neither read nor store this request in the response cache or the prefix cache. */
-  cache?: boolean;
-}
-
-export interface ChatCompletionUsage {
-  prompt_tokens: number;
-  completion_tokens: number;
-  total_tokens: number;
-  /** Prompt tokens taken from the KV cache (the engine's earlier turn), not computed again. */
-  prompt_tokens_details: { cached_tokens: number };
-}
-
-export interface ChatCompletion {
-  id: string;
-  object: 'chat.completion';
-  created: number;
-  model: string;
-  choices: Array<{
-    index: number;
-    /** A reply that opens with <think>…</think> has that part in reasoning_content. */
-    message: { role: 'assistant'; content: string | null; reasoning_content?: string; tool_calls?: ChatToolCall[] };
-    finish_reason: 'stop' | 'length' | 'tool_calls';
-    logprobs: null;
-    /** kerze: with `response_format: { type: 'choices' }`, each choice's log-likelihood and probability. */
-    choice_scores?: Array<{ choice: string; logprob: number; prob: number }>;
-  }>;
-  usage: ChatCompletionUsage;
-  kerze: RouteTag;
-}
-
-export interface ChatCompletionChunk {
-  id: string;
-  object: 'chat.completion.chunk';
-  created: number;
-  model: string;
-  choices: Array<{
-    index: number;
-    delta: { role?: 'assistant'; content?: string; reasoning_content?: string; tool_calls?: ChatToolCallDelta[] };
-    finish_reason: 'stop' | 'length' | 'tool_calls' | null;
-    logprobs: null;
-    /** On the finish chunk, as in ChatCompletion. */
-    choice_scores?: Array<{ choice: string; logprob: number; prob: number }>;
-  }>;
-  usage?: ChatCompletionUsage;
-  kerze: RouteTag;
-}
-
-export interface RequestOptions {
-  signal?: AbortSignal;
-}
-
-export interface ChatCompletions {
-  create(body: ChatCompletionCreateParams & { stream: true }, req?: RequestOptions): Promise<AsyncGenerator<ChatCompletionChunk, void, undefined>>;
-  create(body: ChatCompletionCreateParams & { stream?: false }, req?: RequestOptions): Promise<ChatCompletion>;
-  create(body: ChatCompletionCreateParams, req?: RequestOptions): Promise<ChatCompletion | AsyncGenerator<ChatCompletionChunk, void, undefined>>;
-}
-
-/** A loaded model. */
-export interface EmbedOptions {
-  /** Default true. */
-  normalize?: boolean;
-  /** Default 'truncate' (as sentence-transformers). */
-  overflow?: 'truncate' | 'error' | 'chunk';
-}
-
 export interface ProbeResult {
   /** 'risky': it may run, with the problems listed; 'no': it cannot (createEngine refuses). */
   canRun: 'yes' | 'risky' | 'no';
@@ -526,80 +283,7 @@ export interface ProbeOptions {
 /** The device check before any download. */
 export declare function probe(options?: ProbeOptions): Promise<ProbeResult>;
 
-export interface ClassifyOptions {
-  /**
-   * Names or descriptions (zero-shot), or label → example texts (few-shot; encoders).
-   * Left out on a sequence-classification model: its own labels, scored by its head.
-   */
-  labels?: string[] | Record<string, string[] | string>;
-  /** Few-shot: nearest centroid (default) or a logistic-regression head on the examples. */
-  method?: 'centroid' | 'logistic';
-  /** Softmax temperature of the cosine similarities (default 0.05). */
-  temperature?: number;
-  /** Zero-shot on an encoder: the text embedded for a label (default '{label}'). */
-  labelTemplate?: string;
-  /** Decoder: the prompt, with {labels} and {text}. */
-  prompt?: string;
-  /** Decoder: subtract the labels' scores after a content-free text (default true). */
-  calibrate?: boolean;
-}
-
-export interface LabelScore {
-  label: string;
-  /** The scores of one text sum to 1. */
-  score: number;
-}
-
-export interface ClassifyUsage {
-  textsEncoded: number;
-  labelsEncoded: number;
-  promptTokens: number;
-  ms: number;
-}
-
-export type Classified = LabelScore[] & { readonly usage: ClassifyUsage };
-
-export interface SearchHit<D> {
-  doc: D;
-  /** Cosine similarity. */
-  score: number;
-  index: number;
-}
-
-export interface IndexOptions<D> {
-  /** A doc's identity for remove(): a property name or a function (default: its text). */
-  key?: string | ((doc: D, text: string) => unknown);
-  /** Keep the docs' embeddings in IndexedDB across visits (default true). */
-  cache?: boolean;
-}
-
-export interface SearchIndex<D> {
-  search(query: string, options?: { topK?: number }): Promise<SearchHit<D>[]>;
-  add(docs: D | D[]): Promise<SearchIndex<D>>;
-  remove(keysOrDocs: unknown): number;
-  readonly size: number;
-  /** Texts the encoder ran, and texts found in the cache. */
-  readonly stats: { encoded: number; cached: number };
-}
-
-export interface EmbeddingsCreateParams {
-  /** A text or texts (an empty string embeds as [CLS] [SEP]); at most 2048. */
-  input: string | string[];
-  model?: string;
-  /** 'float' (default) or 'base64' (little-endian f32 bytes). */
-  encoding_format?: 'float' | 'base64';
-  /** Only the model's own size. */
-  dimensions?: number;
-  user?: string;
-}
-
-export interface EmbeddingsResponse {
-  object: 'list';
-  data: Array<{ object: 'embedding'; index: number; embedding: number[] | string }>;
-  model: string;
-  usage: { prompt_tokens: number; total_tokens: number };
-}
-
+/** A loaded model. */
 export declare class Engine {
   private constructor();
   /** Replaced (and a warning given) when the engine moves from the GPU to the CPU. */

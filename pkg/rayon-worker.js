@@ -1,7 +1,7 @@
 // One thread of the threads build's rayon pool (started by rayon-start.js through the spawner
-// core.js registers): init the threads glue on the shared memory, then run rayon's loop.
+// wasm-load.js registers): init the threads glue on the shared memory, then run rayon's loop.
 // Waits for its one init message; the type is prefixed, so nothing else is mistaken for it.
-// The spawner (core.js) says first which twin runs: 'relaxed' (pkg/wasm/threads-relaxed) or
+// The spawner (wasm-load.js) says first which twin runs: 'relaxed' (pkg/wasm/threads-relaxed) or
 // 'simd128' (pkg/wasm/threads); both imports are literal, so that bundlers follow them.
 
 function initMessage() {

@@ -14,8 +14,8 @@
 // ({ finishReason, usage, ids }), so the Engine builds every answer, local or not, one way.
 
 import { KerzeError, abortError } from './protocol.js';
+import { WHEN } from './route-policy.js';
 
-export const WHEN = Object.freeze(['unsupported', 'loading', 'context', 'error', 'slow']);
 const KNOWN = new Set(['baseURL', 'model', 'headers', 'getToken', 'when', 'consent', 'budget', 'slowTokensPerS']);
 
 const bad = (m) => new KerzeError('InvalidArgumentError', `fallback: ${m}`);
@@ -51,7 +51,7 @@ export function fallbackOptions(f) {
   };
 }
 
-/** Engine options (core.js engineOptions) → the OpenAI request's sampling fields. */
+/** Engine options (options.js engineOptions) → the OpenAI request's sampling fields. */
 const WIRE = {
   maxTokens: 'max_tokens', temperature: 'temperature', topP: 'top_p', topK: 'top_k', minP: 'min_p',
   seed: 'seed', stop: 'stop', presencePenalty: 'presence_penalty', frequencyPenalty: 'frequency_penalty',

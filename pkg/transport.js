@@ -6,7 +6,8 @@
 // `generate` op through the fallback endpoint, with the same pieces and result.
 
 import { KerzeError, deserializeError, abortError } from './protocol.js';
-import { Core, dispatch, wasmUrl } from './core.js';
+import { Core, dispatch } from './core.js';
+import { wasmUrl } from './wasm-load.js';
 import { HERE } from './here.js';
 
 let ownWorkerUrl = null;
@@ -75,7 +76,7 @@ function packageLayout() {
   try {
     const own = import.meta.url;
     if (own !== HERE) return 'files';
-    // Merged: core.js shares this URL; did the bundler rewrite core.js's wasm URL?
+    // Merged: wasm-load.js shares this URL; did the bundler rewrite wasm-load.js's wasm URL?
     return wasmUrl().href === new URL('./wasm/kerze_bg.wasm', own).href ? 'left-behind' : 'bundled';
   } catch {
     return 'left-behind'; // no import.meta.url at all (an IIFE or CommonJS bundle)

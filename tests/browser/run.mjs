@@ -1789,7 +1789,7 @@ try {
 
   await test('the stored model\'s reader: windows in order through one byte stream into buffers given back, a jump starts over, without BYOB each window alone, a short file is an error; the same through the reader worker', async () => {
     const r = await withPage(`${A}/www/`, (page) => page.evaluate(async () => {
-      const { windowReader, readAheadOf } = await import('/pkg/core.js');
+      const { windowReader, readAheadOf } = await import('/pkg/read-ahead.js');
       const W = 1 << 20;
       const data = new Uint8Array(9 * W + 777);
       for (let i = 0; i < data.length; i += 1) data[i] = Math.imul(i, 2654435761) >>> 23;
