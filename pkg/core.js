@@ -13,7 +13,11 @@ import { PrefixCache } from './prefix-cache.js';
 
 let channel = null;
 const waiting = [];
-/** Resolve after the event loop had a turn (a macrotask: messages and aborts get in). */
+/**
+ * Resolve after the event loop had a turn (a macrotask: messages and aborts get in). The
+ * generation loop yields once a turn: batching turns per 40 ms measured nothing (two threads
+ * 57.1–57.8 → 57.9–58.4 tok/s) and would delay an abort.
+ */
 export function yieldToEventLoop() {
   if (typeof MessageChannel === 'undefined') return new Promise((r) => setTimeout(r, 0));
   if (!channel) {

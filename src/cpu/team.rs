@@ -16,6 +16,11 @@
 //! that fails once the job is closed or replaced; the caller closes the job when no range is
 //! left and waits until every helper that joined has left. So the job, on the caller's
 //! stack, is never touched after the caller returns.
+//!
+//! What is left against 2× in Chromium (2 vCPUs, temporary timers): two threads' summed
+//! ranges of a layer's products are 5–8% over one thread's time for the same work (the LM
+//! head's 3%), plus the serial work between jobs (~19 ms per 16 tokens); the team ends a
+//! job within 0.2–1.9 ms per 16 tokens of the caller's last range.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
