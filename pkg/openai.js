@@ -1,6 +1,6 @@
 // The OpenAI chat completions shapes: a request body → the engine's options, and a
 // generation → the response object or the stream's chunks (those in openai-reply.js,
-// re-exported here). The same shapes as the Rust side (src/openai.rs, which `kerze serve`
+// re-exported here). The same shapes as the Rust side (src/openai/, which `kerze serve`
 // speaks through); tests/openai.mjs and tests/openai.rs check both against the same cases in
 // tests/fixtures/openai/. Here: the request bodies of chat completions and embeddings checked
 // and mapped.
@@ -217,7 +217,7 @@ export function hasToolCalls(body) {
 }
 
 /**
- * `response_format` as the engine's constraint (src/openai.rs response_format reads it the
+ * `response_format` as the engine's constraint (src/openai/fields.rs response_format reads it the
  * same way): OpenAI's `{ type: 'text' | 'json_object' }` and `{ type: 'json_schema',
  * json_schema: { name, schema, strict } }`; WebLLM's `{ type: 'json_object', schema }` (an
  * object or a JSON string) and `{ type: 'grammar', grammar }` (Lark); kerze's `{ type:

@@ -1,4 +1,4 @@
-// pkg/openai.js against the cases in tests/fixtures/openai/, which src/openai.rs is checked
+// pkg/openai.js against the cases in tests/fixtures/openai/, which src/openai/ is checked
 // against too (tests/openai.rs): one request mapping and one response shape for the browser
 // and `kerze serve`. Run: node tests/openai.mjs
 import assert from 'node:assert/strict';

@@ -103,7 +103,7 @@ pub async fn load_weights<B: Backend>(
         let (w, info) = (&wanted[i], infos[i]);
         loaded[i] = match info {
             Some(info) if info.ty == GgmlType::I8 && info.dims.len() == 2 => {
-                // An int8 matrix with its scale and zero per row (convert.rs, OutType::I8).
+                // An int8 matrix with its scale and zero per row (convert/writer.rs, OutType::I8).
                 let rows = info.dims[1] as usize;
                 let scale = host_f32(g, src, &format!("{}.scale", info.name), &[rows])?;
                 let zero = host_f32(g, src, &format!("{}.zero", info.name), &[rows])?;

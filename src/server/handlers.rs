@@ -1,0 +1,205 @@
+//! The POST endpoints: chat completions, completions and embeddings, each body read within
+//! the size limit and answered whole or as a stream.
+
+use super::api_error::{ApiError, ApiResult};
+use super::slots::{Event, Input};
+use super::state::AppState;
+use super::stream::{collect, sse, sse_json, Piece};
+use crate::openai::{self, ChatStream};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The body as JSON: 413 past the size limit, 400 when it does not parse. A body past the
+/// limit is read on (and dropped) up to [`DRAIN_FACTOR`] × the limit, so that the client,
+/// still sending, gets the 413 rather than a reset connection.
+async fn read_json(st: &AppState, body: Body) -> ApiResult<serde_json::Value> {
+    use futures_util::StreamExt;
+    let limit = st.opts.max_body;
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("the request body could not be read: {e}"),
+            )
+        })?;
+        seen = seen.saturating_add(chunk.len());
+        if seen <= limit {
+            bytes.extend_from_slice(&chunk);
+        } else if seen > limit.saturating_mul(DRAIN_FACTOR) {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is larger than {limit} bytes"),
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not valid JSON: {e}"),
+        )
+    })
+}
+
+/// How far past the limit a body is read (and dropped) before the 413.
+const DRAIN_FACTOR: usize = 16;
+
+pub(super) async fn chat_completions(
+    State(st): State<Arc<AppState>>,
+    body: Body,
+) -> ApiResult<Response> {
+    let arrived = Instant::now();
+    st.ready()?;
+    let v = read_json(&st, body).await?;
+    let req = openai::parse_chat(&v).map_err(|e| ApiError::from_engine(&e))?;
+    st.check_model(req.model.as_deref())?;
+    let input = Input::Chat {
+        messages: req.messages,
+        chat: req.chat,
+    };
+    let (rx, hit) = st.answer("chat", &v, input, &req.generate, arrived).await?;
+    let meta = st.meta("chatcmpl");
+    if !req.stream {
+        let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
+        let r = Json(openai::chat_completion(
+            &meta,
+            &text,
+            finish,
+            &usage,
+            req.tool_calls,
+        ))
+        .into_response();
+        return Ok(tagged(r, hit));
+    }
+    let frames = ChatStream::new(meta, req.include_usage).with_tool_calls(req.tool_calls);
+    let first = vec![sse_json(&frames.start())];
+    let r = sse(first, rx, frames, st.opts.timeout, |f, ev| match ev {
+        Piece::Text(t) => f.push(&t).iter().map(sse_json).collect(),
+        Piece::End(finish, usage) => f.finish(finish, &usage).iter().map(sse_json).collect(),
+    });
+    Ok(tagged(r, hit))
+}
+
+/// `x-kerze-cache: hit | miss` on an answer the response cache may hold (none when it is off
+/// or the request is not deterministic).
+fn tagged(mut r: Response, hit: Option<bool>) -> Response {
+    if let Some(h) = hit {
+        let v = HeaderValue::from_static(if h { "hit" } else { "miss" });
+        r.headers_mut().insert("x-kerze-cache", v);
+    }
+    r
+}
+
+pub(super) async fn completions(
+    State(st): State<Arc<AppState>>,
+    body: Body,
+) -> ApiResult<Response> {
+    let arrived = Instant::now();
+    st.ready()?;
+    let v = read_json(&st, body).await?;
+    let req = openai::parse_completion(&v).map_err(|e| ApiError::from_engine(&e))?;
+    st.check_model(req.model.as_deref())?;
+    let input = match req.prompt {
+        openai::Prompt::Text(t) => Input::Text(t),
+        openai::Prompt::Ids(ids) => Input::Ids(ids),
+    };
+    let (rx, hit) = st
+        .answer("completions", &v, input, &req.generate, arrived)
+        .await?;
+    let meta = st.meta("cmpl");
+    if !req.stream {
+        let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
+        let r = Json(openai::text_completion(
+            &meta,
+            Some(&text),
+            Some(finish),
+            Some(&usage),
+        ))
+        .into_response();
+        return Ok(tagged(r, hit));
+    }
+    let include_usage = req.include_usage;
+    let r = sse(
+        Vec::new(),
+        rx,
+        meta,
+        st.opts.timeout,
+        move |m, ev| match ev {
+            Piece::Text(t) => vec![sse_json(&openai::text_completion(m, Some(&t), None, None))],
+            Piece::End(finish, usage) => {
+                let mut out = vec![sse_json(&openai::text_completion(
+                    m,
+                    Some(""),
+                    Some(finish),
+                    None,
+                ))];
+                if include_usage {
+                    out.push(sse_json(&openai::text_completion(
+                        m,
+                        None,
+                        None,
+                        Some(&usage),
+                    )));
+                }
+                out
+            }
+        },
+    );
+    Ok(tagged(r, hit))
+}
+
+pub(super) async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {
+    let arrived = Instant::now();
+    let loaded = st.ready()?;
+    let v = read_json(&st, body).await?;
+    let req = openai::parse_embeddings(&v).map_err(|e| ApiError::from_engine(&e))?;
+    st.check_model(req.model.as_deref())?;
+    if !loaded.info.family.is_encoder() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "this server runs {}, a decoder: embeddings come from an encoder model (bert)",
+                st.opts.model_id
+            ),
+        ));
+    }
+    if let Some(d) = req.dimensions.filter(|&d| d != loaded.info.n_embd as u64) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "dimensions {d}: this model gives {} (no other size)",
+                loaded.info.n_embd
+            ),
+        ));
+    }
+    let input = Input::Embed {
+        texts: req.input,
+        opts: crate::embed::EmbedOptions::default(),
+    };
+    let (first, _rx) = st
+        .queue(input, crate::generate::GenerateOptions::default(), arrived)
+        .await?;
+    match first {
+        Event::Embedded(e) => Ok(Json(openai::embeddings_response(
+            &st.opts.model_id,
+            &e.data,
+            e.usage.prompt_tokens,
+            req.encoding_format,
+        ))
+        .into_response()),
+        _ => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the slot answered an embedding request with something else",
+        )),
+    }
+}

@@ -1,0 +1,210 @@
+//! What the handlers share: the options, the loaded model's info, the slots and their
+//! admission, the response cache; readiness, the model check, ids, and a request's way to
+//! its slot (admitted, queued, answered from the response cache when it can be).
+
+use super::api_error::{ApiError, ApiResult};
+use super::options::ServeOptions;
+use super::responses;
+use super::slots::{Admission, Event, Input, Job, Pool};
+use crate::engine::EngineInfo;
+use crate::generate::Usage;
+use crate::openai::{self, Meta};
+use axum::http::StatusCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+pub(super) struct Loaded {
+    pub(super) info: EngineInfo,
+}
+
+pub(super) struct AppState {
+    pub(super) opts: ServeOptions,
+    pub(super) loaded: OnceLock<Loaded>,
+    pub(super) pool: Arc<Pool>,
+    pub(super) admission: Arc<Admission>,
+    pub(super) draining: AtomicBool,
+    pub(super) created: u64,
+    pub(super) ids: AtomicU64,
+    pub(super) responses: Option<Arc<responses::ResponseCache>>,
+}
+
+impl AppState {
+    pub(super) fn ready(&self) -> ApiResult<&Loaded> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Shutting down",
+            ));
+        }
+        self.loaded
+            .get()
+            .ok_or_else(|| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Loading model"))
+    }
+
+    pub(super) fn check_model(&self, model: Option<&str>) -> ApiResult<()> {
+        match model {
+            Some(m) if m != self.opts.model_id => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "The model '{m}' does not exist (this server runs '{}')",
+                    self.opts.model_id
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) fn meta(&self, prefix: &str) -> Meta {
+        let n = self.ids.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Meta {
+            id: format!("{prefix}-{nanos:x}{n:x}"),
+            created: nanos / 1_000_000_000,
+            model: self.opts.model_id.clone(),
+        }
+    }
+
+    /// Admit and queue a generation; wait until its slot has checked it (the status is known
+    /// then).
+    /// The events of an answer, and whether the response cache had it (None: not cacheable).
+    /// A hit needs no slot: its pieces and end come from the file. A miss runs in a slot, and
+    /// its answer is kept when it ends.
+    pub(super) async fn answer(
+        &self,
+        endpoint: &str,
+        body: &serde_json::Value,
+        input: Input,
+        generate: &openai::GenerateRequest,
+        arrived: Instant,
+    ) -> ApiResult<(UnboundedReceiver<Event>, Option<bool>)> {
+        let loaded = self.ready()?;
+        let cache = self.responses.clone();
+        let scope = format!("{endpoint}|{}|{}", loaded.info.backend, loaded.info.n_ctx);
+        let Some((cache, key)) = cache.and_then(|c| c.key(&scope, body, generate).map(|k| (c, k)))
+        else {
+            return Ok((self.submit(input, generate, arrived).await?, None));
+        };
+        let (c, k) = (Arc::clone(&cache), key.clone());
+        if let Some(e) = tokio::task::spawn_blocking(move || c.get(&k))
+            .await
+            .ok()
+            .flatten()
+        {
+            let (tx, rx) = unbounded_channel();
+            for p in e.pieces {
+                let _ = tx.send(Event::Chunk(p));
+            }
+            let usage = Usage {
+                prefill_tokens: 0,
+                prefill_ms: 0.0,
+                decode_ms: 0.0,
+                ..e.usage
+            };
+            let _ = tx.send(Event::Done {
+                finish: e.finish,
+                usage,
+            });
+            return Ok((rx, Some(true)));
+        }
+        let mut inner = self.submit(input, generate, arrived).await?;
+        let (tx, rx) = unbounded_channel();
+        tokio::spawn(async move {
+            let mut pieces = Vec::new();
+            while let Some(ev) = inner.recv().await {
+                if let Event::Chunk(t) = &ev {
+                    pieces.push(t.clone());
+                }
+                if let Event::Done { finish, usage } = &ev {
+                    let (finish, usage) = (*finish, usage.clone());
+                    let pieces = std::mem::take(&mut pieces);
+                    let c = Arc::clone(&cache);
+                    let k = key.clone();
+                    let _ =
+                        tokio::task::spawn_blocking(move || c.put(&k, pieces, finish, usage)).await;
+                }
+                // The client went away: dropping `inner` tells the slot.
+                if tx.send(ev).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok((rx, Some(false)))
+    }
+
+    async fn submit(
+        &self,
+        input: Input,
+        generate: &openai::GenerateRequest,
+        arrived: Instant,
+    ) -> ApiResult<UnboundedReceiver<Event>> {
+        let loaded = self.ready()?;
+        let opts = generate.options().map_err(|e| ApiError::from_engine(&e))?;
+        let n_ctx = loaded.info.n_ctx;
+        if opts.max_tokens > n_ctx {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "max_tokens {} is more than the context window ({n_ctx} tokens)",
+                    opts.max_tokens
+                ),
+            ));
+        }
+        let (first, rx) = self.queue(input, opts, arrived).await?;
+        match first {
+            Event::Started => Ok(rx),
+            _ => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the slot stopped before the request started",
+            )),
+        }
+    }
+
+    /// Admit and queue a job; its first event (a failure is the error).
+    pub(super) async fn queue(
+        &self,
+        input: Input,
+        opts: crate::generate::GenerateOptions,
+        arrived: Instant,
+    ) -> ApiResult<(Event, UnboundedReceiver<Event>)> {
+        let Some(ticket) = self.admission.admit() else {
+            return Err(ApiError {
+                retry_after: Some(1),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "the server is busy: {} slots and {} queued requests in use; retry later",
+                        self.opts.slots.max(1),
+                        self.opts.queue
+                    ),
+                )
+            });
+        };
+        let (tx, mut rx) = unbounded_channel();
+        let job = Job {
+            input,
+            opts,
+            events: tx,
+            deadline: arrived + self.opts.timeout,
+            ticket,
+        };
+        if !self.pool.submit(job) {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Shutting down",
+            ));
+        }
+        match rx.recv().await {
+            Some(Event::Failed(e)) => Err(ApiError::from_engine(&e)),
+            Some(Event::TimedOut) => Err(ApiError::timed_out(self.opts.timeout)),
+            Some(first) => Ok((first, rx)),
+            None => Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the slot stopped before the request started",
+            )),
+        }
+    }
+}
