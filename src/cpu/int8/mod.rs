@@ -29,30 +29,13 @@
 //! with 16 bits the whole forward pass matches it to 0.001. Overflow: |x| ≤ 32 767,
 //! |w| ≤ 128, so a 32-value block sums below 2^27 per lane.
 
-/// `$f::<R, G16>(args)` for a row count `t` (1..=4) and `g16` known only at run time: the
-/// SIMD kernels keep their accumulators in registers only for a constant row count.
-macro_rules! by_rows {
-    ($f:ident, $t:expr, $g16:expr, ($($arg:expr),* $(,)?)) => {
-        by_rows!($f, $t, $g16, [], ($($arg),*))
-    };
-    // `[C, …]`: further generics after R and G16 (a const, or `_` for a type inferred).
-    ($f:ident, $t:expr, $g16:expr, [$($c:tt),*], ($($arg:expr),* $(,)?)) => {
-        match ($t, $g16) {
-            (4, false) => $f::<4, false $(, $c)*>($($arg),*),
-            (4, true) => $f::<4, true $(, $c)*>($($arg),*),
-            (3, false) => $f::<3, false $(, $c)*>($($arg),*),
-            (3, true) => $f::<3, true $(, $c)*>($($arg),*),
-            (2, false) => $f::<2, false $(, $c)*>($($arg),*),
-            (2, true) => $f::<2, true $(, $c)*>($($arg),*),
-            (_, false) => $f::<1, false $(, $c)*>($($arg),*),
-            (_, true) => $f::<1, true $(, $c)*>($($arg),*),
-        }
-    };
-}
+#[macro_use]
+mod macros;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 mod portable;
+mod scale;
 #[cfg(target_arch = "wasm32")]
 mod wasm;
 
@@ -61,12 +44,11 @@ use super::pool::{self, SharedOut};
 use crate::error::{Error, Result};
 use crate::gguf::{now, ByteSource, GgmlType, SyncReads};
 use crate::logits::{is_allowed, TokenMask};
+use scale::QK;
+pub use scale::{BlockScale, Scale};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
-
-/// Activation block (one f32 scale per 32 values).
-const QK: usize = 32;
 
 /// A `rows × cols` matrix of int8 values, a scale per `group` values and, optionally, an
 /// offset: `w = scale · q − offset`.
@@ -1337,75 +1319,6 @@ fn scale_layout(u: &Unpacker, head: bool, filter: bool) -> ScaleLayout {
         ScaleLayout::Coded
     } else {
         ScaleLayout::F32
-    }
-}
-
-/// A weight scale as the 7-bit kernel ([`dot_u7`]) reads it: an f32, or an LM head's f16
-/// bits, non-negative and finite ([`Scales::F16`]). The kernel splats [`Scale::bits`] as an
-/// f32 per block and multiplies each row's sum by [`Scale::BACK`] at the end. For an f16 the
-/// bits are the exponent and mantissa shifted into an f32's place, the scale times 2⁻¹¹²
-/// exactly (normal or subnormal), and `BACK` is 2¹¹²: every product and sum is then the one
-/// the f32 scales give times 2⁻¹¹², bit for bit (a result in the normal range rounds as its
-/// 2¹¹²-fold does; one below it is a multiple of 2⁻¹⁴⁹, which an f32 subnormal holds
-/// exactly). `check_kernels` compares the two. Two scalar instructions a block and row more
-/// than an f32 (a 16-bit load and a shift), beside the SIMD ones, for half the bytes.
-pub trait Scale: Copy + Send + Sync {
-    /// What a row's sum is multiplied by (a power of two: exact).
-    const BACK: f32;
-    /// The bits splatted per block.
-    fn bits(self) -> u32;
-    /// The scale's value.
-    #[inline(always)]
-    fn value(self) -> f32 {
-        f32::from_bits(self.bits()) * Self::BACK
-    }
-}
-
-impl Scale for f32 {
-    const BACK: f32 = 1.0;
-    #[inline(always)]
-    fn bits(self) -> u32 {
-        self.to_bits()
-    }
-}
-
-/// An f16 that is non-negative and finite (bits below 0x7C00): [`Scale::value`] is exact for
-/// normal and subnormal values alike ([`f16_bits_to_f32`] without the sign and the
-/// infinities).
-impl Scale for u16 {
-    const BACK: f32 = f32::from_bits(0x7780_0000);
-    #[inline(always)]
-    fn bits(self) -> u32 {
-        u32::from(self) << 13
-    }
-}
-
-/// A weight block's scale as the five-bit kernel reads it ([`wasm::dot_w5`]): an f32, or the
-/// file's f16 of either sign, finite ([`Scales::F16`]). The f16's bits, sign-extended and
-/// shifted into an f32's places with the three bits above its exponent cleared, are its
-/// value times 2⁻¹¹² exactly (normal or subnormal); the block's activation scale is taken
-/// times 2¹¹² (exact below 2¹⁶: activations below 2³¹), so the product the kernel forms is
-/// the one the f32 scale gives, bit for bit (`check_kernels` compares them).
-pub trait BlockScale: Copy {
-    /// What the block's activation scale is multiplied by first (a power of two).
-    const X: f32;
-    /// The scale over [`BlockScale::X`], exactly.
-    fn over_x(self) -> f32;
-}
-
-impl BlockScale for f32 {
-    const X: f32 = 1.0;
-    #[inline(always)]
-    fn over_x(self) -> f32 {
-        self
-    }
-}
-
-impl BlockScale for u16 {
-    const X: f32 = crate::cpu::ops::F16_UNSCALE;
-    #[inline(always)]
-    fn over_x(self) -> f32 {
-        crate::cpu::ops::f16_scaled(self)
     }
 }
 

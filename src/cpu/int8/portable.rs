@@ -1,7 +1,7 @@
 //! The int8 kernels in portable Rust: the reference the SIMD versions are tested against
 //! (natively and, through `check_kernels`, in the browser).
 
-use super::QK;
+use super::scale::QK;
 
 /// One weight row `w` (`k` int8 values, a scale per 32 or, with `g16`, per 16) against `t ≤
 /// 4` activation rows on 16-bit values (`xq`, rows of `k`; a scale per 32 in `xd`):
@@ -160,13 +160,13 @@ fn check_w4_values(
 }
 
 /// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group` apart,
-/// f32 or a head's f16 bits: [`super::Scale`]), against one row of 7-bit codes `xq`
+/// f32 or a head's f16 bits: [`super::scale::Scale`]), against one row of 7-bit codes `xq`
 /// (0..=127): `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`. The integer sums are exact; the LM
 /// head's filter turns the codes back into values and bounds what the 7 bits cost. Rows far
 /// apart are separate memory streams: a core's prefetchers then fetch them in parallel (a
 /// decode step's head is memory-bound).
 #[allow(clippy::too_many_arguments, dead_code)]
-pub fn dot_u7<S: super::Scale>(
+pub fn dot_u7<S: super::scale::Scale>(
     w: &[i8],
     ws: &[S],
     xq: &[u8],
