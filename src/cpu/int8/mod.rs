@@ -34,6 +34,8 @@ mod macros;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+mod dispatch;
+mod packing;
 mod portable;
 mod scale;
 #[cfg(target_arch = "wasm32")]
@@ -44,6 +46,12 @@ use super::pool::{self, SharedOut};
 use crate::error::{Error, Result};
 use crate::gguf::{now, ByteSource, GgmlType, SyncReads};
 use crate::logits::{is_allowed, TokenMask};
+pub use dispatch::has_fast_u7;
+use dispatch::{
+    dot, dot_u7, dot_w4, dot_w4_nib, dot_w5, expand_codes, five_bits, pack_fives, quantize_block,
+    row_stats, unpack,
+};
+use packing::Packing;
 use scale::QK;
 pub use scale::{BlockScale, Scale};
 use std::ops::Range;
@@ -207,15 +215,6 @@ impl Scales {
     }
 }
 
-/// [`portable::expand_codes`] on this build's kernel.
-#[inline(always)]
-fn expand_codes(units: &[f32], codes: &[i8], per: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::expand_codes(units, codes, per, out);
-    #[allow(unreachable_code)]
-    portable::expand_codes(units, codes, per, out)
-}
-
 /// The integer `c` with `unit · c` equal to `v` bit for bit, if there is one in i8's range:
 /// `v / unit` where `unit` is not zero (a product of it and a small integer divides back
 /// exactly), else the one of 0, 1 and −1 that gives `v`'s sign of zero.
@@ -248,31 +247,6 @@ enum Values {
     /// product widens them itself ([`dot_w4_nib`]) or unpacks a row to int8 ([`unpack`]),
     /// the same values either way, so the sums are those of `Int8`.
     Packed(Packing, Vec<u8>),
-}
-
-/// How values are packed ([`Values::Packed`]).
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Packing {
-    /// 16 bytes of nibbles per 32 values (byte l: value l low, value l + 16 high), as Q4_0
-    /// and Q4_1 have them in the file; a value is its code less `bias`.
-    Nibbles { bias: i8 },
-    /// Q5_0's values (−16..=15) as codes (value + 16) three to a 16-bit lane, 64 bytes per 96
-    /// values ([`portable::pack_fives`]): 0.67 bytes a value against int8's 1, where the
-    /// file's bit planes (0.625) would cost a decode step more work than the bytes save. A
-    /// kernel takes each field with one mask or shift where int8 takes one widening, and
-    /// subtracts 16 · Σx per block once. Only in wasm, whose memory is the tab's (natively
-    /// Q5_0 stays int8).
-    Fives,
-}
-
-impl Packing {
-    /// Bytes of a row of `cols` values (a multiple of 32).
-    const fn row_bytes(self, cols: usize) -> usize {
-        match self {
-            Packing::Nibbles { .. } => cols / 2,
-            Packing::Fives => portable::fives_row_bytes(cols),
-        }
-    }
 }
 
 /// File blocks read per chunk while loading (a few hundred KB of scratch).
@@ -1272,15 +1246,6 @@ fn fives<const BYTES: usize>(
     }
 }
 
-/// [`portable::pack_fives`] on this build's kernel.
-#[inline(always)]
-fn pack_fives(q: &[i8], out: &mut [u8]) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::pack_fives(q, out);
-    #[allow(unreachable_code)]
-    portable::pack_fives(q, out)
-}
-
 /// Whether a matrix of this type keeps int8 values: the types without a packed layout, and
 /// an LM head the filter may run on (it reads int8 rows and takes no offsets) where `filter`
 /// (this build has the filter: [`has_fast_u7`]).
@@ -1496,15 +1461,6 @@ fn unpack_q4_1(blk: &[u8], q: &mut [i8], s: &mut [f32], o: &mut [f32]) {
         q[j] = (blk[4 + j] & 0x0F) as i8;
         q[j + 16] = (blk[4 + j] >> 4) as i8;
     }
-}
-
-/// [`portable::five_bits`] on this build's kernel.
-#[inline(always)]
-fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::five_bits(qh, ql, q, centred);
-    #[allow(unreachable_code)]
-    portable::five_bits(qh, ql, q, centred)
 }
 
 /// Q5_0: f16 d, 32 high bits, 16 bytes of low nibbles; value j is `(low | high << 4) − 16`.
@@ -1726,156 +1682,6 @@ impl Activations {
 /// Activation blocks per work item of [`Activations::quantize`].
 const QUANTIZE_BLOCKS: usize = 64;
 
-/// [`portable::quantize_block`] on this build's kernel (a decode step quantizes ~80 000
-/// values on the calling thread, between the pool's jobs).
-#[inline(always)]
-fn quantize_block(xs: &[f32; QK], qs: &mut [i16; QK]) -> f32 {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::quantize_block(xs, qs);
-    #[allow(unreachable_code)]
-    portable::quantize_block(xs, qs)
-}
-
-/// Whether the CPU has AVX2 (checked once).
-#[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
-    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
-}
-
-/// [`portable::unpack`] (or [`portable::unpack_fives`]: one row) on this build's kernel.
-#[inline(always)]
-fn unpack(bytes: &[u8], out: &mut [i8], p: Packing) {
-    let bias = match p {
-        Packing::Nibbles { bias } => bias,
-        Packing::Fives => {
-            #[cfg(target_arch = "wasm32")]
-            return wasm::unpack_fives(bytes, out);
-            #[allow(unreachable_code)]
-            return portable::unpack_fives(bytes, out);
-        }
-    };
-    #[cfg(target_arch = "wasm32")]
-    return wasm::unpack(bytes, out, bias);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::unpack(bytes, out, bias) };
-        return;
-    }
-    #[allow(unreachable_code)]
-    portable::unpack(bytes, out, bias)
-}
-
-/// [`portable::dot_w5`] on this build's kernel; natively (where Q5_0 stays int8:
-/// [`keeps_int8`], so only the tests come here) the rows unpacked for this build's [`dot_w4`].
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn dot_w5(
-    w: &[u8],
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    corr: &[i32],
-    k: usize,
-    apart: usize,
-    t: usize,
-    out: &mut [f32; 4],
-) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w5(w, ws, xq, xd, corr, k, apart, t, out);
-    #[allow(unreachable_code)]
-    {
-        portable::check_w5(w, ws, xq, xd, corr, k, apart, t);
-        let unpack = |b: &[u8], q: &mut [i8]| unpack(b, q, Packing::Fives);
-        portable::dot_w5_unpacked(w, ws, k, apart, t, out, unpack, |q, ws, acc| {
-            dot_w4(q, ws, xq, xd, k, k, k / QK, 1, acc, false)
-        })
-    }
-}
-
-/// [`portable::dot_w4_nib`] on this build's kernel.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn dot_w4_nib(
-    w: &[u8],
-    bias: i8,
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    k: usize,
-    ld: usize,
-    sld: usize,
-    t: usize,
-    out: &mut [f32; 4],
-    g16: bool,
-) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16) };
-        return;
-    }
-    #[allow(unreachable_code)]
-    portable::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16)
-}
-
-/// [`portable::dot`] on this build's kernel: simd128 in wasm, AVX2 where the CPU has it.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn dot(
-    w: &[i8],
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    k: usize,
-    t: usize,
-    acc: &mut [f32; 4],
-    g16: bool,
-) {
-    #[cfg(target_arch = "wasm32")]
-    wasm::dot(w, ws, xq, xd, k, t, acc, g16);
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        #[cfg(target_arch = "x86_64")]
-        if has_avx2() {
-            // SAFETY: the CPU has AVX2 (checked).
-            unsafe { avx2::dot(w, ws, xq, xd, k, t, acc, g16) };
-            return;
-        }
-        portable::dot(w, ws, xq, xd, k, t, acc, g16)
-    }
-}
-
-/// [`portable::dot_w4`] on this build's kernel.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn dot_w4(
-    w: &[i8],
-    ws: &[f32],
-    xq: &[i16],
-    xd: &[f32],
-    k: usize,
-    ld: usize,
-    sld: usize,
-    t: usize,
-    out: &mut [f32; 4],
-    g16: bool,
-) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16) };
-        return;
-    }
-    #[allow(unreachable_code)]
-    portable::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16)
-}
-
 /// Rows `r` of a product with one activation row, their outputs `part`, in tiles of up to 4
 /// rows: first row `i` of each quarter of `r` together (four memory streams, which one core
 /// reads nearly twice as fast as one: Gemma 3's head natively in 13.4 ms instead of 23), then
@@ -1900,56 +1706,6 @@ fn for_row_tiles(
         part[j - r.start..j - r.start + t].copy_from_slice(&acc[..t]);
         j += t;
     }
-}
-
-/// Whether this build has a 7-bit kernel faster than the 16-bit one, which the LM head's
-/// filter needs to pay: relaxed SIMD in wasm, AVX2 natively.
-pub fn has_fast_u7() -> bool {
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return true;
-    #[cfg(target_arch = "x86_64")]
-    return has_avx2();
-    #[allow(unreachable_code)]
-    false
-}
-
-/// [`portable::row_stats`], vectorised with AVX2 where the CPU has it (the baseline x86-64
-/// target widens int8 slowly).
-fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return wasm::row_stats(q, scales, group);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        return unsafe { avx2::row_stats(q, scales, group) };
-    }
-    #[allow(unreachable_code)]
-    portable::row_stats(q, scales, group)
-}
-
-/// [`portable::dot_u7`] on this build's kernel.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-fn dot_u7<S: Scale>(
-    w: &[i8],
-    ws: &[S],
-    xq: &[u8],
-    k: usize,
-    ld: usize,
-    t: usize,
-    out: &mut [f32; 4],
-    g16: bool,
-) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return wasm::dot_u7(w, ws, xq, k, ld, t, out, g16);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_u7(w, ws, xq, k, ld, t, out, g16) };
-        return;
-    }
-    #[allow(unreachable_code)]
-    portable::dot_u7(w, ws, xq, k, ld, t, out, g16)
 }
 
 /// This build's int8 kernels against the portable ones, and the LM head's filter against
