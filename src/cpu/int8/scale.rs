@@ -74,3 +74,35 @@ impl BlockScale for u16 {
         crate::cpu::ops::f16_scaled(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::decode::f16_bits_to_f32;
+    use super::*;
+    use half::f16;
+
+    /// [`Scale::value`] of f16 bits is [`f16_bits_to_f32`] on every non-negative finite f16.
+    #[test]
+    fn unsigned_halves_convert_exactly() {
+        for h in 0..0x7C00u16 {
+            assert_eq!(h.value().to_bits(), f16_bits_to_f32(h).to_bits(), "{h:#x}");
+        }
+    }
+
+    /// Every finite f16 as the five-bit kernel reads it ([`BlockScale`]), times an activation
+    /// scale taken times 2¹¹², is the f16's value times that scale, bit for bit: normal and
+    /// subnormal, both signs, products in the normal and the subnormal range.
+    #[test]
+    fn f16_block_scales_give_the_f32_products() {
+        let xs = [
+            1e-4f32, 3.1e-7, 0.75, 1.0, 4097.5, 1e-38, 6e-45, 0.0, 65000.0,
+        ];
+        for h in (0..=u16::MAX).filter(|h| h & 0x7FFF < 0x7C00) {
+            let v = f16::from_bits(h).to_f32();
+            for x in xs {
+                let got = h.over_x() * (x * <u16 as BlockScale>::X);
+                assert_eq!(got.to_bits(), (v * x).to_bits(), "f16 {h:#06x} × {x}");
+            }
+        }
+    }
+}
