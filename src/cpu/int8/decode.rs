@@ -415,7 +415,7 @@ fn unpack_q6_k(blk: &[u8], q: &mut [i8], s: &mut [f32], _: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::QMatrix;
+    use super::super::layout::QMatrix;
     use super::*;
     use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
     use candle_core::{Device, Module, Tensor};
