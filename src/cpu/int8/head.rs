@@ -341,3 +341,119 @@ fn for_row_tiles(
         j += t;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::check::exact_top_k;
+    use super::super::layout::{ScaleLayout, Scales};
+    use super::*;
+    use crate::gguf::{now, GgmlType, SyncReads};
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{Device, Tensor};
+
+    /// The LM head's filter gives the top-k of the whole product, bit for bit and in the
+    /// same order, on candle-quantized Q8_0 and Q6_K matrices (one scale per 32 and per 16
+    /// values) with tied and nearly tied rows, activations with outliers, with and without a
+    /// mask; a matrix with offsets or a non-finite activation falls back (`None`).
+    #[test]
+    fn the_head_filter_equals_the_exact_top_k() {
+        let mut rng = crate::rng::Rng::new(21);
+        let (rows, cols) = (3001, 256);
+        let mut w: Vec<f32> = (0..rows * cols).map(|_| rng.normal() * 0.05).collect();
+        for r in (0..rows - 2).step_by(13) {
+            let (a, b) = w.split_at_mut((r + 1) * cols);
+            b[..cols].copy_from_slice(&a[r * cols..]);
+            b[cols..2 * cols].copy_from_slice(&a[r * cols..]);
+            b[cols + 5] += 1e-3;
+        }
+        let wt = Tensor::from_vec(w, (rows, cols), &Device::Cpu).unwrap();
+        let mut checked = 0;
+        for (dt, ty) in [
+            (GgmlDType::Q8_0, GgmlType::Q8_0),
+            (GgmlDType::Q6K, GgmlType::Q6_K),
+        ] {
+            let q = QTensor::quantize(&wt, dt).unwrap();
+            let bytes = q.data().unwrap().into_owned();
+            // As a head, the statistics are taken during the load; they equal those a
+            // matrix takes at its first filter.
+            let m = crate::gguf::now(QMatrix::load_with(&bytes, 0, rows, cols, ty, true))
+                .unwrap()
+                .unwrap();
+            assert_eq!(m.stats.get().is_some(), has_fast_u7());
+            let plain = QMatrix::load(&bytes, 0, rows, cols, ty).unwrap();
+            assert!(plain.stats.get().is_none());
+            assert_eq!(m.head_stats(), plain.head_stats());
+            // A Q8_0 head keeps the file's f16 scales where the filter runs; every product
+            // is the f32-scaled matrix's, bit for bit.
+            assert_eq!(
+                matches!(m.scales, Scales::F16 { .. }),
+                ty == GgmlType::Q8_0 && has_fast_u7(),
+                "{ty}"
+            );
+            assert!(matches!(plain.scales, Scales::F32(_)));
+            let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            let x: Vec<f32> = (0..3 * cols).map(|_| rng.normal()).collect();
+            for m_rows in [1, 3] {
+                assert_eq!(
+                    bits(m.matmul(&x[..m_rows * cols], m_rows)),
+                    bits(plain.matmul(&x[..m_rows * cols], m_rows)),
+                    "{ty}, {m_rows} rows"
+                );
+            }
+            let ids = [0, 7, rows as u32 - 1];
+            assert_eq!(
+                bits(m.rows_f32(&ids, 0.5).unwrap()),
+                bits(plain.rows_f32(&ids, 0.5).unwrap())
+            );
+            for seed in 0..12 {
+                let mut x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+                // Outliers, as in Gemma 3's final hidden state (|x| up to ~10× its rms).
+                for o in 0..(seed % 4) {
+                    x[(seed * 31 + o * 57) % cols] *= 12.0;
+                }
+                let mask: Vec<u32> = (0..rows.div_ceil(32))
+                    .map(|i| {
+                        if seed % 3 == 0 {
+                            0
+                        } else {
+                            rng.next_u64() as u32 | (i as u32 & 1)
+                        }
+                    })
+                    .collect();
+                for k in [1, 2, 10, 40, 128] {
+                    for allowed in [None, Some(&mask[..])] {
+                        let got = m.top_k_filtered(&x, k, allowed).expect("the filter runs");
+                        let want = exact_top_k(&m, &x, k, allowed);
+                        assert_eq!(
+                            got,
+                            want,
+                            "{ty} seed {seed} k {k} mask {}",
+                            allowed.is_some()
+                        );
+                        checked += want.len();
+                    }
+                }
+            }
+            let mut bad = vec![0.5f32; cols];
+            bad[3] = f32::NAN;
+            assert!(m.top_k_filtered(&bad, 5, None).is_none());
+        }
+        assert!(checked > 3000);
+        let q = QTensor::quantize(&wt, GgmlDType::Q4K).unwrap();
+        let bytes = q.data().unwrap().into_owned();
+        // Int8 values, so that the offsets alone decline.
+        let m = now(QMatrix::load_as(
+            &SyncReads(&bytes),
+            0,
+            rows,
+            cols,
+            GgmlType::Q4_K,
+            true,
+            true,
+            ScaleLayout::F32,
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(!m.is_packed() && m.top_k_filtered(&vec![0.5; cols], 5, None).is_none());
+    }
+}
