@@ -92,7 +92,7 @@ pub(super) struct Unpacker {
     pub(super) f16_scale: Option<bool>,
     /// The K-quants: each group's scale is the block's f16 `d` (the first function reads
     /// it) times an integer code, each offset the block's `dmin` (the second) times one
-    /// ([`Scales::Coded`]).
+    /// ([`Scales::Coded`](super::layout::Scales::Coded)).
     pub(super) units: Option<(UnitFn, UnitFn)>,
 }
 
@@ -192,7 +192,7 @@ fn q6_k_d(blk: &[u8]) -> f32 {
 }
 
 /// The unit of a layout that takes none (f32 and f16 values, a type without offsets): a
-/// NaN, which no coded value would match ([`code_of`]), were it ever asked.
+/// NaN, which no coded value would match ([`code_of`](super::layout::code_of)), were it ever asked.
 pub(super) fn no_unit(_: &[u8]) -> f32 {
     f32::NAN
 }

@@ -81,7 +81,7 @@ pub(super) fn unpack(bytes: &[u8], out: &mut [i8], p: Packing) {
 }
 
 /// [`portable::dot_w5`] on this build's kernel; natively (where Q5_0 stays int8:
-/// [`keeps_int8`], so only the tests come here) the rows unpacked for this build's [`dot_w4`].
+/// [`keeps_int8`](super::load::keeps_int8), so only the tests come here) the rows unpacked for this build's [`dot_w4`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) fn dot_w5(

@@ -38,7 +38,7 @@ pub(super) enum Scales {
     /// The file's own f16 scales (one per 32-value block: Q4_0, Q5_0, Q8_0), finite. An LM
     /// head's, in a build with the head's filter, are non-negative too: half the bytes its
     /// pass reads (Gemma 3 270M: 10.5 MB of a decode step's 294), and the filter's kernel
-    /// takes them as they are ([`Scale`]). In wasm Q5_0's layers keep them too (Gemma 3
+    /// takes them as they are ([`Scale`](super::scale::Scale)). In wasm Q5_0's layers keep them too (Gemma 3
     /// 270M: 3.9 MiB less of the tab's memory), and the five-bit kernel reads them as they
     /// are ([`BlockScale`]). Any other product converts them into f32 first
     /// ([`Scales::groups`]). `signed`: negative ones may be among them (never a head's).
@@ -176,7 +176,7 @@ impl Scales {
 /// The integer `c` with `unit · c` equal to `v` bit for bit, if there is one in i8's range:
 /// `v / unit` where `unit` is not zero (a product of it and a small integer divides back
 /// exactly), else the one of 0, 1 and −1 that gives `v`'s sign of zero.
-fn code_of(unit: f32, v: f32) -> Option<i8> {
+pub(super) fn code_of(unit: f32, v: f32) -> Option<i8> {
     let guess = (v / unit) as i8; // NaN → 0, saturating
     [guess, 1, -1]
         .into_iter()
@@ -188,21 +188,21 @@ fn code_of(unit: f32, v: f32) -> Option<i8> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum ScaleLayout {
     F32,
-    /// The file's f16 (types with [`Unpacker::f16_scale`]); negative ones too when `signed`.
+    /// The file's f16 (types with [`Unpacker::f16_scale`](super::decode::Unpacker::f16_scale)); negative ones too when `signed`.
     F16 {
         signed: bool,
     },
-    /// A K-quant's block units times codes ([`Unpacker::units`]), for its offsets too.
+    /// A K-quant's block units times codes ([`Unpacker::units`](super::decode::Unpacker::units)), for its offsets too.
     Coded,
 }
 
 /// How a matrix holds its values.
 pub(super) enum Values {
     /// One int8 per value: the 8-, 6- and 5-bit types, the 2- and 3-bit K-quants, and an
-    /// LM head the filter runs on (it reads int8 rows: [`keeps_int8`]).
+    /// LM head the filter runs on (it reads int8 rows: [`keeps_int8`](super::load::keeps_int8)).
     Int8(Vec<i8>),
     /// The 4-bit types' codes, 16 bytes per 32 values instead of 32 ([`Packing`]): a
-    /// product widens them itself ([`dot_w4_nib`]) or unpacks a row to int8 ([`unpack`]),
+    /// product widens them itself ([`dot_w4_nib`](super::dispatch::dot_w4_nib)) or unpacks a row to int8 ([`unpack`]),
     /// the same values either way, so the sums are those of `Int8`.
     Packed(Packing, Vec<u8>),
 }

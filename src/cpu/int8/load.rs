@@ -247,7 +247,7 @@ pub(super) fn keeps_int8(u: &Unpacker, head: bool, filter: bool) -> bool {
 /// runs on keeps the file's f16 scales where they are non-negative (the filter's kernel
 /// reads them as they are), any other head f32. In wasm, whose memory is the tab's, Q5_0 in
 /// the five-bit layout keeps the file's f16 scales, signed, which its kernel reads as they
-/// are ([`BlockScale`]); the K-quants their units and codes, scales and offsets, converted
+/// are ([`BlockScale`](super::scale::BlockScale)); the K-quants their units and codes, scales and offsets, converted
 /// for a work item's rows before a product ([`QMatrix::matvec_tiles`]) (Gemma 3 270M:
 /// 5.4 MiB less; 2.2 million values a decode step, 1.2 SIMD instructions each where the
 /// compiler's scalar loop took 4 and cost ~4% of the step; the f32 read from memory are

@@ -11,15 +11,15 @@
 //! prompt's unpacks each weight row to int8 once for all its activation rows; less memory
 //! and less to read per token, the same sums bit for bit. In wasm, Q5_0 (Gemma 3's and
 //! Qwen2's fallback for rows K-quants cannot split) keeps its codes three to a 16-bit lane
-//! ([`Packing::Fives`]: 0.67 bytes a value), which a kernel takes apart with one mask or
+//! ([`Packing::Fives`](packing::Packing::Fives): 0.67 bytes a value), which a kernel takes apart with one mask or
 //! shift per 8 values, as int8 takes one widening; natively it stays int8 (the file's bit
 //! planes cost 41% more instructions per Gemma 3 270M decode step there, and native memory
 //! is not the tab's). Q5_1 and Q5_K stay int8. Two exceptions to f32 scales, each where a
-//! kernel reads the file's f16 with a shift or two instead of converting it ([`Scales::F16`]):
+//! kernel reads the file's f16 with a shift or two instead of converting it ([`Scales::F16`](layout::Scales::F16)):
 //! a Q8_0 LM head where the build has the head's filter ([`Scale`]), and in wasm Q5_0 in the
 //! five-bit layout ([`BlockScale`]; 0.69 bytes a value with its scales, not 0.79). A third in
 //! wasm: the K-quants keep their scales and offsets as the file codes them, a unit a block
-//! and a byte a group ([`Scales::Coded`]), made f32 a span of rows at a time before a
+//! and a byte a group ([`Scales::Coded`](layout::Scales::Coded)), made f32 a span of rows at a time before a
 //! product (Q4_K 0.59 bytes a value, not 0.75; Q6_K 1.08, not 1.25).
 //!
 //! Activations are quantized to 16 bits per 32-value block (f32 scale), not to 8 bits as

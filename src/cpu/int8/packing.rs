@@ -3,7 +3,7 @@
 
 use super::portable;
 
-/// How values are packed ([`Values::Packed`]).
+/// How values are packed ([`Values::Packed`](super::layout::Values::Packed)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Packing {
     /// 16 bytes of nibbles per 32 values (byte l: value l low, value l + 16 high), as Q4_0

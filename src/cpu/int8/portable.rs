@@ -275,7 +275,7 @@ pub fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
     }
 }
 
-/// Packed codes ([`super::Packing`]) back to int8 values: `out.len() / 32` blocks of 16
+/// Packed codes ([`super::packing::Packing`]) back to int8 values: `out.len() / 32` blocks of 16
 /// bytes (byte l: value l's code in the low nibble, value l + 16's in the high one), each
 /// code less `bias`.
 pub fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
@@ -328,7 +328,7 @@ pub fn dot_w4_nib(
     }
 }
 
-/// Values per unit of the five-bit layout ([`super::Packing::Fives`]): three blocks of 32.
+/// Values per unit of the five-bit layout ([`super::packing::Packing::Fives`]): three blocks of 32.
 pub const FIVES_UNIT: usize = 3 * QK;
 
 /// Bytes per whole unit of the five-bit layout: four vectors of eight 16-bit lanes (a row's
@@ -470,7 +470,7 @@ pub fn check_w5<S>(
 }
 
 /// Coded values as f32: `out[i] = units[i / per] · codes[i]` for whole blocks of `per`
-/// (a K-quant's scales or offsets: [`super::Scales::Coded`]).
+/// (a K-quant's scales or offsets: [`super::layout::Scales::Coded`]).
 pub fn expand_codes(units: &[f32], codes: &[i8], per: usize, out: &mut [f32]) {
     let blocks = codes.chunks_exact(per).zip(out.chunks_exact_mut(per));
     for ((c, o), &u) in blocks.zip(units) {

@@ -120,7 +120,7 @@ impl QMatrix {
     }
 
     /// Whether a one-row product reads this matrix's scales and offsets where they are held
-    /// (f32; in wasm Q5_0's f16 scales, which its kernel reads as they are: [`BlockScale`]);
+    /// (f32; in wasm Q5_0's f16 scales, which its kernel reads as they are: [`BlockScale`](super::scale::BlockScale));
     /// else those of a tile's rows are converted into f32 first ([`QMatrix::matvec_tiles`]).
     fn scales_in_place(&self) -> bool {
         let scales = match (&self.scales, &self.values) {
@@ -198,7 +198,7 @@ impl QMatrix {
 
     /// Tiles `tiles` of a product with one activation row over all of this matrix's rows,
     /// finished by `out` and stored into `y`, the whole output: tile i is rows i, i + q,
-    /// i + 2q, i + 3q for q = rows / 4, as [`for_row_tiles`] lays out a range; the range that
+    /// i + 2q, i + 3q for q = rows / 4, as [`for_row_tiles`](super::head::for_row_tiles) lays out a range; the range that
     /// contains index q (past the quarters' tiles) takes the rows after 4q: when there are
     /// such rows, rows is not a multiple of 4, nor of an item's rows, so a part's items hold
     /// more than q tiles. Scales and offsets are read in place
@@ -340,7 +340,7 @@ pub(super) const ROW_CHUNK: usize = 64;
 /// Weight rows per work item of a one-row product (a decode step's; its items are tiles of
 /// four rows over the whole matrix, [`QMatrix::matvec_tiles`], so an item's size sets no
 /// stream's length): Gemma 3's output projection and down have 640 rows, 10 items of 64,
-/// which left the team's ranges that shrink towards a job's end ([`super::team`]) no small
+/// which left the team's ranges that shrink towards a job's end ([`super::team`](crate::cpu::team)) no small
 /// ones to end with.
 const ONE_ROW_CHUNK: usize = 16;
 

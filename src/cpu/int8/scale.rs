@@ -6,8 +6,8 @@
 /// Activation block (one f32 scale per 32 values).
 pub(super) const QK: usize = 32;
 
-/// A weight scale as the 7-bit kernel ([`dot_u7`]) reads it: an f32, or an LM head's f16
-/// bits, non-negative and finite ([`Scales::F16`]). The kernel splats [`Scale::bits`] as an
+/// A weight scale as the 7-bit kernel ([`dot_u7`](super::dispatch::dot_u7)) reads it: an f32, or an LM head's f16
+/// bits, non-negative and finite ([`Scales::F16`](super::layout::Scales::F16)). The kernel splats [`Scale::bits`] as an
 /// f32 per block and multiplies each row's sum by [`Scale::BACK`] at the end. For an f16 the
 /// bits are the exponent and mantissa shifted into an f32's place, the scale times 2⁻¹¹²
 /// exactly (normal or subnormal), and `BACK` is 2¹¹²: every product and sum is then the one
@@ -36,7 +36,7 @@ impl Scale for f32 {
 }
 
 /// An f16 that is non-negative and finite (bits below 0x7C00): [`Scale::value`] is exact for
-/// normal and subnormal values alike ([`f16_bits_to_f32`] without the sign and the
+/// normal and subnormal values alike ([`f16_bits_to_f32`](super::decode::f16_bits_to_f32) without the sign and the
 /// infinities).
 impl Scale for u16 {
     const BACK: f32 = f32::from_bits(0x7780_0000);
@@ -46,8 +46,8 @@ impl Scale for u16 {
     }
 }
 
-/// A weight block's scale as the five-bit kernel reads it ([`wasm::dot_w5`]): an f32, or the
-/// file's f16 of either sign, finite ([`Scales::F16`]). The f16's bits, sign-extended and
+/// A weight block's scale as the five-bit kernel reads it ([`wasm::dot_w5`](super::wasm::dot_w5)): an f32, or the
+/// file's f16 of either sign, finite ([`Scales::F16`](super::layout::Scales::F16)). The f16's bits, sign-extended and
 /// shifted into an f32's places with the three bits above its exponent cleared, are its
 /// value times 2⁻¹¹² exactly (normal or subnormal); the block's activation scale is taken
 /// times 2¹¹² (exact below 2¹⁶: activations below 2³¹), so the product the kernel forms is
