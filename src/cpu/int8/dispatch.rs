@@ -1,8 +1,9 @@
-//! This build's int8 kernel for each operation, each wrapper taking the portable kernel's
-//! arguments: simd128 in wasm (relaxed SIMD for the 7-bit product and the row statistics
-//! where the build has it), AVX2 natively where the CPU has it (checked once), else the
-//! portable one. Also whether this build has the fast 7-bit kernel the LM head's filter needs
-//! ([`has_fast_u7`]). `check_kernels` compares each with the portable kernel.
+//! This build's int8 kernel for each operation, behind wrappers that take the portable
+//! kernel's arguments: in wasm the simd128 one (the 7-bit product and the row statistics
+//! only where the build has relaxed SIMD); natively the AVX2 one where the operation has one
+//! and the CPU has AVX2 (checked once); else the portable one. Also whether this build has
+//! the fast 7-bit kernel the LM head's filter needs ([`has_fast_u7`]). `check_kernels`
+//! (check.rs) compares each with the portable kernel.
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2;

@@ -1,6 +1,6 @@
 //! `by_rows!`, which turns a row count known only at run time into the constant one a SIMD
 //! kernel keeps its accumulators in registers for. Declared first in mod.rs (`#[macro_use]`),
-//! so that every file after it, the kernels' first, can call it.
+//! so that the kernels' files, declared after it, can call it.
 
 /// `$f::<R, G16>(args)` for a row count `t` (1..=4) and `g16` known only at run time: the
 /// SIMD kernels keep their accumulators in registers only for a constant row count.
