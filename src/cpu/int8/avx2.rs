@@ -3,7 +3,7 @@
 //! (`vpmaddubsw`: unsigned 7-bit activations times signed weights, pairs below 2¹⁵, so it
 //! never saturates).
 
-use super::QK;
+use super::scale::QK;
 use std::arch::x86_64::*;
 
 /// See [`super::portable::dot`].
@@ -133,7 +133,7 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
 /// The CPU must have AVX2.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2")]
-pub unsafe fn dot_u7<S: super::Scale>(
+pub unsafe fn dot_u7<S: super::scale::Scale>(
     w: &[i8],
     ws: &[S],
     xq: &[u8],
@@ -151,7 +151,7 @@ pub unsafe fn dot_u7<S: super::Scale>(
 /// [`dot_u7`] for `R` rows, the accumulators in registers.
 #[target_feature(enable = "avx2")]
 #[inline]
-unsafe fn rows_u7<const R: usize, const G16: bool, S: super::Scale>(
+unsafe fn rows_u7<const R: usize, const G16: bool, S: super::scale::Scale>(
     w: &[i8],
     ws: &[S],
     xq: &[u8],

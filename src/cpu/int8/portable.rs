@@ -1,7 +1,7 @@
 //! The int8 kernels in portable Rust: the reference the SIMD versions are tested against
 //! (natively and, through `check_kernels`, in the browser).
 
-use super::QK;
+use super::scale::QK;
 
 /// One weight row `w` (`k` int8 values, a scale per 32 or, with `g16`, per 16) against `t ≤
 /// 4` activation rows on 16-bit values (`xq`, rows of `k`; a scale per 32 in `xd`):
@@ -160,13 +160,13 @@ fn check_w4_values(
 }
 
 /// `t ≤ 4` weight rows, `ld` values apart (a multiple of 32; their scales `ld / group` apart,
-/// f32 or a head's f16 bits: [`super::Scale`]), against one row of 7-bit codes `xq`
+/// f32 or a head's f16 bits: [`super::scale::Scale`]), against one row of 7-bit codes `xq`
 /// (0..=127): `out[r] = Σ_g ws_rg · Σ_{i∈g} w_ri · xq_i`. The integer sums are exact; the LM
 /// head's filter turns the codes back into values and bounds what the 7 bits cost. Rows far
 /// apart are separate memory streams: a core's prefetchers then fetch them in parallel (a
 /// decode step's head is memory-bound).
 #[allow(clippy::too_many_arguments, dead_code)]
-pub fn dot_u7<S: super::Scale>(
+pub fn dot_u7<S: super::scale::Scale>(
     w: &[i8],
     ws: &[S],
     xq: &[u8],
@@ -275,7 +275,7 @@ pub fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
     }
 }
 
-/// Packed codes ([`super::Packing`]) back to int8 values: `out.len() / 32` blocks of 16
+/// Packed codes ([`super::packing::Packing`]) back to int8 values: `out.len() / 32` blocks of 16
 /// bytes (byte l: value l's code in the low nibble, value l + 16's in the high one), each
 /// code less `bias`.
 pub fn unpack(bytes: &[u8], out: &mut [i8], bias: i8) {
@@ -328,7 +328,7 @@ pub fn dot_w4_nib(
     }
 }
 
-/// Values per unit of the five-bit layout ([`super::Packing::Fives`]): three blocks of 32.
+/// Values per unit of the five-bit layout ([`super::packing::Packing::Fives`]): three blocks of 32.
 pub const FIVES_UNIT: usize = 3 * QK;
 
 /// Bytes per whole unit of the five-bit layout: four vectors of eight 16-bit lanes (a row's
@@ -470,7 +470,7 @@ pub fn check_w5<S>(
 }
 
 /// Coded values as f32: `out[i] = units[i / per] · codes[i]` for whole blocks of `per`
-/// (a K-quant's scales or offsets: [`super::Scales::Coded`]).
+/// (a K-quant's scales or offsets: [`super::layout::Scales::Coded`]).
 pub fn expand_codes(units: &[f32], codes: &[i8], per: usize, out: &mut [f32]) {
     let blocks = codes.chunks_exact(per).zip(out.chunks_exact_mut(per));
     for ((c, o), &u) in blocks.zip(units) {

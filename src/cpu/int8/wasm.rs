@@ -2,7 +2,7 @@
 //! `i32x4.dot_i16x8_s`) and, in the relaxed-SIMD build, the 7-bit product the LM head's
 //! filter runs on (`i32x4.relaxed_dot_i8x16_i7x16_add_s`).
 
-use super::{BlockScale, QK};
+use super::scale::{BlockScale, QK};
 use std::arch::wasm32::*;
 
 /// See [`super::portable::dot`].
@@ -170,7 +170,7 @@ unsafe fn rows_w4<const R: usize, const G16: bool>(
 /// and exact.
 #[cfg(target_feature = "relaxed-simd")]
 #[allow(clippy::too_many_arguments)]
-pub fn dot_u7<S: super::Scale>(
+pub fn dot_u7<S: super::scale::Scale>(
     w: &[i8],
     ws: &[S],
     xq: &[u8],
@@ -188,7 +188,7 @@ pub fn dot_u7<S: super::Scale>(
 /// [`dot_u7`] for `R` rows, the accumulators in registers.
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
-unsafe fn rows_u7<const R: usize, const G16: bool, S: super::Scale>(
+unsafe fn rows_u7<const R: usize, const G16: bool, S: super::scale::Scale>(
     w: &[i8],
     ws: &[S],
     xq: &[u8],
