@@ -29,9 +29,18 @@ impl Isa {
             return Isa::Simd128;
         }
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return Isa::Avx2;
+        {
+            // Asked for every kernel call (a tile of a product): one load once it is known.
+            static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+            *BEST.get_or_init(|| {
+                if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                    Isa::Avx2
+                } else {
+                    Isa::Portable
+                }
+            })
         }
+        #[cfg(not(target_arch = "x86_64"))]
         Isa::Portable
     }
 

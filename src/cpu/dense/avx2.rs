@@ -2,14 +2,15 @@
 //! 8 columns, one `__m256` accumulator per row.
 
 use super::tile::{Tile, TileI8, PANEL};
+use crate::cpu::isa::Isa;
 use std::arch::x86_64::*;
 
 /// Rows per tile.
 pub const MR: usize = 8;
 
-/// Whether this CPU has the instructions (std caches the answer).
-pub fn available() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+/// Whether this CPU has the instructions (the CPU's one check: [`Isa::avx2`]).
+fn available() -> bool {
+    Isa::avx2()
 }
 
 /// `t ≤ MR` rows of `x` (stride `ldx`, `k` values each) times one panel (`k × 8`).

@@ -1,9 +1,10 @@
 //! This build's int8 kernel for each operation, behind wrappers that take the portable
-//! kernel's arguments: in wasm the simd128 one (the 7-bit product and the row statistics
-//! only where the build has relaxed SIMD); natively the AVX2 one where the operation has one
-//! and the CPU has AVX2 (checked once); else the portable one. Also whether this build has
-//! the fast 7-bit kernel the LM head's filter needs ([`has_fast_u7`]). `check_kernels`
-//! (check.rs) compares each with the portable kernel.
+//! kernel's arguments, chosen by the CPU's one [`Isa`] (as the dense and ops families are): in
+//! wasm the simd128 one (the 7-bit product and the row statistics only where the build has
+//! relaxed SIMD); natively the AVX2 one where the operation has one and the CPU has AVX2;
+//! else the portable one. Also whether this build has the fast 7-bit kernel the LM head's
+//! filter needs ([`has_fast_u7`]). `check_kernels` (check.rs) compares each with the
+//! portable kernel.
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2;
@@ -12,77 +13,70 @@ use super::portable;
 use super::scale::{Scale, QK};
 #[cfg(target_arch = "wasm32")]
 use super::wasm;
+use crate::cpu::isa::Isa;
 
 /// [`portable::expand_codes`] on this build's kernel.
 #[inline(always)]
 pub(super) fn expand_codes(units: &[f32], codes: &[i8], per: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::expand_codes(units, codes, per, out);
-    #[allow(unreachable_code)]
-    portable::expand_codes(units, codes, per, out)
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => wasm::expand_codes(units, codes, per, out),
+        _ => portable::expand_codes(units, codes, per, out),
+    }
 }
 
 /// [`portable::pack_fives`] on this build's kernel.
 #[inline(always)]
 pub(super) fn pack_fives(q: &[i8], out: &mut [u8]) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::pack_fives(q, out);
-    #[allow(unreachable_code)]
-    portable::pack_fives(q, out)
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => wasm::pack_fives(q, out),
+        _ => portable::pack_fives(q, out),
+    }
 }
 
 /// [`portable::five_bits`] on this build's kernel.
 #[inline(always)]
 pub(super) fn five_bits(qh: u32, ql: &[u8; 16], q: &mut [i8; 32], centred: bool) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::five_bits(qh, ql, q, centred);
-    #[allow(unreachable_code)]
-    portable::five_bits(qh, ql, q, centred)
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => wasm::five_bits(qh, ql, q, centred),
+        _ => portable::five_bits(qh, ql, q, centred),
+    }
 }
 
 /// [`portable::quantize_block`] on this build's kernel (a decode step quantizes ~80 000
 /// values on the calling thread, between the pool's jobs).
 #[inline(always)]
 pub(super) fn quantize_block(xs: &[f32; QK], qs: &mut [i16; QK]) -> f32 {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::quantize_block(xs, qs);
-    #[allow(unreachable_code)]
-    portable::quantize_block(xs, qs)
-}
-
-/// Whether the CPU has AVX2 (checked once).
-#[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
-    static AVX2: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVX2.get_or_init(|| std::arch::is_x86_feature_detected!("avx2"))
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => wasm::quantize_block(xs, qs),
+        _ => portable::quantize_block(xs, qs),
+    }
 }
 
 /// [`portable::unpack`] (or [`portable::unpack_fives`]: one row) on this build's kernel.
 #[inline(always)]
 pub(super) fn unpack(bytes: &[u8], out: &mut [i8], p: Packing) {
-    let bias = match p {
-        Packing::Nibbles { bias } => bias,
-        Packing::Fives => {
-            #[cfg(target_arch = "wasm32")]
-            return wasm::unpack_fives(bytes, out);
-            #[allow(unreachable_code)]
-            return portable::unpack_fives(bytes, out);
+    match (p, Isa::best()) {
+        #[cfg(target_arch = "wasm32")]
+        (Packing::Fives, Isa::Simd128 | Isa::RelaxedSimd) => wasm::unpack_fives(bytes, out),
+        (Packing::Fives, _) => portable::unpack_fives(bytes, out),
+        #[cfg(target_arch = "wasm32")]
+        (Packing::Nibbles { bias }, Isa::Simd128 | Isa::RelaxedSimd) => {
+            wasm::unpack(bytes, out, bias)
         }
-    };
-    #[cfg(target_arch = "wasm32")]
-    return wasm::unpack(bytes, out, bias);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::unpack(bytes, out, bias) };
-        return;
+        // SAFETY: the CPU has AVX2 (Isa::Avx2 is only chosen where it does).
+        #[cfg(target_arch = "x86_64")]
+        (Packing::Nibbles { bias }, Isa::Avx2) => unsafe { avx2::unpack(bytes, out, bias) },
+        (Packing::Nibbles { bias }, _) => portable::unpack(bytes, out, bias),
     }
-    #[allow(unreachable_code)]
-    portable::unpack(bytes, out, bias)
 }
 
 /// [`portable::dot_w5`] on this build's kernel; natively (where Q5_0 stays int8:
-/// [`keeps_int8`](super::load::keeps_int8), so only the tests come here) the rows unpacked for this build's [`dot_w4`].
+/// [`keeps_int8`](super::load::keeps_int8), so only the tests come here) the rows unpacked
+/// for this build's [`dot_w4`].
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 pub(super) fn dot_w5(
@@ -96,15 +90,16 @@ pub(super) fn dot_w5(
     t: usize,
     out: &mut [f32; 4],
 ) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w5(w, ws, xq, xd, corr, k, apart, t, out);
-    #[allow(unreachable_code)]
-    {
-        portable::check_w5(w, ws, xq, xd, corr, k, apart, t);
-        let unpack = |b: &[u8], q: &mut [i8]| unpack(b, q, Packing::Fives);
-        portable::dot_w5_unpacked(w, ws, k, apart, t, out, unpack, |q, ws, acc| {
-            dot_w4(q, ws, xq, xd, k, k, k / QK, 1, acc, false)
-        })
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => wasm::dot_w5(w, ws, xq, xd, corr, k, apart, t, out),
+        _ => {
+            portable::check_w5(w, ws, xq, xd, corr, k, apart, t);
+            let unpack = |b: &[u8], q: &mut [i8]| unpack(b, q, Packing::Fives);
+            portable::dot_w5_unpacked(w, ws, k, apart, t, out, unpack, |q, ws, acc| {
+                dot_w4(q, ws, xq, xd, k, k, k / QK, 1, acc, false)
+            })
+        }
     }
 }
 
@@ -124,16 +119,16 @@ pub(super) fn dot_w4_nib(
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16) };
-        return;
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => {
+            wasm::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16)
+        }
+        // SAFETY: the CPU has AVX2 (Isa::Avx2 is only chosen where it does).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { avx2::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16) },
+        _ => portable::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16),
     }
-    #[allow(unreachable_code)]
-    portable::dot_w4_nib(w, bias, ws, xq, xd, k, ld, sld, t, out, g16)
 }
 
 /// [`portable::dot`] on this build's kernel: simd128 in wasm, AVX2 where the CPU has it.
@@ -149,17 +144,13 @@ pub(super) fn dot(
     acc: &mut [f32; 4],
     g16: bool,
 ) {
-    #[cfg(target_arch = "wasm32")]
-    wasm::dot(w, ws, xq, xd, k, t, acc, g16);
-    #[cfg(not(target_arch = "wasm32"))]
-    {
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => wasm::dot(w, ws, xq, xd, k, t, acc, g16),
+        // SAFETY: the CPU has AVX2 (Isa::Avx2 is only chosen where it does).
         #[cfg(target_arch = "x86_64")]
-        if has_avx2() {
-            // SAFETY: the CPU has AVX2 (checked).
-            unsafe { avx2::dot(w, ws, xq, xd, k, t, acc, g16) };
-            return;
-        }
-        portable::dot(w, ws, xq, xd, k, t, acc, g16)
+        Isa::Avx2 => unsafe { avx2::dot(w, ws, xq, xd, k, t, acc, g16) },
+        _ => portable::dot(w, ws, xq, xd, k, t, acc, g16),
     }
 }
 
@@ -178,41 +169,33 @@ pub(super) fn dot_w4(
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    #[cfg(target_arch = "wasm32")]
-    return wasm::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16) };
-        return;
+    match Isa::best() {
+        #[cfg(target_arch = "wasm32")]
+        Isa::Simd128 | Isa::RelaxedSimd => wasm::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16),
+        // SAFETY: the CPU has AVX2 (Isa::Avx2 is only chosen where it does).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { avx2::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16) },
+        _ => portable::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16),
     }
-    #[allow(unreachable_code)]
-    portable::dot_w4(w, ws, xq, xd, k, ld, sld, t, out, g16)
 }
 
 /// Whether this build has a 7-bit kernel faster than the 16-bit one, which the LM head's
 /// filter needs to pay: relaxed SIMD in wasm, AVX2 natively.
 pub fn has_fast_u7() -> bool {
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return true;
-    #[cfg(target_arch = "x86_64")]
-    return has_avx2();
-    #[allow(unreachable_code)]
-    false
+    matches!(Isa::best(), Isa::RelaxedSimd | Isa::Avx2)
 }
 
 /// [`portable::row_stats`], vectorised with AVX2 where the CPU has it (the baseline x86-64
 /// target widens int8 slowly).
 pub(super) fn row_stats(q: &[i8], scales: &[f32], group: usize) -> (f32, f32) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return wasm::row_stats(q, scales, group);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        return unsafe { avx2::row_stats(q, scales, group) };
+    match Isa::best() {
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        Isa::RelaxedSimd => wasm::row_stats(q, scales, group),
+        // SAFETY: the CPU has AVX2 (Isa::Avx2 is only chosen where it does).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { avx2::row_stats(q, scales, group) },
+        _ => portable::row_stats(q, scales, group),
     }
-    #[allow(unreachable_code)]
-    portable::row_stats(q, scales, group)
 }
 
 /// [`portable::dot_u7`] on this build's kernel.
@@ -228,14 +211,12 @@ pub(super) fn dot_u7<S: Scale>(
     out: &mut [f32; 4],
     g16: bool,
 ) {
-    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-    return wasm::dot_u7(w, ws, xq, k, ld, t, out, g16);
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU has AVX2 (checked).
-        unsafe { avx2::dot_u7(w, ws, xq, k, ld, t, out, g16) };
-        return;
+    match Isa::best() {
+        #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+        Isa::RelaxedSimd => wasm::dot_u7(w, ws, xq, k, ld, t, out, g16),
+        // SAFETY: the CPU has AVX2 (Isa::Avx2 is only chosen where it does).
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { avx2::dot_u7(w, ws, xq, k, ld, t, out, g16) },
+        _ => portable::dot_u7(w, ws, xq, k, ld, t, out, g16),
     }
-    #[allow(unreachable_code)]
-    portable::dot_u7(w, ws, xq, k, ld, t, out, g16)
 }
