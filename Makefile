@@ -303,10 +303,22 @@ test:
 	@.ci/stage start setup
 	@$(MAKE) --no-print-directory setup setup-python
 	@.ci/stage end setup
-	@$(MAKE) --no-print-directory -j2 -Otarget test-stages; status=$$?; .ci/stage report; \
-	  if [ $$status -eq 0 ]; then echo "make test: all passed"; fi; exit $$status
+	@$(MAKE) --no-print-directory -j2 -Otarget KERZE_TEST_LANES=1 test-stages; status=$$?; \
+	  .ci/stage report; if [ $$status -eq 0 ]; then echo "make test: all passed"; fi; exit $$status
 
 test-stages: lint test-native test-serve test-wasm test-browser test-bundlers
+
+# Within make test, two lanes: the native one in this order (the CLI, lint, the native tests,
+# the server, the wasm tests), beside the wasm builds (the browser stages' prerequisites);
+# the bundlers after the browser (both drive Chromium hard). A stage run alone (make
+# test-native) keeps only its own prerequisites.
+ifdef KERZE_TEST_LANES
+lint: | $(KERZE)
+test-native: | lint
+test-serve: | test-native
+test-wasm: | test-serve
+test-bundlers: | test-browser
+endif
 
 demo: setup fetch build
 	@echo "kerze demo: http://127.0.0.1:$(PORT)/www/  (benchmark: /www/bench.html; Ctrl-C stops)"

@@ -17,7 +17,7 @@
 // Encoder: kerze and transformers.js (@huggingface/transformers, a dev dependency;
 // onnxruntime-web's wasm backend) on the same ONNX file of all-MiniLM-L6-v2 (`make
 // onnx-models`): (f32) model.onnx in both; (q8) model_quantized.onnx in both (transformers.js
-// dtype 'q8'; kerze dequantizes its int8 weights and runs its f32 path). www/bench-encoder.html
+// dtype 'q8'; kerze keeps the int8 weights, on 16- or 7-bit activations: see below). www/bench-encoder.html
 // loads the engine (ready: import to ready, the files from this server, no Cache API) and
 // times ms per sentence at 16, 64, 128 and 256 tokens ([CLS] and [SEP] included, the same
 // texts in both, every text of a size exactly that long, so a batch has no padding), one text
