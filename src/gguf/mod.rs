@@ -1,7 +1,7 @@
 //! GGUF: header, metadata and tensor index, read from any byte source.
 //!
 //! Owns: parsing and validating the container, and writing it (for the synthetic test
-//! models). Does not own: what the metadata means (config.rs, tokenizer.rs) or where tensors
+//! models). Does not own: what the metadata means (config.rs, tokenizer/) or where tensors
 //! go (the backends). Every count, length, offset and size is checked against the bytes that
 //! are really there before anything is allocated, so a truncated or hostile file is an
 //! [`Error::Gguf`](crate::error::Error::Gguf), never a panic, a hang or an allocation beyond
