@@ -7,7 +7,7 @@ use js_sys::{Function, Promise, Reflect, Uint8Array};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-use super::{read_end, ByteSource, ReadFuture};
+use super::source::{read_end, ByteSource, ReadFuture};
 use crate::error::{Error, Result};
 
 /// A model file held by JS.

@@ -1,6 +1,8 @@
 //! Writing GGUF files (the synthetic test models and the fuzz corpus).
 
-use super::{Array, GgmlType, Value, DEFAULT_ALIGNMENT, MAGIC};
+use super::header::{DEFAULT_ALIGNMENT, MAGIC};
+use super::types::GgmlType;
+use super::value::{Array, Value};
 
 /// Builds GGUF files: the synthetic test models and the fuzz corpus are made with it.
 #[derive(Default)]

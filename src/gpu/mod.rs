@@ -5,7 +5,7 @@
 //! This file: the device with the limits the model needs, submission and readback, and the
 //! fault record: wgpu errors (caught by error scopes around every submission and the weight
 //! upload, or by the uncaptured-error handler) and device loss become [`Error::Device`], never
-//! a panic, and the engine moves to the CPU. `backend.rs` is the `Backend` impl.
+//! a panic, and the engine moves to the CPU. `backend/` is the `Backend` impl.
 
 pub mod backend;
 pub mod kernels;

@@ -1,220 +1,21 @@
-//! [`Backend`] on the GPU: every op records a dispatch into one command encoder; `read`
-//! submits it and reads the result back. The forward pass is the same generic model code as
-//! on the CPU. Activations come from a pool, parameters and small inputs from one arena,
-//! bind groups from a cache: a decode step of a shape seen before creates nothing.
+//! The [`Backend`] impl on the GPU: each op checks its shapes and records its dispatch (the
+//! launch code is in gpu/kernels/); `read` and the top-k submit and read back. The KV cache's
+//! ops are in `kv.rs`, the top-k's stages in `topk.rs`.
 
-use std::rc::Rc;
-
-use super::kernels::attention::{
-    AttnBuffers, AttnDispatch, BranchBuffers, GROUP_MAX, HEAD_DIM_MAX,
-};
-use super::kernels::elementwise::Op;
-use super::kernels::embed;
-use super::kernels::norm::NormParams;
-use super::kernels::rope::RopeParams;
-use super::kernels::topk::{TopKStage, TOPK_BLOCK};
-use super::kernels::{Kernels, Pool, Recorder};
-use super::weights::GpuWeight;
-use super::{Gpu, GpuOptions};
+use super::kv::GpuKv;
+use super::state::{bytes_of, GpuBackend, GpuTensor, RopeCs};
 use crate::backend::{AttnParams, Backend, KvRows, Rope};
 use crate::config::Glu;
 use crate::error::{Error, Result};
 use crate::gguf::{ByteSource, GgmlType, TensorInfo};
+use crate::gpu::kernels::attention::{
+    AttnBuffers, AttnDispatch, BranchBuffers, GROUP_MAX, HEAD_DIM_MAX,
+};
+use crate::gpu::kernels::elementwise::Op;
+use crate::gpu::kernels::embed;
+use crate::gpu::kernels::rope::RopeParams;
+use crate::gpu::weights::GpuWeight;
 use crate::logits::TokenMask;
-
-/// Activations on the GPU: `n_tok` rows of `width` f32.
-#[derive(Clone)]
-pub struct GpuTensor {
-    /// From the pool: free again when the last clone is dropped.
-    buf: Rc<wgpu::Buffer>,
-    pub n_tok: usize,
-    pub width: usize,
-}
-
-impl GpuTensor {
-    fn len(&self) -> usize {
-        self.n_tok * self.width
-    }
-}
-
-/// One layer's KV cache: `n_slots` rows of keys and values, and the position each slot
-/// holds (-1: empty), written on the GPU.
-pub struct GpuKv {
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    pos_buf: wgpu::Buffer,
-    n_slots: usize,
-    width: usize,
-}
-
-/// The most candidates the GPU top-k gives (more: the logits are read whole).
-pub const TOPK_MAX: usize = 128;
-
-pub struct GpuBackend {
-    pub gpu: Gpu,
-    k: Kernels,
-    pub rec: Recorder,
-    pool: Pool,
-    /// Rotary cos/sin put in the arena (valid for the recording of their generation).
-    rope_cs: Vec<RopeCs>,
-    /// An output constraint's allowed-token bitmask, for the top-k (made at the first one).
-    mask_buf: Option<std::rc::Rc<wgpu::Buffer>>,
-}
-
-/// Rotary cos/sin in the arena: for (first position, rows, the rope's key), the recorder
-/// generation it was put in and its range.
-struct RopeCs {
-    /// Digest of the positions, their count, the rope's key.
-    key: (u64, usize, u64),
-    generation: u64,
-    range: (u64, u64),
-}
-
-impl GpuBackend {
-    /// Open a device and build every pipeline; `Ok(None)` when there is no adapter.
-    pub async fn new(opts: &GpuOptions) -> Result<Option<Self>> {
-        let Some(gpu) = Gpu::new(opts).await? else {
-            return Ok(None);
-        };
-        let k = Kernels::new(&gpu)?;
-        let rec = Recorder::new(&gpu);
-        Ok(Some(Self {
-            gpu,
-            k,
-            rec,
-            pool: Pool::default(),
-            rope_cs: Vec::new(),
-            mask_buf: None,
-        }))
-    }
-
-    /// Milliseconds spent recording commands so far.
-    pub fn encode_ms(&self) -> f64 {
-        self.rec.encode_ms
-    }
-
-    /// Bind groups created so far.
-    pub fn bind_groups_created(&self) -> u64 {
-        self.rec.bind_groups_created
-    }
-
-    /// Dispatches recorded so far.
-    pub fn dispatches(&self) -> u64 {
-        self.rec.dispatches
-    }
-
-    /// Bytes of activation buffers held by the pool.
-    pub fn pool_bytes(&self) -> u64 {
-        self.pool.bytes()
-    }
-
-    /// Activations from the CPU (`n_tok` rows of `width`).
-    pub fn upload(&mut self, data: &[f32], n_tok: usize, width: usize) -> Result<GpuTensor> {
-        if data.len() != n_tok * width {
-            return Err(Error::Backend("upload: shape".into()));
-        }
-        // Submit what is recorded first: the queue write lands before the next submission.
-        self.flush();
-        let t = self.tensor(n_tok, width);
-        self.gpu
-            .queue
-            .write_buffer(&t.buf, 0, &bytes_of(data, f32::to_le_bytes));
-        Ok(t)
-    }
-
-    /// Take what was recorded (or a new encoder) for submission.
-    fn take_enc(&mut self) -> wgpu::CommandEncoder {
-        self.rec
-            .take(&self.gpu)
-            .unwrap_or_else(|| self.gpu.device.create_command_encoder(&Default::default()))
-    }
-
-    /// Submit what was recorded without waiting.
-    fn flush(&mut self) {
-        if let Some(enc) = self.rec.take(&self.gpu) {
-            self.gpu.submit_later(enc);
-        }
-    }
-
-    fn tensor(&mut self, n_tok: usize, width: usize) -> GpuTensor {
-        GpuTensor {
-            buf: self.pool.take(&self.gpu, (n_tok * width * 4) as u64),
-            n_tok,
-            width,
-        }
-    }
-
-    /// Put `bytes` (a step's small input) into the arena, with room for `then` more bytes
-    /// of parameters after it, so no submission falls between the two.
-    fn put(&mut self, bytes: &[u8], then: u64) -> (u64, u64) {
-        self.rec.reserve(&self.gpu, bytes.len() as u64 + then, 2);
-        self.rec.put(bytes)
-    }
-
-    fn elementwise(&mut self, a: &GpuTensor, b: &GpuTensor, op: Op) -> Result<GpuTensor> {
-        if a.len() != b.len() {
-            return Err(Error::Backend(format!(
-                "elementwise op on {}×{} and {}×{}",
-                a.n_tok, a.width, b.n_tok, b.width
-            )));
-        }
-        self.gpu.check()?;
-        let out = self.tensor(a.n_tok, a.width);
-        self.k.elementwise.encode(
-            &self.gpu,
-            &mut self.rec,
-            op,
-            &a.buf,
-            &b.buf,
-            &out.buf,
-            a.len() as u32,
-        );
-        Ok(out)
-    }
-
-    /// `[res +] rms_norm(x, w)`.
-    fn norm(
-        &mut self,
-        res: Option<&GpuTensor>,
-        x: &GpuTensor,
-        w: &GpuWeight,
-        eps: f32,
-    ) -> Result<GpuTensor> {
-        let len = w.cols;
-        if w.ty != GgmlType::F32 || w.rows != 1 || len == 0 || !x.len().is_multiple_of(len) {
-            return Err(Error::Backend(format!(
-                "rms_norm: weight {}×{} {} on rows of {}",
-                w.rows, w.cols, w.ty, x.width
-            )));
-        }
-        if res.is_some_and(|r| r.len() != x.len()) {
-            return Err(Error::Backend("add_rms_norm: shapes differ".into()));
-        }
-        self.gpu.check()?;
-        let out = self.tensor(x.n_tok, x.width);
-        let p = NormParams {
-            len: len as u32,
-            n_groups: (x.len() / len) as u32,
-            eps,
-            add_residual: res.is_some(),
-        };
-        let res_buf = res.map_or(&x.buf, |r| &r.buf);
-        self.k.rms_norm.encode(
-            &self.gpu,
-            &mut self.rec,
-            &x.buf,
-            &w.parts[0].buf,
-            res_buf,
-            &out.buf,
-            p,
-        );
-        Ok(out)
-    }
-}
-
-fn bytes_of<T: Copy>(v: &[T], f: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
-    v.iter().flat_map(|&x| f(x)).collect()
-}
 
 /// `q`, `k`, `v` have `n_tok` rows laid out as `p`'s heads (query heads a whole number of
 /// groups per KV head): what every attention kernel assumes.
@@ -240,79 +41,19 @@ impl Backend for GpuBackend {
     }
 
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<GpuKv> {
-        let width = n_head_kv * head_dim;
-        let bytes = (n_slots * width * 4) as u64;
-        let mut kv = GpuKv {
-            k: self.gpu.storage("k cache", bytes),
-            v: self.gpu.storage("v cache", bytes),
-            pos_buf: self.gpu.storage("kv pos", (n_slots * 4) as u64),
-            n_slots,
-            width,
-        };
-        self.clear_kv(&mut kv);
-        Ok(kv)
+        self.make_kv(n_slots, n_head_kv, head_dim)
     }
 
     fn clear_kv(&mut self, kv: &mut GpuKv) {
-        self.k
-            .attention
-            .clear(&self.gpu, &mut self.rec, &kv.pos_buf, kv.n_slots as u32);
+        self.reset_kv(kv)
     }
 
     async fn save_kv(&mut self, kv: &GpuKv, n_past: usize) -> Result<KvRows> {
-        let used = n_past.min(kv.n_slots);
-        let enc = self.take_enc();
-        let mut kvw = self
-            .gpu
-            .read_words(enc, &[&kv.k, &kv.v], used * kv.width)
-            .await?;
-        let enc = self.take_enc();
-        let pos = self.gpu.read_words(enc, &[&kv.pos_buf], used).await?;
-        let to_f32 = |w: Vec<u32>| w.into_iter().map(f32::from_bits).collect::<Vec<f32>>();
-        let v = to_f32(kvw.pop().unwrap_or_default());
-        let k = to_f32(kvw.pop().unwrap_or_default());
-        let rows = KvRows {
-            n_slots: kv.n_slots,
-            width: kv.width,
-            k,
-            v,
-        };
-        let held = pos.first().map_or(&[][..], Vec::as_slice);
-        if held.len() != used || (0..used).any(|s| held[s] as usize != rows.position(s, n_past)) {
-            return Err(Error::Backend(format!(
-                "the KV cache does not hold exactly {n_past} positions"
-            )));
-        }
-        Ok(rows)
+        self.read_kv(kv, n_past).await
     }
 
     fn load_kv(&mut self, kv: &mut GpuKv, rows: &KvRows, n_past: usize) -> Result<()> {
-        let used = rows.fit(kv.n_slots, kv.width, n_past)?;
-        self.gpu.check()?;
-        // What was recorded runs first (a clear of this cache among it): queue writes land
-        // before the next submission, so the recorder must be empty.
-        self.flush();
-        let pos: Vec<i32> = (0..kv.n_slots)
-            .map(|s| {
-                if s < used {
-                    rows.position(s, n_past) as i32
-                } else {
-                    -1
-                }
-            })
-            .collect();
-        let le = |w: &mut dyn Iterator<Item = [u8; 4]>| w.flatten().collect::<Vec<u8>>();
-        let q = &self.gpu.queue;
-        if used > 0 {
-            q.write_buffer(&kv.k, 0, &le(&mut rows.k.iter().map(|x| x.to_le_bytes())));
-            q.write_buffer(&kv.v, 0, &le(&mut rows.v.iter().map(|x| x.to_le_bytes())));
-        }
-        q.write_buffer(
-            &kv.pos_buf,
-            0,
-            &le(&mut pos.iter().map(|x| x.to_le_bytes())),
-        );
-        Ok(())
+        self.write_kv(kv, rows, n_past)
     }
 
     fn embed(&mut self, table: &GpuWeight, ids: &[u32], scale: f32) -> Result<GpuTensor> {
@@ -726,80 +467,5 @@ impl Backend for GpuBackend {
     async fn read(&mut self, x: &GpuTensor) -> Result<Vec<f32>> {
         let enc = self.take_enc();
         self.gpu.read_f32(enc, &x.buf, x.len()).await
-    }
-}
-
-impl GpuBackend {
-    /// The top-k stages of [`Backend::top_k`], the first one under `allowed` when given (it
-    /// goes up in a buffer of its own: 32 KiB for 262 144 tokens).
-    async fn top_k_on_device(
-        &mut self,
-        x: &GpuTensor,
-        k: usize,
-        allowed: Option<&TokenMask>,
-    ) -> Result<Vec<(u32, f32)>> {
-        self.gpu.check()?;
-        let k = k.clamp(1, TOPK_MAX);
-        let row = self.rows(x, x.n_tok - 1, 1)?;
-        let mut len = x.width;
-        let mut first = true;
-        let (mut in_v, mut in_i) = (row.buf.clone(), row.buf.clone());
-        let words = x.width.div_ceil(32);
-        let mask = match allowed {
-            Some(a) => {
-                let mut w = vec![0u32; words];
-                let n = a.len().min(words);
-                w[..n].copy_from_slice(&a[..n]);
-                let buf = match &self.mask_buf {
-                    Some(b) if b.size() >= (words * 4) as u64 => b.clone(),
-                    _ => {
-                        let b =
-                            std::rc::Rc::new(self.gpu.storage("token mask", (words * 4) as u64));
-                        self.mask_buf = Some(b.clone());
-                        b
-                    }
-                };
-                // Read only by this step's first stage, which the next submission runs; the
-                // last step's is read back already.
-                self.gpu
-                    .queue
-                    .write_buffer(&buf, 0, &bytes_of(&w, u32::to_le_bytes));
-                Some(buf)
-            }
-            None => None,
-        };
-        loop {
-            let blocks = len.div_ceil(TOPK_BLOCK);
-            let out_v = self.pool.take(&self.gpu, (blocks * k * 4) as u64);
-            let out_i = self.pool.take(&self.gpu, (blocks * k * 4) as u64);
-            let stage = TopKStage {
-                len: len as u32,
-                k: k as u32,
-                first,
-                masked: first && mask.is_some(),
-            };
-            self.k.topk.encode(
-                &self.gpu,
-                &mut self.rec,
-                &in_v,
-                &in_i,
-                mask.as_deref().unwrap_or(in_i.as_ref()),
-                &out_v,
-                &out_i,
-                stage,
-            );
-            (in_v, in_i, len, first) = (out_v, out_i, blocks * k, false);
-            if blocks == 1 {
-                break;
-            }
-        }
-        // One readback of k values and k ids: the only bytes a decode step moves.
-        let enc = self.take_enc();
-        let (v, ids) = self.gpu.read_pair(enc, &in_v, &in_i, k).await?;
-        Ok(v.into_iter()
-            .zip(ids)
-            .filter(|&(v, id)| (id as usize) < x.width && v > -3.0e38)
-            .map(|(v, id)| (id, v))
-            .collect())
     }
 }
