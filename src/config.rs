@@ -1,5 +1,5 @@
 //! Model hyper-parameters from GGUF metadata, validated once; plus the values the file does
-//! not carry. GGUF key strings live here and in gguf.rs/tokenizer.rs only.
+//! not carry. GGUF key strings live here and in gguf/ and tokenizer/ only.
 
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, Value};

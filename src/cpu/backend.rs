@@ -1,6 +1,6 @@
 //! The CPU backend: [`Backend`]'s operations on [`Act`] and [`CpuWeight`]. Products go to
-//! the dense and int8 kernels (over the pool's threads), attention to attention.rs; norms,
-//! RoPE and the gated activations are here, on the helpers of ops.rs.
+//! the dense and int8 kernels (over the pool's threads), attention to attention/;
+//! norms, RoPE and the gated activations are here, on the helpers of ops/.
 
 use super::attention::{self, KvCache};
 use super::load::load_cpu_weight;

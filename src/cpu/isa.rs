@@ -1,5 +1,5 @@
 //! The one choice of instruction set for every CPU kernel family: the dense panels
-//! (dense/), the quantized rows (int8/) and the vector helpers (ops.rs). Each family keeps
+//! (dense/), the quantized rows (int8/) and the vector helpers (ops/). Each family keeps
 //! one file per instruction set (`avx2.rs`, `wasm.rs`, `portable.rs`); its dispatch asks
 //! [`Isa::best`] and calls that file's kernel, or the portable reference; check.rs holds
 //! every family's SIMD kernels to the portable ones.

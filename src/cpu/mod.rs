@@ -1,7 +1,7 @@
 //! The CPU backend. Quantized matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K … Q6_K) run on our
 //! int8 kernels with 16-bit activations (int8/); F32, F16 and BF16 matrices as packed f32
 //! panels, and an ONNX export's int8 rows, on the dense kernels (dense/); attention by chunks
-//! of key positions (attention.rs); norms, RoPE and vector helpers in ops.rs. Every kernel
+//! of key positions (attention/); norms, RoPE and vector helpers in ops/. Every kernel
 //! family picks its instruction set the same way (isa.rs: one file per instruction set,
 //! each checked against the portable one). Products and attention split over threads
 //! (pool.rs; in the wasm threads build our own team, team.rs). `check.rs` holds every SIMD

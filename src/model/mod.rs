@@ -1,6 +1,6 @@
 //! Forward passes, one file per architecture family, each generic over [`crate::Backend`].
-//! [`Model`] is the one place that matches on the family; everything above it (generate.rs,
-//! engine.rs) holds a `Model<B>` and never names a family.
+//! [`Model`] is the one place that matches on the family; everything above it (session.rs,
+//! generate/, engine/) holds a `Model<B>` and never names a family.
 
 pub mod bert;
 pub mod gemma3;

@@ -223,7 +223,7 @@ impl QMatrix {
         // The last call's buffer (`top_k_filtered` hands it back): every row is written below,
         // so only rows it lacks are zeroed. A fresh vector each decode step (1 MB for Gemma 3)
         // cost the wasm threads build 7% of its two-thread decode; not its zeroing (the kept
-        // buffer zeroed each step decoded as fast), the cause not found (README, e96f8bc).
+        // buffer zeroed each step decoded as fast), the cause not found (commit e96f8bc).
         let mut y = HEAD_SUMS.with_borrow_mut(std::mem::take);
         y.resize(self.rows, 0.0);
         let out = SharedOut::new(&mut y);

@@ -345,7 +345,9 @@ pub(super) const ROW_CHUNK: usize = 64;
 const ONE_ROW_CHUNK: usize = 16;
 
 thread_local! {
-    /// [`QMatrix::matvec_tiles`]'s converted scales and offsets.
+    /// [`QMatrix::matvec_tiles`]'s converted scales and offsets, kept by each thread: a first
+    /// version that allocated them per item decoded 6% slower on two threads (std's dlmalloc
+    /// behind one lock in the threads build).
     static TILE_SCALES: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
