@@ -27,6 +27,8 @@ mod pool;
 )]
 mod team;
 mod tensor;
+#[cfg(test)]
+mod tests;
 
 pub use attention::KvCache;
 pub use backend::CpuBackend;
