@@ -1,3 +1,3 @@
-// This module's own URL, for index.js to tell whether a bundler merged the package into one
-// script (then this URL and index.js's are the same): see packageLayout() there.
+// This module's own URL, for transport.js to tell whether a bundler merged the package into
+// one script (then this URL and transport.js's are the same): see packageLayout() there.
 export const HERE = import.meta.url;

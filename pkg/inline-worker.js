@@ -1,6 +1,6 @@
 // Entry of the inline worker: the engine as one self-contained script with the single-thread
 // wasm, the chat-template and the constraint modules inside (gzip, base64). For bundles that left the package's files behind (esbuild,
-// Rollup: see packageLayout() in index.js), index.js starts it from a blob: URL. Not shipped
+// Rollup: see packageLayout() in transport.js), transport.js starts it from a blob: URL. Not shipped
 // as is: build-inline.mjs bundles it into pkg/wasm/inline/.
 
 import { serve } from './serve.js';

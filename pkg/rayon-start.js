@@ -10,7 +10,7 @@
 // deprecation warning per thread); its bundler one imports the directory `../../..`, which a
 // browser cannot load unbundled.
 //
-// The worker itself is created by core.js (the spawner it registers under RAYON_SPAWN), not
+// The worker itself is created by wasm-load.js (the spawner it registers under RAYON_SPAWN), not
 // here: this file is part of every thread's own module graph (thread → glue → this file), and
 // a worker whose graph starts itself again hangs Next.js's bundler (Turbopack 16.4).
 
@@ -22,7 +22,7 @@ let workers = [];
 
 export async function startWorkers(module, memory, builder) {
   const spawn = globalThis[RAYON_SPAWN];
-  if (typeof spawn !== 'function') throw new Error('no thread spawner registered (core.js registers it)');
+  if (typeof spawn !== 'function') throw new Error('no thread spawner registered (wasm-load.js registers it)');
   const n = builder.numThreads();
   if (n === 0) throw new Error('the thread pool needs at least one thread');
   const init = { type: 'wasm_bindgen_worker_init', module, memory, receiver: builder.receiver() };
