@@ -2,7 +2,9 @@
 //! [`Engine::load_async`]), then the weights onto the device [`choose`] picked, the CPU when
 //! the GPU cannot take them.
 
-use super::device::{after_gpu_failure, choose, Choice, Device, GpuProbe};
+#[cfg(feature = "gpu")]
+use super::device::after_gpu_failure;
+use super::device::{choose, Choice, Device, GpuProbe};
 use super::info::{cpu_backend_name, EngineInfo, LoadOptions};
 use super::memory::{check_fits, WASM_MEMORY_BUDGET};
 use super::run::{Engine, Run};

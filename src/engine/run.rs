@@ -2,7 +2,9 @@
 //! calls that reach it (`on_session!`), and the recovery that moves to the CPU when the GPU
 //! fails mid-call (`recovering!`, `fall_back`); a CPU engine's [`Fork`].
 
-use super::info::{cpu_backend_name, EngineInfo, GpuCounters};
+#[cfg(feature = "gpu")]
+use super::info::GpuCounters;
+use super::info::{cpu_backend_name, EngineInfo};
 use crate::config::ModelConfig;
 use crate::cpu::CpuBackend;
 use crate::error::{Error, Result};
