@@ -309,15 +309,15 @@ test:
 test-stages: lint test-native test-serve test-wasm test-browser test-bundlers
 
 # Within make test, two lanes: the native one in this order (the CLI, lint, the native tests,
-# the server, the wasm tests), beside the wasm builds (the browser stages' prerequisites);
-# the bundlers after the browser (both drive Chromium hard). A stage run alone (make
-# test-native) keeps only its own prerequisites.
+# the server) beside the wasm builds, the browser, the bundlers (both drive Chromium hard) and
+# the wasm tests (the native tests are the longest stage: the other lane takes the short ones
+# to end with it). A stage run alone (make test-native) keeps only its own prerequisites.
 ifdef KERZE_TEST_LANES
 lint: | $(KERZE)
 test-native: | lint
 test-serve: | test-native
-test-wasm: | test-serve
 test-bundlers: | test-browser
+test-wasm: | test-bundlers
 endif
 
 demo: setup fetch build
