@@ -2,10 +2,10 @@
 //! a real vocabulary, or any GGUF's metadata and tensor index. A model's speed where its file
 //! cannot go.
 
-use super::vocab::CHATML_TEMPLATE;
+use super::vocab::write_byte_level;
 use super::weights::{encode, norm, quantize};
 use crate::error::{Error, Result};
-use crate::gguf::{Array, GgmlType, Value, Writer};
+use crate::gguf::{GgmlType, Value, Writer};
 use crate::rng::Rng;
 
 /// The weight type llama.cpp's Q4_K_M recipe gives a Qwen2-block tensor: Q6_K for the token
@@ -77,7 +77,6 @@ pub fn qwen25_05b_like(tokenizer_json: &[u8]) -> Result<Vec<u8>> {
             _ => None,
         })
         .collect();
-    let id = |s: &str| tokens.iter().position(|x| x == s).unwrap_or(0) as u32;
     let mut w = Writer::new();
     let u32v = |x: usize| Value::U32(x as u32);
     w.kv("general.architecture", Value::String("qwen2".into()))
@@ -94,31 +93,8 @@ pub fn qwen25_05b_like(tokenizer_json: &[u8]) -> Result<Vec<u8>> {
         .kv("qwen2.attention.head_count", u32v(n_head))
         .kv("qwen2.attention.head_count_kv", u32v(n_head_kv))
         .kv("qwen2.attention.layer_norm_rms_epsilon", Value::F32(1e-6))
-        .kv("qwen2.rope.freq_base", Value::F32(1_000_000.0))
-        .kv("tokenizer.ggml.model", Value::String("gpt2".into()))
-        .kv("tokenizer.ggml.pre", Value::String("qwen2".into()))
-        .kv(
-            "tokenizer.ggml.tokens",
-            Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
-        )
-        .kv(
-            "tokenizer.ggml.token_type",
-            Value::Array(Array::I32(types.clone())),
-        )
-        .kv(
-            "tokenizer.ggml.merges",
-            Value::Array(Array::Str(merges.iter().map(String::as_str).collect())),
-        )
-        .kv(
-            "tokenizer.ggml.bos_token_id",
-            Value::U32(id("<|endoftext|>")),
-        )
-        .kv("tokenizer.ggml.eos_token_id", Value::U32(id("<|im_end|>")))
-        .kv("tokenizer.ggml.add_bos_token", Value::Bool(false))
-        .kv(
-            "tokenizer.chat_template",
-            Value::String(CHATML_TEMPLATE.into()),
-        );
+        .kv("qwen2.rope.freq_base", Value::F32(1_000_000.0));
+    write_byte_level(&mut w, &tokens, &types, &merges);
     let mut rng = Rng::new(0x5157_454e);
     let dims = |rows: usize, cols: usize| [cols as u64, rows as u64];
     let embd_ty = q4_k_m_type("token_embd.weight", None, n_layer, n_embd);

@@ -1,7 +1,7 @@
 //! The tiny models: a Gemma 3 and one of each Llama-block family, their dimensions and the
 //! weight types of their matrices.
 
-use super::vocab::{byte_level_vocab, vocab, CHATML_TEMPLATE};
+use super::vocab::{byte_level_vocab, vocab, write_byte_level};
 use super::weights::{norm, quantize};
 use crate::config::Family;
 use crate::error::Result;
@@ -184,31 +184,7 @@ pub fn tiny_decoder_with(
     }
     if byte_level {
         let (tokens, types, merges) = &bl;
-        let id = |t: &str| tokens.iter().position(|x| x == t).unwrap_or(0) as u32;
-        w.kv("tokenizer.ggml.model", Value::String("gpt2".into()))
-            .kv("tokenizer.ggml.pre", Value::String("qwen2".into()))
-            .kv(
-                "tokenizer.ggml.tokens",
-                Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
-            )
-            .kv(
-                "tokenizer.ggml.token_type",
-                Value::Array(Array::I32(types.clone())),
-            )
-            .kv(
-                "tokenizer.ggml.merges",
-                Value::Array(Array::Str(merges.iter().map(String::as_str).collect())),
-            )
-            .kv(
-                "tokenizer.ggml.bos_token_id",
-                Value::U32(id("<|endoftext|>")),
-            )
-            .kv("tokenizer.ggml.eos_token_id", Value::U32(id("<|im_end|>")))
-            .kv("tokenizer.ggml.add_bos_token", Value::Bool(false))
-            .kv(
-                "tokenizer.chat_template",
-                Value::String(CHATML_TEMPLATE.into()),
-            );
+        write_byte_level(&mut w, tokens, types, merges);
     } else {
         w.kv("tokenizer.ggml.model", Value::String("llama".into()))
             .kv(

@@ -1,6 +1,7 @@
 //! The tiny models' vocabularies: a 400-token SentencePiece one and a Qwen-style byte-level
 //! BPE one, with the ChatML template of the byte-level models.
 
+use crate::gguf::{Array, Value, Writer};
 use crate::tokenizer::byte_chars;
 
 const WORDS: &[&str] = &[
@@ -90,3 +91,39 @@ pub fn byte_level_vocab() -> (Vec<String>, Vec<i32>, Vec<String>) {
 /// The ChatML template of the byte-level tiny models (Qwen2.5's shape: a default system
 /// prompt when the conversation brings none).
 pub const CHATML_TEMPLATE: &str = "{%- for message in messages %}{%- if loop.first and message.role != 'system' %}{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{%- endif %}{{ '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}";
+
+/// A byte-level vocabulary's metadata (`tokens`, `types`, `merges` as [`byte_level_vocab`]
+/// gives them, or read from a tokenizer.json): pre `qwen2`, `<|endoftext|>` as bos (not
+/// added), `<|im_end|>` as eos, the ChatML template.
+pub(super) fn write_byte_level(
+    w: &mut Writer,
+    tokens: &[String],
+    types: &[i32],
+    merges: &[String],
+) {
+    let id = |t: &str| tokens.iter().position(|x| x == t).unwrap_or(0) as u32;
+    w.kv("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .kv("tokenizer.ggml.pre", Value::String("qwen2".into()))
+        .kv(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::Str(tokens.iter().map(String::as_str).collect())),
+        )
+        .kv(
+            "tokenizer.ggml.token_type",
+            Value::Array(Array::I32(types.to_vec())),
+        )
+        .kv(
+            "tokenizer.ggml.merges",
+            Value::Array(Array::Str(merges.iter().map(String::as_str).collect())),
+        )
+        .kv(
+            "tokenizer.ggml.bos_token_id",
+            Value::U32(id("<|endoftext|>")),
+        )
+        .kv("tokenizer.ggml.eos_token_id", Value::U32(id("<|im_end|>")))
+        .kv("tokenizer.ggml.add_bos_token", Value::Bool(false))
+        .kv(
+            "tokenizer.chat_template",
+            Value::String(CHATML_TEMPLATE.into()),
+        );
+}
