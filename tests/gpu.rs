@@ -450,11 +450,11 @@ fn gpu_masked_top_k_equals_the_cpu_and_keeps_allowed_values_bit_for_bit() {
 #[test]
 fn constrained_decode_on_the_gpu_reads_back_only_the_top_k() {
     use kerze::constrain::Constraint;
-    use kerze::{Engine, GenerateOptions, LoadOptions};
+    use kerze::{Engine, GenerateOptions};
     use std::sync::atomic::Ordering;
     let src = FileSource::open(&common::model_path()).unwrap();
     let mut s = gpu_session(&src);
-    let (mut cpu, _) = Engine::load(&src, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let (mut cpu, _) = Engine::load(&src, &exact_cpu(), &mut |_, _| {}).unwrap();
     let schema = serde_json::json!({"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 16}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
         "city": {"enum": ["Berlin", "Paris", "Rome"]}}, "required": ["name", "age", "city"], "additionalProperties": false});
@@ -501,11 +501,11 @@ fn constrained_decode_on_the_gpu_reads_back_only_the_top_k() {
 /// gives the CPU engine's tokens.
 #[test]
 fn decode_steps_read_back_little_and_match_the_cpu() {
-    use kerze::{Engine, GenerateOptions, LoadOptions};
+    use kerze::{Engine, GenerateOptions};
     use std::sync::atomic::Ordering;
     let src = FileSource::open(&common::model_path()).unwrap();
     let mut s = gpu_session(&src);
-    let (mut cpu, _) = Engine::load(&src, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let (mut cpu, _) = Engine::load(&src, &exact_cpu(), &mut |_, _| {}).unwrap();
     let r: common::Reference =
         serde_json::from_str(include_str!("fixtures/llamacpp_gemma3_270m.json")).unwrap();
     for case in r.cases.iter().filter(|c| c.certain).take(2) {
@@ -584,12 +584,13 @@ fn device_loss_mid_generation_continues_on_the_cpu() {
             no_gpu: None,
             device: Device::Webgpu,
             n_ctx: None,
+            exact: true,
         };
         let src = Box::new(FileSource::open(&path).unwrap());
         pollster::block_on(Engine::load_async(src, &opts, &mut |_, _| {})).unwrap()
     };
     let src = FileSource::open(&path).unwrap();
-    let (mut cpu, _) = Engine::load(&src, &LoadOptions::default(), &mut |_, _| {}).unwrap();
+    let (mut cpu, _) = Engine::load(&src, &exact_cpu(), &mut |_, _| {}).unwrap();
     let never = || false;
     let n = 10;
     let opts = GenerateOptions::greedy_tokens(n);
@@ -1173,6 +1174,7 @@ fn minilm_on_the_gpu_meets_the_f64_reference() {
                 no_gpu: None,
                 device: Device::Webgpu,
                 n_ctx: None,
+                exact: true,
             },
             &mut |_, _| {},
         ))
@@ -1208,6 +1210,7 @@ fn minilm_on_the_gpu_equals_the_cpu() {
                 no_gpu: None,
                 device,
                 n_ctx: None,
+                exact: true,
             },
             &mut |_, _| {},
         ))
@@ -1246,6 +1249,7 @@ fn a_type_the_gpu_does_not_run_is_a_typed_error_on_webgpu() {
         no_gpu: None,
         device: Device::Webgpu,
         n_ctx: None,
+        exact: true,
     };
     let r = pollster::block_on(Engine::load_async(Box::new(bytes), &opts, &mut |_, _| {}));
     let e = r.err().expect("Q2_K loaded on the GPU");
@@ -1278,7 +1282,7 @@ fn going_back_to_a_shared_prefix_on_the_gpu_equals_the_cpu() {
     pollster::block_on(s.generate(a, &opts, &never, &mut |_| {})).unwrap();
     let g = pollster::block_on(s.generate(b.clone(), &opts, &never, &mut |_| {})).unwrap();
     assert_eq!(g.usage.prefill_tokens, b.len() - common);
-    let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
+    let (mut cpu, _) = kerze::Engine::load(&bytes, &exact_cpu(), &mut |_, _| {}).unwrap();
     let want = pollster::block_on(cpu.generate(b, &opts, &never, &mut |_| {})).unwrap();
     assert_eq!(g.generated(), want.generated());
 }
@@ -1304,7 +1308,7 @@ fn generative_classification_on_the_gpu_equals_the_cpu() {
     let texts = ["the sea and the river and the hills", "a small boat"];
     let opts = ClassifyOptions::default();
     let got = pollster::block_on(s.classify(&texts, &labels, &opts)).unwrap();
-    let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
+    let (mut cpu, _) = kerze::Engine::load(&bytes, &exact_cpu(), &mut |_, _| {}).unwrap();
     let want = pollster::block_on(cpu.classify(&texts, &labels, &opts)).unwrap();
     assert_eq!(got.usage.decoder_passes, want.usage.decoder_passes);
     assert_eq!(got.usage.prompt_tokens, want.usage.prompt_tokens);
@@ -1364,7 +1368,7 @@ fn a_restored_prefix_on_the_gpu_gives_the_computed_logits_bit_for_bit() {
         assert_eq!(bits(g), bits(w), "position {}", p + i);
     }
     // The CPU's snapshot of the same prefix has the GPU's shapes and near its values.
-    let (mut cpu, _) = kerze::Engine::load(&bytes, &Default::default(), &mut |_, _| {}).unwrap();
+    let (mut cpu, _) = kerze::Engine::load(&bytes, &exact_cpu(), &mut |_, _| {}).unwrap();
     let opts = kerze::GenerateOptions {
         save_prefix_at: Some(p),
         ..kerze::GenerateOptions::greedy_tokens(1)
@@ -1411,6 +1415,7 @@ fn an_int8_onnx_export_on_the_gpu_equals_the_cpu() {
                 no_gpu: None,
                 device,
                 n_ctx: None,
+                exact: true,
             },
             &mut |_, _| {},
         ))
@@ -1426,5 +1431,14 @@ fn an_int8_onnx_export_on_the_gpu_equals_the_cpu() {
     for (a, b) in got.data.iter().zip(&want.data) {
         let cos = cosine(a, b);
         assert!(cos > 0.99999, "cosine {cos}");
+    }
+}
+
+/// The CPU engine the GPU is compared with: the exact path (16-bit activations), whose
+/// numerics the GPU's kernels share; natively the default is the 8-bit path.
+fn exact_cpu() -> kerze::LoadOptions {
+    kerze::LoadOptions {
+        exact: true,
+        ..kerze::LoadOptions::default()
     }
 }

@@ -18,10 +18,14 @@ fn never() -> bool {
     false
 }
 
+/// The engine on the exact path, which the float64 golden logits hold (natively the default
+/// is the 8-bit path: tests/families.rs holds it to llama.cpp).
 fn engine(bytes: &[u8]) -> Engine {
-    Engine::load(&bytes, &LoadOptions::default(), &mut |_, _| {})
-        .unwrap()
-        .0
+    let opts = LoadOptions {
+        exact: true,
+        ..LoadOptions::default()
+    };
+    Engine::load(&bytes, &opts, &mut |_, _| {}).unwrap().0
 }
 
 fn nmse_f64(a: &[f32], b: &[f64]) -> f64 {

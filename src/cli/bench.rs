@@ -77,11 +77,18 @@ pub(super) fn cmd_bench(a: &BenchArgs) -> Result<()> {
     let read_rate = if a.read_rate && info.backend == "cpu-native" {
         let src = catalog::open(&a.model.model, &mut |s| log(s))?;
         let gguf = Gguf::read(&*src)?;
-        let step_mb = crate::engine::cpu_step_bytes(&gguf, engine.config()) as f64 / 1e6;
+        let step_mb =
+            crate::engine::cpu_step_bytes(&gguf, engine.config(), info.activations == "8-bit")
+                as f64
+                / 1e6;
+        let file_mb = crate::engine::file_step_bytes(&gguf, engine.config()) as f64 / 1e6;
         let gb_per_s = crate::cpu::read_rate_gb_per_s(512);
         serde_json::json!({
             "gb_per_s": gb_per_s,
             "weights_mb_per_decode_step": step_mb,
+            // The same tensors as the file holds them: the step reads step_mb / file_mb of it.
+            "file_mb_per_decode_step": file_mb,
+            "activations": info.activations,
             // Of the rate the threads can read at, what the decode's weight reads take.
             "decode_share": decode * step_mb / 1e3 / gb_per_s,
         })

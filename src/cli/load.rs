@@ -16,6 +16,11 @@ pub(super) struct ModelArgs {
     /// auto (a GPU when one that is not a software renderer fits the model), cpu or webgpu
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     pub(super) device: DeviceArg,
+    /// On the CPU: the exact path (16-bit activations, as close to a float64 forward pass as
+    /// 0.001) instead of the 8-bit one llama.cpp runs (twice the products per instruction,
+    /// the file's bytes in memory), which is the default where the CPU has AVX2
+    #[arg(long)]
+    pub(super) exact: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -39,6 +44,7 @@ pub(super) fn load(m: &ModelArgs) -> Result<(Engine, crate::EngineInfo)> {
             no_gpu: None,
             device,
             n_ctx: m.n_ctx,
+            exact: m.exact,
         },
         &mut |_, _| {},
     ))

@@ -103,7 +103,7 @@ pub(super) fn cmd_inspect(a: &InspectArgs) -> Result<()> {
         "needs": cfg.as_ref().map(|c| serde_json::json!({
             // What the device check (pkg probe) compares: the CPU engine's memory at the
             // default context, and the largest tensor a GPU buffer must hold.
-            "peak_bytes": crate::engine::cpu_resident_bytes(&g, c),
+            "peak_bytes": crate::engine::cpu_resident_bytes(&g, c, false),
             "largest_tensor_bytes": g.tensors.iter().map(|t| t.n_bytes).max().unwrap_or(0),
         })),
         "config": cfg,

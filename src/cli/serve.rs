@@ -74,6 +74,7 @@ pub(super) fn cmd_serve(a: &ServeArgs) -> Result<()> {
             no_gpu: None,
             device: device(a.model.device),
             n_ctx: a.model.n_ctx,
+            exact: a.model.exact,
         },
         host: a.host.clone(),
         port: a.port,

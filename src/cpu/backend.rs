@@ -19,6 +19,8 @@ pub struct CpuBackend {
     /// and k at the same positions, with one of a model's one or two embeddings (Gemma 3:
     /// local and global), so each table is made once a step, not twice a layer.
     pub(super) rope_tables: Vec<RopeTable>,
+    /// Natively: load the types the 8-bit path takes as the file's blocks ([`super::q8`]).
+    fast: bool,
 }
 
 pub(super) struct RopeTable {
@@ -83,6 +85,8 @@ impl CpuBackend {
                 CpuWeight::Dense(d) => (d.rows(), d.cols()),
                 CpuWeight::DenseI8(d) => (d.rows(), d.cols()),
                 CpuWeight::Int8(q) => (q.rows, q.cols),
+                #[cfg(not(target_arch = "wasm32"))]
+                CpuWeight::Blocks(q) => (q.rows, q.cols),
                 CpuWeight::Vector(_) => {
                     return Err(Error::Backend("matmul weight is not a matrix".into()))
                 }
@@ -133,6 +137,13 @@ impl CpuBackend {
         }) {
             return Ok(acts(int8::QMatrix::products(&q, &x.data, m)));
         }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(q) = all_of(parts, |w| match w {
+            CpuWeight::Blocks(q) => Some(q),
+            _ => None,
+        }) {
+            return Ok(acts(super::q8::BlockMatrix::products(&q, &x.data, m)));
+        }
         let mut out = Vec::with_capacity(parts.len());
         for part in parts {
             out.extend(self.products(x, std::slice::from_ref(part))?);
@@ -147,8 +158,34 @@ impl CpuBackend {
             .ok_or_else(|| Error::Backend("matmul: no output".into()))
     }
 
+    /// A backend on the exact path.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A backend on the 8-bit path where this build and CPU have it ([`super::q8`]), unless
+    /// `exact`.
+    pub fn with_exact(exact: bool) -> Self {
+        #[cfg(not(target_arch = "wasm32"))]
+        let fast = !exact && super::q8::available();
+        #[cfg(target_arch = "wasm32")]
+        let fast = {
+            let _ = exact;
+            false
+        };
+        Self {
+            fast,
+            ..Self::default()
+        }
+    }
+
+    /// `8-bit` on the 8-bit path, else `16-bit`.
+    pub fn activations(&self) -> &'static str {
+        if self.fast {
+            "8-bit"
+        } else {
+            "16-bit"
+        }
     }
 
     /// The cos/sin table of `rope`'s angles at `pos`: kept from an earlier call, or made.
@@ -189,7 +226,7 @@ impl Backend for CpuBackend {
     type Kv = KvCache;
 
     fn load_weight(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<CpuWeight> {
-        now(load_cpu_weight(info, &SyncReads(src), false))?
+        now(load_cpu_weight(info, &SyncReads(src), false, self.fast))?
     }
 
     /// In wasm a quarter of [`crate::backend::PREFILL_CHUNK`] on one thread, half on more: a
@@ -211,7 +248,7 @@ impl Backend for CpuBackend {
     }
 
     fn load_head(&mut self, info: &TensorInfo, src: &dyn ByteSource) -> Result<CpuWeight> {
-        now(load_cpu_weight(info, &SyncReads(src), true))?
+        now(load_cpu_weight(info, &SyncReads(src), true, self.fast))?
     }
 
     async fn load_weight_async(
@@ -220,7 +257,7 @@ impl Backend for CpuBackend {
         src: &dyn ByteSource,
         head: bool,
     ) -> Result<CpuWeight> {
-        load_cpu_weight(info, src, head).await
+        load_cpu_weight(info, src, head, self.fast).await
     }
 
     fn load_int8_weight(
@@ -250,7 +287,10 @@ impl Backend for CpuBackend {
 
     /// A fresh backend: the weights it will run are the loaded ones, shared read-only.
     fn fork(&self) -> Result<Self> {
-        Ok(CpuBackend::new())
+        Ok(CpuBackend {
+            fast: self.fast,
+            ..CpuBackend::new()
+        })
     }
 
     fn new_kv(&mut self, n_slots: usize, n_head_kv: usize, head_dim: usize) -> Result<KvCache> {
@@ -271,6 +311,13 @@ impl Backend for CpuBackend {
 
     fn embed(&mut self, table: &CpuWeight, ids: &[u32], scale: f32) -> Result<Act> {
         if let CpuWeight::Int8(m) = table {
+            return Ok(Act {
+                data: m.rows_f32(ids, scale)?,
+                width: m.cols,
+            });
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if let CpuWeight::Blocks(m) = table {
             return Ok(Act {
                 data: m.rows_f32(ids, scale)?,
                 width: m.cols,

@@ -9,7 +9,8 @@
 //!
 //! - `backend.rs`: [`CpuBackend`], the [`crate::backend::Backend`] operations;
 //! - `tensor.rs`: activations ([`Act`]) and weights ([`CpuWeight`]);
-//! - `load.rs`: a tensor from the file into its final place (the only copy).
+//! - `load.rs`: a tensor from the file into its final place (the only copy);
+//! - `q8/`: natively, unless `--exact`: the file's blocks on 8-bit activations, as llama.cpp.
 
 mod attention;
 mod backend;
@@ -20,6 +21,8 @@ mod isa;
 mod load;
 mod ops;
 mod pool;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod q8;
 // Used by the wasm threads build's pool; compiled (and tested) everywhere.
 #[cfg_attr(
     not(all(target_arch = "wasm32", feature = "threads")),

@@ -26,4 +26,8 @@ pub enum CpuWeight {
     DenseI8(dense::I8Matrix),
     /// A quantized matrix unpacked to int8 for our kernel.
     Int8(int8::QMatrix),
+    /// Natively, unless the exact path is asked for: a quantized matrix as the file's blocks,
+    /// multiplied on 8-bit activations.
+    #[cfg(not(target_arch = "wasm32"))]
+    Blocks(super::q8::BlockMatrix),
 }

@@ -13,6 +13,11 @@ pub struct LoadOptions {
     /// With `auto`: the caller already looked for a GPU in this context and found none, and
     /// why (the package's check in the page); the engine does not look again.
     pub no_gpu: Option<String>,
+    /// On the CPU natively: keep the exact path (16-bit activations, weights unpacked to
+    /// int8) instead of the 8-bit one (the file's blocks on 8-bit activations, as llama.cpp
+    /// multiplies them) where the CPU has it. wasm, the GPU and encoders always run the exact
+    /// path.
+    pub exact: bool,
 }
 
 /// What the engine runs and why.
@@ -33,6 +38,9 @@ pub struct EngineInfo {
     pub n_ctx: usize,
     pub n_vocab: usize,
     pub n_layer: usize,
+    /// The CPU's activations: `16-bit` (the exact path) or `8-bit` (natively, without
+    /// `--exact`); `16-bit` on the GPU too.
+    pub activations: &'static str,
     pub n_embd: usize,
     /// Bytes of tensor data in the file.
     pub weight_bytes: u64,

@@ -11,10 +11,11 @@ pub(super) const WASM_MEMORY_BUDGET: u64 = (4 << 30) - (384 << 20);
 /// The bytes the CPU backend holds for this model: its weights as it keeps them (int8 with
 /// f32 scales, 4-bit codes packed) plus the KV cache at `cfg.n_ctx`. The device check compares
 /// it with the memory there is.
-pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
+/// `fast`: natively on the 8-bit path, which holds the file's blocks.
+pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig, fast: bool) -> u64 {
     g.tensors
         .iter()
-        .map(|t| cpu_tensor_bytes(t, cfg))
+        .map(|t| cpu_tensor_bytes(t, cfg, fast))
         .sum::<u64>()
         .saturating_add(cfg.kv_cache_bytes())
 }
@@ -22,11 +23,21 @@ pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
 /// The weight bytes a decoder's step reads on the CPU backend: every tensor as it is held
 /// there ([`cpu_resident_bytes`]), but for token embeddings apart from the LM head, of which
 /// a step reads one row.
-pub fn cpu_step_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
+pub fn cpu_step_bytes(g: &Gguf, cfg: &ModelConfig, fast: bool) -> u64 {
     g.tensors
         .iter()
         .filter(|t| t.name != "token_embd.weight" || is_head(&t.name, cfg))
-        .map(|t| cpu_tensor_bytes(t, cfg))
+        .map(|t| cpu_tensor_bytes(t, cfg, fast))
+        .sum()
+}
+
+/// The bytes the file holds for what [`cpu_step_bytes`] counts: what a decode step would read
+/// if it read the weights as the file holds them.
+pub fn file_step_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
+    g.tensors
+        .iter()
+        .filter(|t| t.name != "token_embd.weight" || is_head(&t.name, cfg))
+        .map(|t| t.n_bytes)
         .sum()
 }
 
@@ -38,10 +49,10 @@ fn is_head(name: &str, cfg: &ModelConfig) -> bool {
             && cfg.family != crate::config::Family::Bert)
 }
 
-fn cpu_tensor_bytes(t: &crate::gguf::TensorInfo, cfg: &ModelConfig) -> u64 {
+fn cpu_tensor_bytes(t: &crate::gguf::TensorInfo, cfg: &ModelConfig, fast: bool) -> u64 {
     let n = t.dims.iter().product::<u64>();
     let cols = t.dims.first().copied().unwrap_or(0);
-    crate::cpu::resident_bytes(t.ty, cols, n, is_head(&t.name, cfg))
+    crate::cpu::resident_bytes(t.ty, cols, n, is_head(&t.name, cfg), fast)
 }
 
 /// A typed error before any weight is read when the CPU backend would need more than
@@ -51,7 +62,8 @@ pub fn check_fits(g: &Gguf, cfg: &ModelConfig, budget: Option<u64>) -> Result<()
     let Some(budget) = budget else {
         return Ok(());
     };
-    let resident = cpu_resident_bytes(g, cfg);
+    // The budget is wasm's, where the exact path is the only one.
+    let resident = cpu_resident_bytes(g, cfg, false);
     if resident > budget {
         return Err(Error::ModelTooLarge {
             need_mb: resident >> 20,
