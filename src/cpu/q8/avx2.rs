@@ -1,9 +1,9 @@
 //! The 8-bit path's x86 kernels: a tile of `N` weight rows (the file's blocks, decoded in
-//! registers) and `R` activation rows, `N · R ≤ 4`: one weight row with up to four
-//! activation rows (a prompt: each weight block decoded once for all of them), or four
-//! weight rows with one (a decode step: four independent sums, each activation block loaded
-//! once for all of them, the rows a quarter of the matrix apart: four memory streams, which
-//! one core reads faster than one).
+//! registers) and `R` activation rows: several weight rows with four activation rows (a
+//! prompt: each weight block decoded once for the four, each activation block loaded from
+//! L2 once for the weight rows; a prompt's tail: one weight row with fewer), or four weight
+//! rows with one (a decode step: four independent sums, the rows a quarter of the matrix
+//! apart: four memory streams, which one core reads faster than one).
 //!
 //! Two builds of the same kernels ([`kernels!`]): AVX2, where `vpmaddubsw` multiplies
 //! unsigned weight codes (or |w|) by signed activations in pairs and `vpmaddwd` sums the
@@ -28,7 +28,7 @@ pub fn has_vnni() -> bool {
 }
 
 /// `acc[i · t + r] = weight row i · rows[r]` for a tile of `n` weight rows (each `rb` bytes,
-/// row i at `i · stride` in `w`) and `t` activation rows, `n · t ≤ 4`, `n` 1 or 4.
+/// row i at `i · stride` in `w`) and `t` activation rows: 1 × 1 … 4, 4 × 1 or 4 × 4.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C, and every activation row must be a weight row's
@@ -42,11 +42,11 @@ pub unsafe fn dot_tile(
     n: usize,
     rows: &[ActRow; 4],
     t: usize,
-    acc: &mut [f32; 4],
+    acc: &mut [f32; 16],
 ) {
     let nb = rb / kind.block_bytes();
     assert!(
-        (n == 1 && (1..=4).contains(&t) || n == 4 && t == 1)
+        (n == 1 && (1..=4).contains(&t) || n == 4 && (t == 1 || t == 4))
             && stride >= rb
             && w.len() >= (n - 1) * stride + rb,
         "q8::dot_tile: a tile of {n} × {t}"
@@ -91,22 +91,25 @@ macro_rules! kernels {
                 n: usize,
                 rows: &[ActRow; 4],
                 t: usize,
-                acc: &mut [f32; 4],
+                acc: &mut [f32; 16],
             ) {
                 // SAFETY: the caller's checks (dot_tile).
                 unsafe {
                     match (kind, n, t) {
-                        (Kind::Q4K, 4, _) => q4k::<4, 1>(w, rb, stride, rows, acc),
+                        (Kind::Q4K, 4, 1) => q4k::<4, 1>(w, rb, stride, rows, acc),
+                        (Kind::Q4K, 4, _) => q4k::<4, 4>(w, rb, stride, rows, acc),
                         (Kind::Q4K, _, 1) => q4k::<1, 1>(w, rb, stride, rows, acc),
                         (Kind::Q4K, _, 2) => q4k::<1, 2>(w, rb, stride, rows, acc),
                         (Kind::Q4K, _, 3) => q4k::<1, 3>(w, rb, stride, rows, acc),
                         (Kind::Q4K, _, _) => q4k::<1, 4>(w, rb, stride, rows, acc),
-                        (Kind::Q6K, 4, _) => q6k::<4, 1>(w, rb, stride, rows, acc),
+                        (Kind::Q6K, 4, 1) => q6k::<4, 1>(w, rb, stride, rows, acc),
+                        (Kind::Q6K, 4, _) => q6k::<4, 4>(w, rb, stride, rows, acc),
                         (Kind::Q6K, _, 1) => q6k::<1, 1>(w, rb, stride, rows, acc),
                         (Kind::Q6K, _, 2) => q6k::<1, 2>(w, rb, stride, rows, acc),
                         (Kind::Q6K, _, 3) => q6k::<1, 3>(w, rb, stride, rows, acc),
                         (Kind::Q6K, _, _) => q6k::<1, 4>(w, rb, stride, rows, acc),
-                        (_, 4, _) => q32::<4, 1>(kind, w, rb, stride, rows, acc),
+                        (_, 4, 1) => q32::<4, 1>(kind, w, rb, stride, rows, acc),
+                        (_, 4, _) => q32::<4, 4>(kind, w, rb, stride, rows, acc),
                         (_, _, 1) => q32::<1, 1>(kind, w, rb, stride, rows, acc),
                         (_, _, 2) => q32::<1, 2>(kind, w, rb, stride, rows, acc),
                         (_, _, 3) => q32::<1, 3>(kind, w, rb, stride, rows, acc),
@@ -218,7 +221,7 @@ macro_rules! kernels {
                 rb: usize,
                 stride: usize,
                 rows: &[ActRow; 4],
-                acc: &mut [f32; 4],
+                acc: &mut [f32; 16],
             ) {
                 let bb = kind.block_bytes();
                 let nb = rb / bb;
@@ -262,7 +265,7 @@ macro_rules! kernels {
                 rb: usize,
                 stride: usize,
                 rows: &[ActRow; 4],
-                acc: &mut [f32; 4],
+                acc: &mut [f32; 16],
             ) {
                 const K1: u32 = 0x3f3f_3f3f;
                 const K2: u32 = 0x0f0f_0f0f;
@@ -372,7 +375,7 @@ macro_rules! kernels {
                 rb: usize,
                 stride: usize,
                 rows: &[ActRow; 4],
-                acc: &mut [f32; 4],
+                acc: &mut [f32; 16],
             ) {
                 let nb = rb / 210;
                 let mut a = [[_mm256_setzero_ps(); R]; N];
