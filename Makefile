@@ -33,7 +33,7 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help test-stages setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers fuzz clean onnx-models
+.PHONY: help test-stages setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers bench-scale fuzz clean onnx-models
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -41,6 +41,7 @@ help:
 	@echo "make serve  — kerze serve (OpenAI-compatible) on 127.0.0.1:$(PORT) with the default model"
 	@echo "make fetch  — fetch the default model into models/"
 	@echo "make bench  — prefill/decode tokens/s natively and in headless Chromium"
+	@echo "make bench-scale — 1B-8B model shapes natively beside llama.cpp, in Chromium beside wllama"
 	@echo "make fuzz   — 100 000 mutated GGUF headers"
 
 setup: setup-rust setup-browser setup-node setup-gpu
@@ -336,13 +337,8 @@ bench: bench-native bench-wasm bench-browser
 bench-serve: fetch
 	node tests/serve/bench.mjs
 
-# kerze bench natively on 1 and 2 threads beside llama.cpp (llama-cpp-python, built once with
-# GGML_NATIVE=OFF into $(REFPY_VENV): ~8 minutes the first time) on the same prompt ids and
-# greedy tokens, alternating; prints medians and kerze / llama.cpp. KERZE_NATIVE_RUNS (3).
-bench-native: fetch $(REFPY_STAMP)
-	KERZE_REFPY=$(REFPY_VENV)/bin/python node tests/bench-native.mjs
-
-# llama.cpp for bench-native and bench-serve (the reference runner; never needed by make test).
+# llama.cpp built with GGML_NATIVE=OFF (AVX2 only): bench-serve's, and the one the fixtures
+# that name it were made with (the reference runner; never needed by make test).
 REFPY_VENV := $(KERZE_CACHE)/refpy/venv
 LLAMA_CPP_PY_VERSION := 0.3.36
 REFPY_STAMP := $(REFPY_VENV)/.llama-cpp-python-$(LLAMA_CPP_PY_VERSION)
@@ -352,6 +348,72 @@ $(REFPY_STAMP):
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(REFPY_VENV)/bin/pip install -q --disable-pip-version-check \
 	  "llama-cpp-python[server]==$(LLAMA_CPP_PY_VERSION)"
 	@touch $@
+
+# llama-cpp-python's sdist, downloaded once: it is what pip builds, and it vendors llama.cpp
+# (the Llama 3 and Qwen2 vocabularies of tests/scale/make_headers.py, src/llama-quant.cpp's
+# Q4_K_M rules). PyPI has no wheel of it, so --no-binary changes nothing but keeps it so.
+LLAMA_CPP_SDIST := $(KERZE_CACHE)/sdist/llama_cpp_python-$(LLAMA_CPP_PY_VERSION).tar.gz
+
+$(LLAMA_CPP_SDIST):
+	python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-python \
+	  --dest $(dir $@) llama-cpp-python==$(LLAMA_CPP_PY_VERSION)
+
+# llama.cpp as its users run it: the sdist built the way a plain `pip install
+# llama-cpp-python` builds it, for this CPU (GGML_NATIVE on: AVX-512/VNNI where the CPU has
+# them; CMAKE_ARGS cleared so nothing in the environment changes that). What bench-native,
+# bench-scale and the llama.cpp-on-the-reference fixture compare against. ~10 minutes of C++
+# on 2 cores, at the lowest priority.
+REFPY_NATIVE_VENV := $(KERZE_CACHE)/refpy-native/venv
+REFPY_NATIVE_STAMP := $(REFPY_NATIVE_VENV)/.llama-cpp-python-$(LLAMA_CPP_PY_VERSION)
+
+$(REFPY_NATIVE_STAMP): $(LLAMA_CPP_SDIST)
+	python3 -m venv $(REFPY_NATIVE_VENV)
+	env -u CMAKE_ARGS nice -n 19 $(REFPY_NATIVE_VENV)/bin/pip install -q --disable-pip-version-check "$(LLAMA_CPP_SDIST)"
+	@touch $@
+
+# kerze bench natively on 1 and 2 threads beside llama.cpp (llama-cpp-python built for this
+# CPU as pip builds it, into $(REFPY_NATIVE_VENV): ~10 minutes the first time) on the same
+# prompt ids and greedy tokens, alternating; prints medians and kerze / llama.cpp.
+# KERZE_NATIVE_RUNS (3).
+bench-native: fetch $(REFPY_NATIVE_STAMP)
+	KERZE_REFPY=$(REFPY_NATIVE_VENV)/bin/python node tests/bench-native.mjs
+
+# Real model shapes without their weights (tests/scale/make_headers.py: real vocabularies,
+# llama.cpp's Q4_K_M mix; `kerze synth --shape-of` fills them with random weights), made once
+# into $(SCALE_DIR): 0.8 to 4.9 GB each, all six in ~25 minutes on 2 cores at the lowest
+# priority (the 8B ~7). KERZE_SCALE_MODELS (comma-separated) picks the models a run makes and
+# measures.
+GGUF_VENV := $(KERZE_CACHE)/gguf-venv
+GGUF_PY_VERSION := 0.19.0
+GGUF_VENV_STAMP := $(GGUF_VENV)/.gguf-$(GGUF_PY_VERSION)-numpy-$(ONNX_NUMPY_VERSION)
+SCALE_DIR := $(KERZE_CACHE)/scale
+comma := ,
+KERZE_SCALE_MODELS ?= llama-3.2-1b,llama-3.2-3b,llama-3.1-8b,qwen2.5-1.5b,qwen2.5-3b,gemma-3-1b
+export KERZE_SCALE_MODELS
+SCALE_FILES := $(foreach m,$(subst $(comma), ,$(KERZE_SCALE_MODELS)),$(SCALE_DIR)/$(m)-q4_k_m.gguf)
+SCALE_HEADERS := $(SCALE_FILES:-q4_k_m.gguf=.header.gguf)
+
+$(GGUF_VENV_STAMP):
+	python3 -m venv $(GGUF_VENV)
+	$(GGUF_VENV)/bin/pip install -q --disable-pip-version-check gguf==$(GGUF_PY_VERSION) numpy==$(ONNX_NUMPY_VERSION)
+	@touch $@
+
+# Gemma 3's vocabulary comes from the catalog's 270M file (make fetch). The headers are
+# bench-scale's prerequisites too, not intermediate files: make keeps them (a few MB that say
+# what each file is) and remakes one that is missing.
+$(SCALE_DIR)/%.header.gguf: tests/scale/make_headers.py $(GGUF_VENV_STAMP) $(LLAMA_CPP_SDIST) | fetch
+	$(GGUF_VENV)/bin/python tests/scale/make_headers.py --sdist $(LLAMA_CPP_SDIST) $(SCALE_DIR) $*
+
+# synth makes the whole file in memory, then it is renamed into place: never half a file.
+$(SCALE_DIR)/%-q4_k_m.gguf: $(SCALE_DIR)/%.header.gguf | $(KERZE)
+	nice -n 19 $(KERZE) synth --shape-of $< --out $@.part
+	mv $@.part $@
+
+# kerze beside llama.cpp natively ($(REFPY_NATIVE_VENV)) and beside wllama in headless
+# Chromium (the files up to 3B) on those files, 1 and 2 threads; a markdown table and a JSON
+# line (tests/bench-scale.mjs: the variables that pick models, threads, runs and tokens).
+bench-scale: setup fetch build $(REFPY_NATIVE_STAMP) $(SCALE_HEADERS) $(SCALE_FILES)
+	KERZE_REFPY=$(REFPY_NATIVE_VENV)/bin/python KERZE_SCALE_DIR=$(SCALE_DIR) node tests/bench-scale.mjs
 
 bench-wasm: setup fetch
 	KERZE_BENCH=1 tests/wasm_tests.sh --test wasm_bench -- --nocapture

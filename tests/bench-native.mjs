@@ -1,44 +1,21 @@
-// `make bench-native`: `kerze bench` natively beside llama.cpp (llama-cpp-python, the
-// KERZE_REFPY python) on Gemma 3 270M Q4_K_M: the same 128 prompt ids (`kerze bench
-// --prompt-ids`) and 64 greedy tokens (end of sequence ignored), 1 and 2 threads, the two
-// engines alternating, KERZE_NATIVE_RUNS runs each (default 3). Prints every run, then the
-// medians and kerze / llama.cpp (above 1: kerze faster), and one JSON line.
-import { execFileSync } from 'node:child_process';
-import fs from 'node:fs';
+// `make bench-native`: `kerze bench` natively beside llama.cpp (llama-cpp-python built for
+// this CPU, the KERZE_REFPY python) on Gemma 3 270M Q4_K_M: the same 128 prompt ids (`kerze
+// bench --prompt-ids`) and 64 greedy tokens (end of sequence ignored), 1 and 2 threads, the
+// two engines alternating, KERZE_NATIVE_RUNS runs each (default 3). Prints every run, then
+// the medians and kerze / llama.cpp (above 1: kerze faster), and one JSON line.
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { ROOT, kerzeBench, llamaBench, promptIds, median, loadavg } from './bench-native-lib.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const KERZE = path.join(ROOT, 'target/release/kerze');
 const MODEL = path.join(ROOT, 'models/gemma-3-270m-q4_k_m.gguf');
 const PY = process.env.KERZE_REFPY;
 const RUNS = Number(process.env.KERZE_NATIVE_RUNS ?? 3);
 const THREADS = [1, 2];
 const GEN = 64;
 
-const ids = execFileSync(KERZE, ['bench', '--model', MODEL, '--prompt-tokens', '128', '--prompt-ids'], { encoding: 'utf8' });
-const loadavg = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).map(Number);
+const ids = promptIds(MODEL, 128);
+const kerze = (threads) => kerzeBench(MODEL, { threads, prompt: 128, gen: GEN });
+const llama = (threads) => llamaBench(PY, MODEL, ids, { threads, gen: GEN });
 
-// Each kerze run also measures the machine's read rate on its threads (`--read-rate`): a
-// decode step reads every weight, so what share of that rate the decode takes says how far
-// the threads can still take it.
-function kerze(threads) {
-  const out = execFileSync(KERZE, ['bench', '--model', MODEL, '--device', 'cpu', '--prompt-tokens', '128', '--gen-tokens', String(GEN), '--json', '--read-rate'], {
-    encoding: 'utf8', env: { ...process.env, CANDLE_NUM_THREADS: String(threads) },
-  });
-  const r = JSON.parse(out);
-  return {
-    engine: 'kerze', threads, prefill_tokens_per_s: r.prefill_tokens_per_s, decode_tokens_per_s: r.decode_tokens_per_s,
-    read_gb_per_s: r.read_rate.gb_per_s, weights_mb_per_decode_step: r.read_rate.weights_mb_per_decode_step, decode_share: r.read_rate.decode_share,
-  };
-}
-
-function llama(threads) {
-  const out = execFileSync(PY, [path.join(ROOT, 'tests/bench_llama.py'), MODEL, String(GEN), String(threads)], { encoding: 'utf8', input: ids });
-  return JSON.parse(out.trim().split('\n').pop());
-}
-
-const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
 const before = loadavg();
 const summary = {};
 for (const threads of THREADS) {
@@ -46,7 +23,7 @@ for (const threads of THREADS) {
   for (let i = 0; i < RUNS; i++) {
     const order = i % 2 === 0 ? [kerze, llama] : [llama, kerze];
     for (const f of order) {
-      const r = f(threads);
+      const r = await f(threads);
       console.log(`KERZE_NATIVE_RUN ${JSON.stringify(r)}`);
       runs[r.engine].push(r);
     }

@@ -7,8 +7,10 @@ import { catalog } from '../pkg/index.js';
 const q = new URLSearchParams(location.search);
 const threads = Number(q.get('threads') ?? 1);
 const file = q.get('file') ?? catalog[q.get('model') ?? 'gemma-3-270m'].file;
-// A longer prompt than bench.js's default (?prompt=N, as there) needs a longer context.
-const nCtx = Math.max(1024, Number(q.get('prompt') ?? 0) + 128);
+// A longer prompt than bench.js's default (?prompt=N, as there) needs a longer context;
+// ?gen=N greedy tokens as there (default 64).
+const genTokens = Number(q.get('gen') ?? 64);
+const nCtx = Math.max(1024, Number(q.get('prompt') ?? 0) + genTokens + 64);
 const quiet = { debug() {}, log() {}, warn() {}, error: (...a) => console.error(...a) };
 
 window.runWllama = async (promptText) => {
@@ -22,7 +24,7 @@ window.runWllama = async (promptText) => {
   await wllama.loadModel([blob], { n_threads: threads, n_ctx: nCtx, n_batch: 512, n_gpu_layers: 0 });
   const readyMs = performance.now() - t1;
   const r = await wllama.createCompletion({
-    prompt: promptText, max_tokens: 64, temperature: 0, ignore_eos: true, cache_prompt: false,
+    prompt: promptText, max_tokens: genTokens, temperature: 0, ignore_eos: true, cache_prompt: false,
   });
   const t = r.timings;
   const result = {

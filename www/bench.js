@@ -1,5 +1,5 @@
 // Prefill/decode tokens/s of a 128-token prompt (?prompt=N for another length) + 64 greedy
-// tokens, and the time from cached bytes to ready. Prints JSON into #result and to the
+// tokens (?gen=N), and the time from cached bytes to ready. Prints JSON into #result and to the
 // console ("KERZE_BENCH {...}").
 import { createEngine, catalog } from '../pkg/index.js';
 
@@ -11,6 +11,8 @@ const worker = q.get('worker') !== '0';
 const simd = q.get('simd') ?? 'auto';
 // Prompt tokens: the default's 128, or a long context's attention (?prompt=1600).
 const promptTokens = Number(q.get('prompt') ?? 128);
+// Greedy tokens after it (?gen=N: fewer for the large shapes of make bench-scale).
+const genTokens = Number(q.get('gen') ?? 64);
 // ?model=<catalog id> (default gemma-3-270m) or ?file=<name> (any file there), from ../models/.
 const modelId = q.get('model') ?? 'gemma-3-270m';
 const file = q.get('file') ?? catalog[modelId].file;
@@ -47,7 +49,7 @@ async function run() {
   // ~25 tokens a sentence: enough of them for the prompt.
   const text = BENCH_TEXT.repeat(Math.ceil(promptTokens / 20) + 4);
   const ids = (await engine.tokenize(text, { bos: true })).slice(0, promptTokens);
-  const r = await engine.complete(ids, { maxTokens: 64, temperature: 0, stopTokens: [] });
+  const r = await engine.complete(ids, { maxTokens: genTokens, temperature: 0, stopTokens: [] });
   const result = {
     backend: engine.info.backend,
     simd: engine.info.simd,

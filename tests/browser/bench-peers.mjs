@@ -12,7 +12,12 @@
 // Wall: from navigation to the 64th token (load + prompt + decode), measured here. The
 // renderer's RSS (the largest renderer of that browser, read from /proc every 50 ms) after
 // load and at its peak. Medians per engine and thread count, and the kerze / wllama ratios.
-// KERZE_PEERS_RUNS (default 5), KERZE_PEERS_THREADS (default 1,2), KERZE_BENCH_MODEL.
+// KERZE_PEERS_RUNS (default 5), KERZE_PEERS_THREADS (default 1,2), KERZE_BENCH_MODEL (a
+// catalog id, or a .gguf path: a file outside models/ is linked there, as the pages load from
+// /models/), KERZE_PEERS_DECODER_ENGINES (default kerze,kerze-simd128,wllama),
+// KERZE_PEERS_PROMPT and KERZE_PEERS_GEN (the tokens, default 128 and 64). wllama loads a file
+// as one ArrayBuffer, at most 2 GiB (its README: split larger files with llama-gguf-split):
+// above that it is left out, and the summary says so (`wllama_skipped`).
 //
 // Encoder: kerze and transformers.js (@huggingface/transformers, a dev dependency;
 // onnxruntime-web's wasm backend) on the same ONNX file of all-MiniLM-L6-v2 (`make
@@ -47,6 +52,25 @@ import { serve, stopServers, launch, rendererRssMb, benchResult, ROOT } from './
 const RUNS = Number(process.env.KERZE_PEERS_RUNS ?? 5);
 const THREADS = (process.env.KERZE_PEERS_THREADS ?? '1,2').split(',').map(Number);
 const MODEL = process.env.KERZE_BENCH_MODEL ?? 'gemma-3-270m';
+const PROMPT = Number(process.env.KERZE_PEERS_PROMPT ?? 128);
+const GEN = Number(process.env.KERZE_PEERS_GEN ?? 64);
+/** The pages' query for the model: `model=<id>`, or `file=<path under models/>` for a .gguf path. */
+function modelQuery() {
+  if (!MODEL.endsWith('.gguf')) return { query: `model=${encodeURIComponent(MODEL)}`, bytes: null };
+  const abs = path.resolve(MODEL);
+  const models = path.join(ROOT, 'models');
+  let rel = path.relative(models, abs);
+  if (rel.startsWith('..')) {
+    // Linked beside the catalog's files (models/*.gguf is ignored by git); serve.py follows it.
+    rel = path.basename(abs);
+    const link = path.join(models, rel);
+    if (!fs.existsSync(link)) fs.symlinkSync(abs, link);
+    else if (fs.realpathSync(link) !== fs.realpathSync(abs)) throw new Error(`models/${rel} exists and is another file than ${abs}`);
+  }
+  return { query: `file=${encodeURIComponent(rel)}`, bytes: fs.statSync(abs).size };
+}
+const { query: MODEL_QUERY, bytes: MODEL_BYTES } = modelQuery();
+const TOKENS_QUERY = `&prompt=${PROMPT}&gen=${GEN}`;
 const ONLY = process.env.KERZE_PEERS_ONLY ?? '';
 if (!['', 'decoder', 'encoder', 'scaling'].includes(ONLY)) throw new Error(`KERZE_PEERS_ONLY=${ONLY}: decoder, encoder or scaling (or unset: decoder and encoder)`);
 const SCALING = (process.env.KERZE_PEERS_SCALING ?? 'kerze').split(',');
@@ -64,7 +88,12 @@ const ENC_ENGINES = ['kerze', 'transformers'];
 const ENC_ENGINES_Q8 = [...ENC_ENGINES, 'kerze-simd128'];
 // The decoder's engines: kerze 'auto' (the relaxed-SIMD build in Chromium: the LM head's
 // 7-bit filter), kerze's simd128 build (every product on 16-bit activations), wllama.
-const DEC_ENGINES = ['kerze', 'kerze-simd128', 'wllama'];
+const DEC_ENGINES = (process.env.KERZE_PEERS_DECODER_ENGINES ?? 'kerze,kerze-simd128,wllama').split(',')
+  .filter((e) => e !== 'wllama' || !(MODEL_BYTES >= 2 ** 31));
+if (!DEC_ENGINES.every((e) => ['kerze', 'kerze-simd128', 'wllama'].includes(e))) {
+  throw new Error(`KERZE_PEERS_DECODER_ENGINES=${DEC_ENGINES}: kerze, kerze-simd128, wllama`);
+}
+const WLLAMA_SKIPPED = MODEL_BYTES >= 2 ** 31 ? `${MODEL_BYTES} bytes: more than the 2 GiB wllama loads as one piece` : null;
 const median = (xs) => {
   const v = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
   if (!v.length) return null;
@@ -93,12 +122,12 @@ async function runOnce(engine, threads, promptText, { memory = true } = {}) {
   const rss = memory ? sampler() : { peak: () => null, reset() {}, stop() {} };
   try {
     const page = await (await browser.newContext()).newPage();
-    const m = `&model=${encodeURIComponent(MODEL)}`;
+    const m = `&${MODEL_QUERY}${TOKENS_QUERY}`;
     let firstVisitPeak = null;
     let result;
     let t0;
     if (engine.startsWith('kerze')) {
-      const m = `&model=${encodeURIComponent(MODEL)}${engine === 'kerze-simd128' ? '&simd=simd128' : ''}`;
+      const m = `&${MODEL_QUERY}${TOKENS_QUERY}${engine === 'kerze-simd128' ? '&simd=simd128' : ''}`;
       await page.goto(`${origin}/www/bench.html?warm=1&threads=${threads}${m}`);
       await benchResult(page);
       firstVisitPeak = rss.peak();
@@ -147,7 +176,7 @@ async function runOnce(engine, threads, promptText, { memory = true } = {}) {
 async function decoder(results) {
   let promptText = null;
   for (const threads of THREADS) {
-    const runs = { kerze: [], 'kerze-simd128': [], wllama: [] };
+    const runs = Object.fromEntries(DEC_ENGINES.map((e) => [e, []]));
     for (let i = 0; i < RUNS; i++) {
       // Alternate which engine goes first, so that neither always meets a warmer machine.
       const order = i % 2 === 0 ? DEC_ENGINES : [...DEC_ENGINES].reverse();
@@ -162,9 +191,9 @@ async function decoder(results) {
     const med = (xs, k) => median(xs.map((x) => x[k]));
     const keys = ['prefill_tok_s', 'decode_tok_s', 'wall_s', 'ready_s', 'rss_after_mib', 'peak_rss_mib', 'first_visit_peak_rss_mib', 'wasm_memory_mib'];
     const of = (xs) => Object.fromEntries(keys.map((k) => [k, med(xs, k)]).filter(([, v]) => v != null));
-    const k = of(runs.kerze);
-    const k128 = of(runs['kerze-simd128']);
-    const w = of(runs.wllama);
+    const k = of(runs.kerze ?? []);
+    const k128 = of(runs['kerze-simd128'] ?? []);
+    const w = of(runs.wllama ?? []);
     results[`${threads}_thread${threads > 1 ? 's' : ''}`] = {
       kerze: k,
       kerze_simd128: k128,
@@ -406,7 +435,8 @@ const origin = await serve('.', ['--only', 'www,pkg,dist,models,node_modules', '
 const date = new Date().toISOString().slice(0, 10);
 const summary = ONLY === 'encoder' ? { date, load_before: loadavg() }
   : ONLY === 'scaling' ? { model: MODEL, date, runs: RUNS, load_before: loadavg() }
-    : { model: MODEL, date, runs: RUNS, load_before: loadavg(), results: {} };
+    : { model: MODEL, date, runs: RUNS, prompt_tokens: PROMPT, gen_tokens: GEN, engines: DEC_ENGINES,
+      ...(WLLAMA_SKIPPED ? { wllama_skipped: WLLAMA_SKIPPED } : {}), load_before: loadavg(), results: {} };
 try {
   if (ONLY === 'scaling') summary.scaling = await scaling();
   if (ONLY === '' || ONLY === 'decoder') await decoder(summary.results);
