@@ -445,9 +445,11 @@ fn a_load_whose_reads_wait_equals_the_plain_load() {
         data_offset: g.data_offset,
         reads: reads.clone(),
     };
+    // On the exact path, as `engine` loads the plain one.
     let opts = LoadOptions {
         no_gpu: None,
         device: kerze::Device::Cpu,
+        exact: true,
         ..LoadOptions::default()
     };
     // The plain load over this source fails at its first weight: it does not await.
