@@ -110,7 +110,9 @@ def main():
                         failures += 1
                         print(f"FAIL schema {i} ({model}, seed {seed}): exit {out.returncode}: {out.stderr.strip()[-300:]}")
                         continue
-                    r = json.loads(out.stdout.strip().splitlines()[-1])
+                    # The last line by "\n" alone: splitlines() also breaks at U+2028/U+2029,
+                    # which a JSON string holds unescaped (a sampled text had U+2029).
+                    r = json.loads(out.stdout.strip().split("\n")[-1])
                     text, finish = r["text"], r["finish_reason"]
                     try:
                         value = json.loads(text)

@@ -79,7 +79,7 @@ def generate(prompt, n):
          "--max-tokens", str(n), "--temperature", "0", "--json"],
         check=True, capture_output=True, text=True,
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return json.loads(out.strip().split("\n")[-1])
 
 
 failures = 0
@@ -198,7 +198,7 @@ try:
         out = subprocess.run([KERZE, "embed", "--model", minilm, "--device", "cpu", "--json",
                               *sum([["--text", t] for t in texts], [])],
                              check=True, capture_output=True, text=True).stdout
-        want = json.loads(out.strip().splitlines()[-1])
+        want = json.loads(out.strip().split("\n")[-1])
         for fmt in (None, "float"):
             kw = {"encoding_format": fmt} if fmt else {}
             r = ec.embeddings.create(model="all-minilm-l6-v2-q8_0", input=texts, **kw)
