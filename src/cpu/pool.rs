@@ -44,6 +44,31 @@ pub fn for_chunks<F: Fn(Range<usize>) + Sync>(n_items: usize, work: usize, f: F)
     f(0..n_items);
 }
 
+/// One pass over several parts (matrices that share an input): part `p`, of `rows[p]` rows,
+/// is `rows[p].div_ceil(chunk)` items of `chunk` rows, and all the parts' items are split over
+/// the pool as one range ([`for_chunks`], `work` as there). Runs `f(p, items)` with part `p`'s
+/// share of a range, its own item numbers (item `i`: rows `i · chunk ..`), never empty.
+pub fn for_part_chunks<F: Fn(usize, Range<usize>) + Sync>(
+    rows: &[usize],
+    chunk: usize,
+    work: usize,
+    f: F,
+) {
+    let mut firsts = Vec::with_capacity(rows.len() + 1);
+    firsts.push(0usize);
+    for r in rows {
+        firsts.push(firsts[firsts.len() - 1] + r.div_ceil(chunk));
+    }
+    for_chunks(firsts[rows.len()], work, |items| {
+        for p in 0..rows.len() {
+            let c = items.start.max(firsts[p])..items.end.min(firsts[p + 1]);
+            if !c.is_empty() {
+                f(p, c.start - firsts[p]..c.end - firsts[p]);
+            }
+        }
+    });
+}
+
 /// Threads [`for_chunks`] runs on (the calling one included).
 pub fn threads() -> usize {
     #[cfg(all(target_arch = "wasm32", feature = "threads"))]

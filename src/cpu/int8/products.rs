@@ -77,43 +77,34 @@ impl QMatrix {
         };
         let mut ys: Vec<Vec<f32>> = parts.iter().map(|(w, _)| vec![0f32; m * w.rows]).collect();
         let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
-        // Part p's chunks of `chunk` rows are the pass's items firsts[p]..firsts[p + 1].
+        // Part p's chunks of `chunk` rows are its items in the one pass.
         let chunk = if m == 1 { ONE_ROW_CHUNK } else { ROW_CHUNK };
-        let mut firsts = vec![0usize];
-        for (w, _) in parts {
-            firsts.push(firsts[firsts.len() - 1] + w.rows.div_ceil(chunk));
-        }
+        let rows: Vec<usize> = parts.iter().map(|(w, _)| w.rows).collect();
         let work = parts.iter().fold(0usize, |a, (w, _)| {
             a.saturating_add(m.saturating_mul(w.rows).saturating_mul(k))
         });
-        pool::for_chunks(firsts[parts.len()], work, |items| {
-            for (p, (w, out)) in parts.iter().enumerate() {
-                let c = items.start.max(firsts[p])..items.end.min(firsts[p + 1]);
-                if c.is_empty() {
-                    continue;
-                }
-                let r = (c.start - firsts[p]) * chunk..((c.end - firsts[p]) * chunk).min(w.rows);
-                debug_assert!(w.group == 16 || w.group == QK);
-                let sums = match (&w.offsets, w.group) {
-                    (None, _) => &[][..],
-                    (Some(_), 16) => &sums16[..],
-                    _ => &sums32[..],
-                };
-                if m == 1 && w.tiles_whole() {
-                    // Item c: tiles c·chunk/4.. of the whole matrix (the same count of items
-                    // as chunks of rows); the last one also takes the rows after them.
-                    let tiles = c.start - firsts[p]..c.end - firsts[p];
-                    let tiles = tiles.start * chunk / 4..tiles.end * chunk / 4;
-                    // SAFETY: the item ranges are disjoint, so are these tiles and their rows
-                    // (the rows after the quarters go to the one range containing index q),
-                    // and part p's output outlives `for_chunks`, which returns only when all
-                    // are done.
-                    unsafe { w.matvec_tiles(&act, sums, &corr, tiles, &outs[p], out) };
-                } else {
-                    // SAFETY: outs[p] is part p's m × rows output, which outlives
-                    // `for_chunks`, and these rows are this item's alone.
-                    unsafe { w.rows_into(&act, sums, r, &outs[p], out) };
-                }
+        pool::for_part_chunks(&rows, chunk, work, |p, c| {
+            let (w, out) = &parts[p];
+            let r = c.start * chunk..(c.end * chunk).min(w.rows);
+            debug_assert!(w.group == 16 || w.group == QK);
+            let sums = match (&w.offsets, w.group) {
+                (None, _) => &[][..],
+                (Some(_), 16) => &sums16[..],
+                _ => &sums32[..],
+            };
+            if m == 1 && w.tiles_whole() {
+                // Item c: tiles c·chunk/4.. of the whole matrix (the same count of items
+                // as chunks of rows); the last one also takes the rows after them.
+                let tiles = c.start * chunk / 4..c.end * chunk / 4;
+                // SAFETY: the item ranges are disjoint, so are these tiles and their rows
+                // (the rows after the quarters go to the one range containing index q),
+                // and part p's output outlives `for_chunks`, which returns only when all
+                // are done.
+                unsafe { w.matvec_tiles(&act, sums, &corr, tiles, &outs[p], out) };
+            } else {
+                // SAFETY: outs[p] is part p's m × rows output, which outlives
+                // `for_chunks`, and these rows are this item's alone.
+                unsafe { w.rows_into(&act, sums, r, &outs[p], out) };
             }
         });
         ys

@@ -144,40 +144,31 @@ impl BlockMatrix {
         let mut ys: Vec<Vec<f32>> = parts.iter().map(|(w, _)| vec![0f32; m * w.rows]).collect();
         let outs: Vec<SharedOut> = ys.iter_mut().map(|y| SharedOut::new(y)).collect();
         let chunk = if m == 1 { ONE_ROW_CHUNK } else { ROW_CHUNK };
-        let mut firsts = vec![0usize];
-        for (w, _) in parts {
-            firsts.push(firsts[firsts.len() - 1] + w.rows.div_ceil(chunk));
-        }
+        let rows: Vec<usize> = parts.iter().map(|(w, _)| w.rows).collect();
         let work = parts.iter().fold(0usize, |a, (w, _)| {
             a.saturating_add(m.saturating_mul(w.rows).saturating_mul(k))
         });
-        pool::for_chunks(firsts[parts.len()], work, |items| {
-            for (p, (w, out)) in parts.iter().enumerate() {
-                let c = items.start.max(firsts[p])..items.end.min(firsts[p + 1]);
-                if c.is_empty() {
-                    continue;
-                }
-                let r = (c.start - firsts[p]) * chunk..((c.end - firsts[p]) * chunk).min(w.rows);
-                let act = if w.kind.k_activations() {
-                    &two_level
-                } else {
-                    &flat
-                };
-                // Quantized for every kind among the parts.
-                let Some(act) = act.as_ref() else { continue };
-                if m == 1 {
-                    // Item c: tiles c·chunk/4.. of the whole matrix (as many items as chunks of
-                    // rows); the last one also takes the rows after the quarters.
-                    let tiles = (c.start - firsts[p]) * chunk / 4
-                        ..((c.end - firsts[p]) * chunk / 4).min(w.rows / 4);
-                    // SAFETY: the items' tiles are disjoint, so are their rows (the rows
-                    // after the quarters go to the one range ending at the last tile), and
-                    // outs[p] outlives `for_chunks`.
-                    unsafe { w.quarters_into(act, tiles, &outs[p], out) };
-                    continue;
-                }
-                // SAFETY: outs[p] is part p's m × rows output, which outlives `for_chunks`,
-                // and these rows are this item's alone.
+        pool::for_part_chunks(&rows, chunk, work, |p, c| {
+            let (w, out) = &parts[p];
+            let act = if w.kind.k_activations() {
+                &two_level
+            } else {
+                &flat
+            };
+            // Quantized for every kind among the parts.
+            let Some(act) = act.as_ref() else { return };
+            if m == 1 {
+                // Item c: tiles c·chunk/4.. of the whole matrix (as many items as chunks of
+                // rows); the last one also takes the rows after the quarters.
+                let tiles = c.start * chunk / 4..(c.end * chunk / 4).min(w.rows / 4);
+                // SAFETY: the items' tiles are disjoint, so are their rows (the rows after
+                // the quarters go to the one range ending at the last tile), and outs[p]
+                // outlives the pass.
+                unsafe { w.quarters_into(act, tiles, &outs[p], out) };
+            } else {
+                let r = c.start * chunk..(c.end * chunk).min(w.rows);
+                // SAFETY: outs[p] is part p's m × rows output, which outlives the pass, and
+                // these rows are this item's alone.
                 unsafe { w.rows_into(act, r, &outs[p], out) };
             }
         });
