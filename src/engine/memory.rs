@@ -26,7 +26,7 @@ pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig, fast: bool) -> u64 {
 pub fn cpu_step_bytes(g: &Gguf, cfg: &ModelConfig, fast: bool) -> u64 {
     g.tensors
         .iter()
-        .filter(|t| t.name != "token_embd.weight" || is_head(&t.name, cfg))
+        .filter(|t| read_each_step(t, cfg))
         .map(|t| cpu_tensor_bytes(t, cfg, fast))
         .sum()
 }
@@ -36,9 +36,15 @@ pub fn cpu_step_bytes(g: &Gguf, cfg: &ModelConfig, fast: bool) -> u64 {
 pub fn file_step_bytes(g: &Gguf, cfg: &ModelConfig) -> u64 {
     g.tensors
         .iter()
-        .filter(|t| t.name != "token_embd.weight" || is_head(&t.name, cfg))
+        .filter(|t| read_each_step(t, cfg))
         .map(|t| t.n_bytes)
         .sum()
+}
+
+/// Whether a decode step reads all of tensor `t`: every one but token embeddings apart from
+/// the LM head, of which a step reads one row.
+fn read_each_step(t: &crate::gguf::TensorInfo, cfg: &ModelConfig) -> bool {
+    t.name != "token_embd.weight" || is_head(&t.name, cfg)
 }
 
 /// The LM head: `output.weight`, or the embeddings where they are tied to it.
