@@ -262,8 +262,13 @@ export interface ProbeResult {
   /** Bytes to download (0 when cached); null when unknown. */
   downloadBytes: number | null;
   modelBytes: number | null;
-  /** The CPU engine's memory for it (catalog: measured; else estimated). */
+  /**
+   * The tab's memory at the CPU engine's peak (catalog: its number; a GGUF URL: the engine's
+   * plan from the file's header, `plan`; else 1.6× the file).
+   */
   peakBytes: number | null;
+  /** A GGUF URL the catalog does not know: what the engine will hold for it, from its header. */
+  plan?: MemoryPlan;
   cached: boolean;
   storage: { quota: number | null; usage: number | null } | null;
   crossOriginIsolated: boolean;
@@ -272,8 +277,25 @@ export interface ProbeResult {
   deviceMemory: number | null;
 }
 
+/** The memory the CPU engine will hold for a model, from its file's header (bytes). */
+export interface MemoryPlan {
+  /** The weights as the engine keeps them. */
+  weightBytes: number;
+  /** The KV cache at `nCtx` tokens. */
+  kvBytes: number;
+  nCtx: number;
+  /** The vocabulary's pieces and merges in the header. */
+  vocabularyBytes: number;
+  fileTensorBytes: number;
+  headerBytes: number;
+  /** The tab's memory at the load's peak: the above, the tokenizer and the engine's fixed needs. */
+  peakBytes: number;
+}
+
 export interface ProbeOptions {
   model?: ModelSpec;
+  /** The context the memory is planned for (default: the engine's, 4096 for a decoder). */
+  nCtx?: number;
   device?: 'auto' | 'webgpu' | 'cpu';
   signal?: AbortSignal;
   /** Simulate a weaker device. */

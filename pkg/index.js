@@ -11,10 +11,11 @@
 
 import { KerzeError, abortError, ERROR_NAMES } from './protocol.js';
 import { catalog } from './catalog.js';
-import { checkCreateOptions } from './options.js';
+import { checkCreateOptions, checkNCtx } from './options.js';
 import { InThreadTransport, WorkerTransport, chooseThreads, _setWorkerUrl } from './transport.js';
 import { checkDevice, resolveModel, checkSupport, folderUrl, cache } from './model.js';
 import { beacon, checkProbeOptions, probeSpec } from './probe.js';
+import { planFromHeader } from './memory-plan.js';
 import { RemoteTransport, fallbackOptions } from './route.js';
 import { afterCheck, startFailed, whileLoading, loadFailed } from './route-policy.js';
 import { ThinkSplitter } from './openai.js';
@@ -25,15 +26,29 @@ export { KerzeError, ERROR_NAMES, catalog, ThinkSplitter, _setWorkerUrl, resolve
 /**
  * The device check, before any download: can this browser run `model`, on which backend, and
  * why — `{ canRun: 'yes' | 'risky' | 'no', backend, reasons, downloadBytes, peakBytes, cached,
- * storage: { quota, usage } }`. Nothing but a HEAD request (for a URL without a catalog
- * size) leaves the page. `overrides: { deviceMemory, gpu: false, storage }` simulates a
- * weaker device.
+ * storage: { quota, usage }, plan }`. Nothing leaves the page but, for a GGUF URL the
+ * catalog does not know, its header (an HTTP range of the first MB: `plan`, the memory the
+ * engine will hold for it at `nCtx`, memory-plan.js). `overrides: { deviceMemory, gpu:
+ * false, storage }` simulates a weaker device.
  */
 export async function probe(options = {}) {
   checkProbeOptions(options);
-  const { model = 'gemma-3-270m', device = 'auto', signal, overrides } = options;
+  const { model = 'gemma-3-270m', device = 'auto', signal, overrides, nCtx } = options;
   checkDevice(device);
-  return probeSpec(resolveModel(model), { device, signal, overrides });
+  checkNCtx(nCtx);
+  let spec = resolveModel(model);
+  // A GGUF the catalog does not know: its memory from its header (memory-plan.js), not from
+  // the file's size.
+  if (spec.peakBytes == null && spec.url && !spec.onnx) {
+    try {
+      const plan = await planFromHeader(spec.url, { nCtx, signal });
+      spec = { ...spec, peakBytes: plan.peakBytes, plan };
+    } catch (e) {
+      if (e?.name === 'AbortError') throw e;
+      spec = { ...spec, planError: e?.message ?? String(e) };
+    }
+  }
+  return probeSpec(spec, { device, signal, overrides });
 }
 
 /**

@@ -16,6 +16,13 @@ const SIMD_CHOICES = ['auto', 'relaxed', 'simd128'];
  * fallbackOptions). Returns the response and prefix caches' limits, `{ responses, prefixes }`
  * (each null: off).
  */
+/** `nCtx` (createEngine's, probe's): absent, or a positive integer. */
+export function checkNCtx(nCtx) {
+  if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
+    throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
+  }
+}
+
 export function checkCreateOptions({ device, nCtx, onRoute, responseCache, prefixCache, prepareConstraints, simd }) {
   if (typeof prepareConstraints !== 'boolean') throw new KerzeError('InvalidArgumentError', 'prepareConstraints must be true or false');
   if (!SIMD_CHOICES.includes(simd)) {
@@ -24,9 +31,7 @@ export function checkCreateOptions({ device, nCtx, onRoute, responseCache, prefi
   const responses = limitsOf('responseCache', responseCache, RESPONSE_DEFAULTS);
   const prefixes = limitsOf('prefixCache', prefixCache, PREFIX_DEFAULTS);
   checkDevice(device);
-  if (nCtx != null && !(Number.isSafeInteger(nCtx) && nCtx > 0)) {
-    throw new KerzeError('InvalidArgumentError', 'nCtx must be a positive integer');
-  }
+  checkNCtx(nCtx);
   if (onRoute != null && typeof onRoute !== 'function') throw new KerzeError('InvalidArgumentError', 'onRoute must be a function');
   return { responses, prefixes };
 }

@@ -118,10 +118,16 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {},
       worse('no', `the model cannot be reached: ${h.error}`);
     }
   }
-  // Without the header, the CPU engine's peak is estimated as 1.6× the file (int8 unpacking
-  // of 4-bit weights plus the KV cache; the catalog has the measured number).
+  // The catalog's number, or the engine's plan from the file's header (index.js: probe); else
+  // (the header could not be read) 1.6× the file: int8 unpacking of 4-bit weights plus the KV
+  // cache.
   const peakBytes = spec.peakBytes ?? (downloadBytes != null ? Math.round(downloadBytes * 1.6) : null);
-  if (spec.peakBytes == null && downloadBytes != null) reasons.push('memory estimated from the file size (not a catalog model)');
+  if (spec.plan) {
+    const p = spec.plan;
+    reasons.push(`memory from the file's header: ${mb(p.weightBytes)} MB of weights as the engine holds them, ${mb(p.kvBytes)} MB of KV cache at ${p.nCtx} tokens`);
+  } else if (spec.peakBytes == null && downloadBytes != null) {
+    reasons.push(`memory estimated from the file size${spec.planError ? ` (its header could not be read: ${spec.planError})` : ' (not a catalog model)'}`);
+  }
 
   const simd = typeof WebAssembly === 'object' && WebAssembly.validate(SIMD_PROBE);
   if (!simd) worse('no', 'this browser has no WebAssembly SIMD (the CPU engine needs it)');
@@ -220,6 +226,7 @@ export async function probeSpec(spec, { device = 'auto', signal, overrides = {},
     downloadBytes: cached ? 0 : downloadBytes,
     modelBytes: downloadBytes,
     peakBytes,
+    ...(spec.plan ? { plan: spec.plan } : {}),
     cached,
     storage,
     crossOriginIsolated: isolated,
@@ -234,8 +241,8 @@ function mb(b) {
 
 export function checkProbeOptions(opts) {
   for (const k of Object.keys(opts)) {
-    if (!['model', 'device', 'signal', 'overrides'].includes(k)) {
-      throw new KerzeError('InvalidArgumentError', `probe: unknown option '${k}': known are model, device, signal, overrides`);
+    if (!['model', 'device', 'signal', 'overrides', 'nCtx'].includes(k)) {
+      throw new KerzeError('InvalidArgumentError', `probe: unknown option '${k}': known are model, device, signal, overrides, nCtx`);
     }
   }
 }

@@ -538,6 +538,33 @@ impl Sha256 {
     }
 }
 
+/// The memory a model will need in this build, from its file's first bytes (`prefix`, of a
+/// file of `fileLen` bytes) before the download: JSON of the engine's `MemoryPlan` at
+/// `options.nCtx` (absent: the default context), or `undefined` where the header runs past
+/// `prefix` (then read more of it). Errors as the load's (a file that is not a GGUF model).
+#[wasm_bindgen(js_name = planMemory)]
+pub fn plan_memory(
+    prefix: &[u8],
+    file_len: f64,
+    options: &str,
+) -> std::result::Result<Option<String>, JsValue> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default, rename_all = "camelCase")]
+    struct PlanOptions {
+        n_ctx: Option<usize>,
+    }
+    let opts: PlanOptions = parse("plan options", options)?;
+    if !(file_len.is_finite() && file_len >= 0.0) {
+        return Err(to_js(Error::InvalidArgument(format!(
+            "fileLen {file_len} is not a length"
+        ))));
+    }
+    crate::engine::plan_prefix(prefix, file_len as u64, opts.n_ctx)
+        .map_err(to_js)?
+        .map(|p| json(&p))
+        .transpose()
+}
+
 /// This build's SIMD kernels against the portable ones (`cpu::check_kernels`): the
 /// number of outputs compared, or an error naming what differed. For the browser tests.
 #[wasm_bindgen(js_name = checkKernels)]

@@ -472,3 +472,37 @@ fn a_load_whose_reads_wait_equals_the_plain_load() {
     let got = pollster::block_on(waited.logits_top_k(&ids, n_vocab, 0)).unwrap();
     assert_eq!(got, want);
 }
+
+/// What `probe` states before a download: the engine's memory plan from the file's first
+/// bytes is the whole file's; a prefix short of the header asks for more (`None`), not an
+/// error; a file that is no GGUF is a typed error; and the plan counts what the load holds.
+#[test]
+fn memory_plan_from_the_header_alone() {
+    let bytes = kerze::synth::tiny_gemma3().unwrap();
+    let len = bytes.len() as u64;
+    let whole = kerze::engine::plan_prefix(&bytes, len, Some(256))
+        .unwrap()
+        .unwrap();
+    let header = whole.header_bytes as usize;
+    let from_header = kerze::engine::plan_prefix(&bytes[..header], len, Some(256))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&from_header).unwrap(),
+        serde_json::to_value(&whole).unwrap()
+    );
+    assert!(
+        kerze::engine::plan_prefix(&bytes[..header / 2], len, Some(256))
+            .unwrap()
+            .is_none()
+    );
+    let e = kerze::engine::plan_prefix(b"not a model at all, just text", 1 << 20, None);
+    assert!(e.is_err(), "{e:?}");
+    // The KV cache follows the context; the weights are the load's own accounting.
+    let longer = kerze::engine::plan_prefix(&bytes[..header], len, Some(512))
+        .unwrap()
+        .unwrap();
+    assert!(longer.kv_bytes > whole.kv_bytes);
+    assert_eq!(longer.weight_bytes, whole.weight_bytes);
+    assert!(whole.vocabulary_bytes > 0 && whole.peak_bytes > whole.weight_bytes + whole.kv_bytes);
+}

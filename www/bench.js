@@ -13,6 +13,10 @@ const simd = q.get('simd') ?? 'auto';
 const promptTokens = Number(q.get('prompt') ?? 128);
 // Greedy tokens after it (?gen=N: fewer for the large shapes of make bench-scale).
 const genTokens = Number(q.get('gen') ?? 64);
+// ?ctx=N: the context (default: the engine's, 4096 for a decoder). bench-peers.mjs passes the
+// one the peer's page (bench-wllama.js) gives llama.cpp, so that neither engine holds a larger
+// KV cache (kerze's default held ~100 MB more on a 1B shape).
+const nCtx = q.get('ctx') ? Number(q.get('ctx')) : undefined;
 // ?model=<catalog id> (default gemma-3-270m) or ?file=<name> (any file there), from ../models/.
 const modelId = q.get('model') ?? 'gemma-3-270m';
 const file = q.get('file') ?? catalog[modelId].file;
@@ -26,12 +30,12 @@ const BENCH_TEXT = 'The history of the city begins with a small settlement on th
 async function run() {
   if (q.get('warm') === '1') {
     // Only fill the cache, so that the measured page loads once, from the cache.
-    const first = await createEngine({ model, device, threads, worker, simd });
+    const first = await createEngine({ model, device, threads, worker, simd, nCtx });
     await first.dispose();
     return { warmed: true };
   }
   const t0 = performance.now();
-  const engine = await createEngine({ model, device, threads, worker, simd });
+  const engine = await createEngine({ model, device, threads, worker, simd, nCtx });
   const createMs = performance.now() - t0;
   if (engine.info.family === 'bert') {
     // An encoder: sentences/s as `kerze bench` measures them natively.

@@ -20,6 +20,74 @@ pub fn cpu_resident_bytes(g: &Gguf, cfg: &ModelConfig, fast: bool) -> u64 {
         .saturating_add(cfg.kv_cache_bytes())
 }
 
+/// What a model will hold on this build's CPU backend, from its header alone: what `probe`
+/// states before the download ([`plan`]).
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryPlan {
+    /// The weights as the CPU backend keeps them ([`cpu_resident_bytes`] less the KV cache).
+    pub weight_bytes: u64,
+    /// The KV cache at `n_ctx`.
+    pub kv_bytes: u64,
+    pub n_ctx: usize,
+    /// The vocabulary's pieces and merges as the header holds them (strings' bytes).
+    pub vocabulary_bytes: u64,
+    /// The file's tensor bytes, and its header's.
+    pub file_tensor_bytes: u64,
+    pub header_bytes: u64,
+    /// The tab's memory for the engine at its peak: the weights, the KV cache, the tokenizer
+    /// ([`PEAK_VOCABULARY_FACTOR`]) and the fixed needs ([`PEAK_FIXED_BYTES`]).
+    pub peak_bytes: u64,
+}
+
+/// The memory the tokenizer keeps per byte of the vocabulary's pieces and merges in the header
+/// (the header's own copy is freed before the weights arrive, which reuse its room).
+pub const PEAK_VOCABULARY_FACTOR: u64 = 1;
+
+/// What a tab holds for the engine beside its heap's contents: the worker, the compiled code,
+/// stacks, the allocator's slack and the read windows. Measured in Chromium (renderer RSS at
+/// the load's peak less the page's before it, against the wasm memory): 7-17 MiB from the tiny
+/// test models to a 1B shape.
+pub const PEAK_FIXED_BYTES: u64 = 12 << 20;
+
+/// The memory `g` will need on this build's CPU backend at `cfg.n_ctx`, from its header alone.
+pub fn plan(g: &Gguf, cfg: &ModelConfig) -> MemoryPlan {
+    let kv_bytes = cfg.kv_cache_bytes();
+    let weight_bytes = cpu_resident_bytes(g, cfg, false).saturating_sub(kv_bytes);
+    let vocabulary_bytes: u64 = ["tokenizer.ggml.tokens", "tokenizer.ggml.merges"]
+        .iter()
+        .filter_map(|k| g.get(k)?.as_array()?.strings())
+        .map(|s| s.iter().map(|p| p.len() as u64 + 8).sum::<u64>())
+        .sum();
+    let peak_bytes = weight_bytes
+        .saturating_add(kv_bytes)
+        .saturating_add(vocabulary_bytes.saturating_mul(PEAK_VOCABULARY_FACTOR))
+        .saturating_add(PEAK_FIXED_BYTES);
+    MemoryPlan {
+        weight_bytes,
+        kv_bytes,
+        n_ctx: cfg.n_ctx,
+        vocabulary_bytes,
+        file_tensor_bytes: g.tensors.iter().map(|t| t.n_bytes).sum(),
+        header_bytes: g.data_offset,
+        peak_bytes,
+    }
+}
+
+/// [`plan`] from a file's first bytes (of `file_len`), at `n_ctx` (`None`: the default), or
+/// `None` where the header runs past them.
+pub fn plan_prefix(
+    prefix: &[u8],
+    file_len: u64,
+    n_ctx: Option<usize>,
+) -> Result<Option<MemoryPlan>> {
+    let Some(g) = Gguf::read_prefix(prefix, file_len)? else {
+        return Ok(None);
+    };
+    let cfg = ModelConfig::from_gguf(&g, n_ctx)?;
+    Ok(Some(plan(&g, &cfg)))
+}
+
 /// The weight bytes a decoder's step reads on the CPU backend: every tensor as it is held
 /// there ([`cpu_resident_bytes`]), but for token embeddings apart from the LM head, of which
 /// a step reads one row.

@@ -15,5 +15,7 @@ mod run;
 
 pub use device::{after_gpu_failure, choose, Choice, Device, GpuProbe};
 pub use info::{EngineInfo, GpuCounters, LoadOptions};
-pub use memory::{check_fits, cpu_resident_bytes, cpu_step_bytes, file_step_bytes};
+pub use memory::{
+    check_fits, cpu_resident_bytes, cpu_step_bytes, file_step_bytes, plan, plan_prefix, MemoryPlan,
+};
 pub use run::{Engine, Fork};

@@ -70,6 +70,21 @@ impl Gguf {
         Self::read_with(src, false)
     }
 
+    /// The header from a file's first bytes, `prefix`, of a file of `file_len` bytes (its
+    /// tensors' data may lie past them), or `None` when the header runs past `prefix`: what
+    /// `probe` reads before a download, a larger prefix asked for where it needs one.
+    pub fn read_prefix(prefix: &[u8], file_len: u64) -> Result<Option<Self>> {
+        let have = prefix.len() as u64;
+        match parse_header(prefix, file_len.max(have), false) {
+            Ok(g) => Ok(Some(g)),
+            Err(ParseError::NeedMore) if have < file_len => Ok(None),
+            Err(ParseError::NeedMore) => Err(Error::Gguf(format!(
+                "the header runs past the end of the file ({file_len} bytes): the file is truncated"
+            ))),
+            Err(ParseError::Bad(msg)) => Err(Error::Gguf(msg)),
+        }
+    }
+
     fn read_with(src: &(impl ByteSource + ?Sized), whole: bool) -> Result<Self> {
         let file_len = src.len();
         // Gemma 3's header (with a 262 144-token vocabulary) is about 6.5 MB: start at 8 MiB

@@ -1,5 +1,6 @@
 // `make bench-peers`: kerze beside the peers that run the same models in the browser, in
-// headless Chromium, each run in a fresh browser (a new profile, nothing cached), the engines
+// headless Chromium, each run in a fresh browser (a new profile on disk, as a visitor's, nothing
+// cached), the engines
 // alternating. Two sections (KERZE_PEERS_ONLY=decoder|encoder runs one; default both):
 //
 // Decoder: kerze and llama.cpp's wasm build (@wllama/wllama, a dev dependency) on the same
@@ -47,7 +48,7 @@
 // section's under `scaling`).
 import fs from 'node:fs';
 import path from 'node:path';
-import { serve, stopServers, launch, rendererRssMb, benchResult, ROOT } from './lib.mjs';
+import { serve, stopServers, launch, launchProfile, rendererRssMb, benchResult, ROOT } from './lib.mjs';
 
 const RUNS = Number(process.env.KERZE_PEERS_RUNS ?? 5);
 const THREADS = (process.env.KERZE_PEERS_THREADS ?? '1,2').split(',').map(Number);
@@ -118,16 +119,19 @@ function sampler() {
  * on a 2-core host that two threads feel more than one.
  */
 async function runOnce(engine, threads, promptText, { memory = true } = {}) {
-  const browser = await launch();
+  // A profile on disk, as a visitor's: the Cache API keeps a 1B file there (see launchProfile).
+  const browser = await launchProfile();
   const rss = memory ? sampler() : { peak: () => null, reset() {}, stop() {} };
   try {
-    const page = await (await browser.newContext()).newPage();
+    const page = await browser.context.newPage();
     const m = `&${MODEL_QUERY}${TOKENS_QUERY}`;
     let firstVisitPeak = null;
     let result;
     let t0;
     if (engine.startsWith('kerze')) {
-      const m = `&${MODEL_QUERY}${TOKENS_QUERY}${engine === 'kerze-simd128' ? '&simd=simd128' : ''}`;
+      // The context bench-wllama.js gives llama.cpp: the same KV cache in both.
+      const ctx = Math.max(1024, PROMPT + GEN + 64);
+      const m = `&${MODEL_QUERY}${TOKENS_QUERY}&ctx=${ctx}${engine === 'kerze-simd128' ? '&simd=simd128' : ''}`;
       await page.goto(`${origin}/www/bench.html?warm=1&threads=${threads}${m}`);
       await benchResult(page);
       firstVisitPeak = rss.peak();

@@ -6,6 +6,7 @@ import fs from 'node:fs';
 import { chromium } from 'playwright-core';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
+import os from 'node:os';
 import net from 'node:net';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -98,6 +99,30 @@ export async function launch({ webgpu = false, extraArgs = [] } = {}) {
     '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic',
     ...(webgpu ? ['--enable-unsafe-webgpu'] : []), ...extraArgs];
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args });
+}
+
+/**
+ * A browser on a fresh profile on disk, as a visitor's (`launch`'s contexts are off the record:
+ * there Chromium's Cache API refuses an 800 MB file with "Unexpected internal error", so a
+ * 1B model's second visit downloaded again and a benchmark timed that, not a load from the
+ * cache). Returns the context (`newPage`) and `close`, which also removes the profile.
+ */
+export async function launchProfile({ webgpu = false, extraArgs = [] } = {}) {
+  const args = ['--headless=new', '--no-sandbox', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--no-first-run', '--disable-quic',
+    ...(webgpu ? ['--enable-unsafe-webgpu'] : []), ...extraArgs];
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kerze-profile-'));
+  const context = await chromium.launchPersistentContext(dir, { executablePath: CHROMIUM, headless: true, args });
+  return {
+    context,
+    async close() {
+      try {
+        await context.close();
+      } finally {
+        fs.rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  };
 }
 
 /**

@@ -8,7 +8,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import {
-  ROOT, MODEL_FILE, CERTAIN, cli, serve, stopServers, launch, openPage, test, summary, assert, assertEq,
+  ROOT, MODEL_FILE, CERTAIN, cli, serve, stopServers, launch, launchProfile, rendererRssMb, openPage, test, summary,
+  assert, assertEq,
 } from './lib.mjs';
 
 const catalog = JSON.parse(fs.readFileSync(path.join(ROOT, 'models/catalog.json'), 'utf8'));
@@ -1085,6 +1086,60 @@ try {
       return out;
     }));
     assert(r.simd128 > 552 && r['relaxed/'] > 552, `outputs compared: ${JSON.stringify(r)}`);
+  });
+
+  await test('probe plans a GGUF URL\'s memory from its header (no download): within 15% of the tab\'s measured peak while it loads', async () => {
+    // A profile on disk, as a visitor's: the second page loads from the cache, as a later
+    // visit does; each page in its own renderer, measured against its RSS before the load.
+    const b = await launchProfile();
+    try {
+      const url = MODEL_URL;
+      const warm = await b.context.newPage();
+      await warm.goto(`${A}/www/`);
+      const before = Date.now();
+      // The probe's requests for the file: its size (a HEAD), and a GET of the header's range
+      // that this server answers whole (no ranges), cut off after 8 MB (so it ends aborted).
+      const gguf = [];
+      warm.on('requestfinished', (r) => { if (r.url().endsWith('.gguf')) gguf.push(`${r.method()} finished`); });
+      warm.on('requestfailed', (r) => { if (r.url().endsWith('.gguf')) gguf.push(`${r.method()} ${r.failure()?.errorText}`); });
+      const p = await warm.evaluate(async (u) => (await import('/pkg/index.js')).probe({ model: { url: u }, nCtx: 512 }), url);
+      await warm.waitForTimeout(500);
+      const probeRequests = [...gguf];
+      await warm.evaluate(async (u) => {
+        const e = await (await import('/pkg/index.js')).createEngine({ model: { url: u }, nCtx: 512 });
+        await e.dispose();
+      }, url);
+      await warm.close();
+      const page = await b.context.newPage();
+      await page.goto(`${A}/www/`);
+      await page.waitForTimeout(1000);
+      const rss0 = rendererRssMb(process.pid).page;
+      let peak = rss0;
+      const timer = setInterval(() => { peak = Math.max(peak, rendererRssMb(process.pid).page); }, 25);
+      let info;
+      try {
+        info = await page.evaluate(async (u) => {
+          const k = await import('/pkg/index.js');
+          const e = await k.createEngine({ model: { url: u }, nCtx: 512 });
+          return { source: e.info.source, memoryBytes: e.info.memoryBytes };
+        }, url);
+        await page.waitForTimeout(500);
+      } finally {
+        clearInterval(timer);
+      }
+      peak = Math.max(peak, rendererRssMb(process.pid).page);
+      await page.close();
+      const measured = (peak - rss0) * 2 ** 20;
+      const ratio = p.peakBytes / measured;
+      console.log(`  probe plan ${JSON.stringify(p.plan)}; measured peak ${Math.round(measured / 1e6)} MB over ${Math.round(rss0)} MiB before `
+        + `(wasm memory ${Math.round(info.memoryBytes / 1e6)} MB, ${info.source}): estimate / measured ${ratio.toFixed(3)} (${Date.now() - before} ms)`);
+      assertEq([p.canRun, info.source], ['yes', 'cache'], `probe ${JSON.stringify(p.problems)}, load ${info.source}`);
+      assert(p.plan && p.plan.nCtx === 512 && p.reasons.some((r) => /from the file's header/.test(r)), `the plan: ${JSON.stringify(p)}`);
+      assertEq(probeRequests.filter((r) => r.startsWith('GET')), ['GET net::ERR_ABORTED'], 'the probe read the header, not the file');
+      assert(Math.abs(ratio - 1) <= 0.15, `estimate ${p.peakBytes} against the measured peak ${measured}: ${ratio.toFixed(3)}`);
+    } finally {
+      await b.close();
+    }
   });
 
   await test('probe before any download: this Chromium, a low deviceMemory, the crash beacon, a missing file; createEngine refuses what it cannot run without fetching it', async () => {
