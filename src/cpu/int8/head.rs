@@ -79,11 +79,11 @@ impl QMatrix {
         let Values::Int8(qs) = &self.values else {
             return None;
         };
-        // The filter's kernel reads f32 scales, or f16 ones as non-negative ([`Scale`]).
+        // The filter's kernel reads f32 scales, or f16 ones as non-negative ([`Scale`]);
+        // coded ones are made f32 a span of rows at a time ([`QMatrix::products_u7`]).
         let scales_read = match &self.scales {
-            Scales::F32(_) => true,
+            Scales::F32(_) | Scales::Coded { .. } => true,
             Scales::F16 { signed, .. } => !signed,
-            Scales::Coded { .. } => false,
         };
         if !scales_read
             || self.offsets.is_some()
@@ -233,18 +233,40 @@ impl QMatrix {
             // SAFETY: the chunk ranges are disjoint, so these ranges of `y` are disjoint and
             // in bounds, and `y` outlives `for_chunks`, which returns only when all are done.
             let part = unsafe { out.part(r.start, r.len()) };
-            let ng = n / group;
-            for_row_tiles(r.clone(), part, |j, apart, t, acc| {
-                let (w, g16) = (&qs[j * n..], group != QK);
-                match &self.scales {
-                    Scales::F32(s) => dot_u7(w, &s[j * ng..], xq, n, apart * n, t, acc, g16),
-                    Scales::F16 { bits, .. } => {
-                        dot_u7(w, &bits[j * ng..], xq, n, apart * n, t, acc, g16)
+            let (ng, g16) = (n / group, group != QK);
+            match &self.scales {
+                Scales::F32(s) => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                    dot_u7(&qs[j * n..], &s[j * ng..], xq, n, apart * n, t, acc, g16)
+                }),
+                Scales::F16 { bits, .. } => for_row_tiles(r.clone(), part, |j, apart, t, acc| {
+                    dot_u7(&qs[j * n..], &bits[j * ng..], xq, n, apart * n, t, acc, g16)
+                }),
+                // A K-quant head in wasm (Llama 3's tied Q6_K embeddings: 45 MB less of the
+                // 1B shape's tab than f32 scales): its scales made f32 a span of rows at a
+                // time, as the layers' products make them, each span's rows in four streams.
+                Scales::Coded { .. } => HEAD_SCALES.with_borrow_mut(|buf| {
+                    let mut s0 = r.start;
+                    while s0 < r.end {
+                        let span = s0..(s0 + ROW_CHUNK).min(r.end);
+                        let ws = self.scales.groups(span.start * ng..span.end * ng, buf);
+                        let out = &mut part[span.start - r.start..span.end - r.start];
+                        for_row_tiles(span.clone(), out, |j, apart, t, acc| {
+                            let w = &qs[j * n..];
+                            dot_u7(
+                                w,
+                                &ws[(j - span.start) * ng..],
+                                xq,
+                                n,
+                                apart * n,
+                                t,
+                                acc,
+                                g16,
+                            )
+                        });
+                        s0 = span.end;
                     }
-                    // `top_k_filtered` declines them (a NaN would make it fall back too).
-                    Scales::Coded { .. } => *acc = [f32::NAN; 4],
-                }
-            });
+                }),
+            }
             then(r, part);
         });
         y
@@ -308,6 +330,13 @@ impl Row7 {
             scale: f64::from(hi - lo) / 127.0,
         })
     }
+}
+
+thread_local! {
+    /// A span of a coded head's scales as f32 ([`QMatrix::products_u7`]), kept by each
+    /// thread (as the layers' products keep theirs: an allocation per item takes the
+    /// allocator's one lock in the threads build).
+    static HEAD_SCALES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 thread_local! {
@@ -392,6 +421,24 @@ mod tests {
             );
             assert!(matches!(plain.scales, Scales::F32(_)));
             let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+            // A K-quant head as wasm keeps it: its scales coded as the file codes them
+            // (made f32 a span of rows at a time by the filter): the same top-k, bit for bit.
+            let coded = (ty == GgmlType::Q6_K).then(|| {
+                let c = now(QMatrix::load_as(
+                    &SyncReads(&bytes),
+                    0,
+                    rows,
+                    cols,
+                    ty,
+                    true,
+                    true,
+                    ScaleLayout::Coded,
+                ))
+                .unwrap()
+                .unwrap();
+                assert!(matches!(c.scales, Scales::Coded { .. }));
+                c
+            });
             let x: Vec<f32> = (0..3 * cols).map(|_| rng.normal()).collect();
             for m_rows in [1, 3] {
                 assert_eq!(
@@ -424,6 +471,10 @@ mod tests {
                     for allowed in [None, Some(&mask[..])] {
                         let got = m.top_k_filtered(&x, k, allowed).expect("the filter runs");
                         let want = exact_top_k(&m, &x, k, allowed);
+                        if let Some(c) = &coded {
+                            let got = c.top_k_filtered(&x, k, allowed).expect("it runs coded");
+                            assert_eq!(got, want, "coded {ty} seed {seed} k {k}");
+                        }
                         assert_eq!(
                             got,
                             want,

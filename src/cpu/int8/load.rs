@@ -260,6 +260,9 @@ fn scale_layout(u: &Unpacker, head: bool, filter: bool) -> ScaleLayout {
     if head {
         if filter && u.f16_scale == Some(true) && keeps_int8(u, head, filter) {
             ScaleLayout::F16 { signed: false }
+        } else if cfg!(target_arch = "wasm32") && u.units.is_some() {
+            // The filter makes them f32 a span of rows at a time (head.rs).
+            ScaleLayout::Coded
         } else {
             ScaleLayout::F32
         }
