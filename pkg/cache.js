@@ -15,6 +15,11 @@ const KEY_BASE = 'https://kerze.invalid/model/';
  *             storedAt: string }} CachedModel
  */
 
+// Where the note of a refused write is kept (`noteRefused`): not a model, so `list` skips it.
+const REFUSED_NOTE = 'https://kerze.invalid/note/refused';
+/** How long a refused write is remembered: storage changes (a cleared site, more quota). */
+const REFUSED_FOR_MS = 24 * 3600 * 1000;
+
 function requestFor(key) {
   return new Request(KEY_BASE + encodeURIComponent(key));
 }
@@ -79,6 +84,35 @@ class ModelCache {
 
   async delete(key) {
     return this.cache.delete(requestFor(key));
+  }
+
+  /**
+   * The smallest file this cache refused to store in the last day (bytes), or null. Off the
+   * record Chromium's Cache API refuses a file of some hundred MB ("Unexpected internal
+   * error") only once it arrived whole: a later visit then downloads it once, into memory,
+   * not twice.
+   */
+  async refusedFrom() {
+    try {
+      const r = await this.cache.match(new Request(REFUSED_NOTE));
+      if (!r) return null;
+      const { bytes, at } = await r.json();
+      return Number.isSafeInteger(bytes) && Date.now() - at < REFUSED_FOR_MS ? bytes : null;
+    } catch {
+      return null;
+    }
+  }
+
+  /** Note that a file of `bytes` was refused ({@link ModelCache#refusedFrom}). */
+  async noteRefused(bytes) {
+    if (!Number.isSafeInteger(bytes) || bytes <= 0) return;
+    const before = await this.refusedFrom();
+    const note = JSON.stringify({ bytes: Math.min(bytes, before ?? bytes), at: Date.now() });
+    try {
+      await this.cache.put(new Request(REFUSED_NOTE), new Response(note));
+    } catch {
+      // Not even the note fits: the next visit tries the cache again.
+    }
   }
 
   /** @returns {Promise<CachedModel[]>} */

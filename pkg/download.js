@@ -128,9 +128,8 @@ class CheckedBody {
   }
 }
 
-/** Download `spec.url` into one buffer: { bytes, sha256 }. Throws as {@link CheckedBody}. */
-async function download(spec, glue, signal, onProgress) {
-  const body = await openDownload(spec, glue, signal, onProgress);
+/** An opened download (`body`, {@link CheckedBody}) into one buffer: { bytes, sha256 }. Throws as it does. */
+async function download(body) {
   let buf = new Uint8Array(body.expected ?? 16 << 20);
   let n = 0;
   try {
@@ -151,15 +150,14 @@ async function download(spec, glue, signal, onProgress) {
 }
 
 /**
- * Download `spec.url` straight into the model cache, through the checks: the file is never
+ * Stream an opened download (`body`, {@link CheckedBody}) straight into the model cache, through the checks: the file is never
  * held whole in JS (a first visit then peaks as a cached load does, ~250 MB lower than
  * through one buffer). A failed check errors the body, so the Cache API stores nothing.
  * Returns { blob, sha256 } (the stored file, which the engine reads piece by piece), or
  * { refused } when the cache did not take the write (quota…): then nothing is stored.
  * Throws DownloadError, IntegrityError or AbortError.
  */
-async function downloadToCache(spec, store, glue, signal, onProgress) {
-  const body = await openDownload(spec, glue, signal, onProgress);
+async function downloadToCache(body, spec, store, signal) {
   let failure = null;
   const stream = new ReadableStream({
     async pull(controller) {
@@ -308,25 +306,40 @@ export async function modelBytes(spec, lookup, glue, warn, signal, onProgress) {
         warn(`reading the model cache failed, downloading instead: ${e?.message ?? e}`);
       }
     }
-    if (!bytes && store && typeof FileReaderSync === 'function' && await roomFor(spec.bytes)) {
-      // In a worker the download goes through the checks into the cache, and the engine
-      // reads the stored file piece by piece, as on a later visit.
-      const got = await downloadToCache(spec, store, glue, signal, onProgress);
-      if (got.blob) {
-        bytes = got.blob;
-        spec.sha256 = got.sha256;
-        source = 'network';
-        streamed = true;
-      } else {
-        warn(`the model was not cached (${whyNotStored(got.refused)}): downloading it again into memory; it will download again next time`);
+    if (!bytes) {
+      let body = await openDownload(spec, glue, signal, onProgress);
+      const size = body.expected;
+      // A file as large as one this cache refused within a day goes into memory at once,
+      // and is not offered to the cache again.
+      const refused = store && size != null ? await store.refusedFrom?.() : null;
+      if (refused != null && size >= refused) {
+        warn(`the model is not cached: this browser's cache refused a file of ${Math.round(refused / 1e6)} MB before (a private window?); it downloads on every visit`);
         store = null;
       }
-    }
-    if (!bytes) {
-      const got = await download(spec, glue, signal, onProgress);
-      bytes = got.bytes;
-      spec.sha256 = got.sha256;
-      source = 'network';
+      if (store && typeof FileReaderSync === 'function' && await roomFor(size)) {
+        // In a worker the download goes through the checks into the cache, and the engine
+        // reads the stored file piece by piece, as on a later visit.
+        const got = await downloadToCache(body, spec, store, signal);
+        if (got.blob) {
+          bytes = got.blob;
+          spec.sha256 = got.sha256;
+          source = 'network';
+          streamed = true;
+        } else {
+          // The body is spent: the file is downloaded again, this once (the cache said no only
+          // once it had it all); noted, so that the next visit downloads it once.
+          await store.noteRefused?.(size ?? body.n);
+          warn(`the model was not cached (${whyNotStored(got.refused)}): downloading it again into memory; next time it downloads once, into memory`);
+          store = null;
+          body = await openDownload(spec, glue, signal, onProgress);
+        }
+      }
+      if (!bytes) {
+        const got = await download(body);
+        bytes = got.bytes;
+        spec.sha256 = got.sha256;
+        source = 'network';
+      }
     }
   }
   return { bytes, source, store, streamed };

@@ -1088,6 +1088,66 @@ try {
     assert(r.simd128 > 552 && r['relaxed/'] > 552, `outputs compared: ${JSON.stringify(r)}`);
   });
 
+  await test('a file the model cache refuses once it has it whole (as a private window refuses a large one) downloads twice on that visit, then once a visit, into memory; the note round-trips in the real cache', async () => {
+    const r = await withPage(`${A}/www/`, (page) => page.evaluate(async (url) => {
+      const o = location.origin;
+      const src = `
+        const { modelBytes } = await import('${o}/pkg/download.js');
+        const { openModelCache } = await import('${o}/pkg/cache.js');
+        const glue = await import('${o}/pkg/wasm/kerze.js');
+        await glue.default({ module_or_path: '${o}/pkg/wasm/kerze_bg.wasm' });
+        let fetches = 0;
+        const realFetch = globalThis.fetch;
+        globalThis.fetch = (...a) => { fetches += 1; return realFetch(...a); };
+        // A store that reads the whole stream and then refuses it, as Chromium's Cache API
+        // does off the record with a file of some hundred MB.
+        let note = null;
+        const store = {
+          async put(key, body) {
+            if (body instanceof ReadableStream) { const rd = body.getReader(); while (!(await rd.read()).done); }
+            throw new Error('Unexpected internal error.');
+          },
+          async match() { return null; },
+          async delete() { return false; },
+          async refusedFrom() { return note; },
+          async noteRefused(b) { note = Math.min(note ?? b, b); },
+        };
+        const visit = async () => {
+          const warnings = [];
+          const before = fetches;
+          const spec = { key: 'refusing', url: '${url}', name: 'tiny' };
+          const got = await modelBytes(spec, Promise.resolve({ store, hit: null, error: null }), glue,
+            (w) => warnings.push(w), undefined, () => {});
+          return { fetches: fetches - before, source: got.source, store: got.store, streamed: got.streamed,
+            size: got.bytes.byteLength, sha: spec.sha256, warnings };
+        };
+        const first = await visit();
+        const second = await visit();
+        const { store: real } = await openModelCache();
+        await real.noteRefused(6e8);
+        await real.noteRefused(5e8);
+        await real.noteRefused(7e8);
+        const from = await real.refusedFrom();
+        const listed = (await real.list()).length;
+        await real.clear();
+        postMessage({ first, second, note, from, listed, after: await real.refusedFrom() });
+      `;
+      const w = new Worker(URL.createObjectURL(new Blob([src], { type: 'text/javascript' })), { type: 'module' });
+      return new Promise((res, rej) => {
+        w.onmessage = (e) => { w.terminate(); res(e.data); };
+        w.onerror = (e) => { w.terminate(); rej(new Error(e.message)); };
+      });
+    }, `${A}/models/tiny-gemma3.gguf`));
+    const size = fs.statSync(path.join(ROOT, 'models/tiny-gemma3.gguf')).size;
+    assertEq([r.first.fetches, r.first.source, r.first.store, r.first.streamed, r.first.size], [2, 'network', null, false, size],
+      `the refusing visit: ${JSON.stringify(r.first)}`);
+    assert(/next time it downloads once/.test(r.first.warnings.join()), `its warning: ${r.first.warnings}`);
+    assertEq([r.note, r.second.fetches, r.second.store, r.second.size, r.second.sha], [size, 1, null, size, r.first.sha],
+      `the next visit: ${JSON.stringify(r.second)}`);
+    assert(/refused a file/.test(r.second.warnings.join()), `its warning: ${r.second.warnings}`);
+    assertEq([r.from, r.listed, r.after], [5e8, 0, null], 'the real cache keeps the smallest refused size, lists no model for it, clears it');
+  });
+
   await test('probe plans a GGUF URL\'s memory from its header (no download): within 15% of the tab\'s measured peak while it loads', async () => {
     // A profile on disk, as a visitor's: the second page loads from the cache, as a later
     // visit does; each page in its own renderer, measured against its RSS before the load.
