@@ -51,3 +51,22 @@ impl Rng {
         ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
     }
 }
+
+/// A fresh seed for a sampled request that gave none, so that unseeded requests differ (seed
+/// 0 for all of them gave three identical answers at temperature 0.9): the process's random
+/// hash keys (std's `RandomState`, a new pair each call) over a counter and the clock. Report
+/// it, so that a request can be replayed. Native only (the browser's package draws its own).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static DRAWN: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(DRAWN.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}

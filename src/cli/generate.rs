@@ -147,8 +147,20 @@ fn sampler(a: &SamplingArgs) -> SamplerConfig {
         presence_penalty: a.presence_penalty.unwrap_or(d.presence_penalty),
         frequency_penalty: a.frequency_penalty.unwrap_or(d.frequency_penalty),
         penalty_last_n: a.penalty_last_n.unwrap_or(d.penalty_last_n),
-        seed: a.seed.unwrap_or(d.seed),
+        // Sampled without --seed: a fresh one, which the output reports (`seed`).
+        seed: a.seed.unwrap_or_else(|| {
+            if a.temperature.unwrap_or(d.temperature) > 0.0 {
+                crate::rng::fresh_seed()
+            } else {
+                d.seed
+            }
+        }),
     }
+}
+
+/// The seed to report: a sampled generation's (greedy needs none).
+fn reported_seed(s: &SamplerConfig) -> Option<u64> {
+    (s.temperature > 0.0).then_some(s.seed)
 }
 
 pub(super) fn cmd_generate(a: &GenerateArgs) -> Result<()> {
@@ -188,14 +200,18 @@ pub(super) fn cmd_generate(a: &GenerateArgs) -> Result<()> {
         if let Some(c) = &g.usage.choices {
             v["choices"] = serde_json::json!(c);
         }
+        if let Some(seed) = reported_seed(&opts.sampler) {
+            v["seed"] = seed.into();
+        }
         println!("{v}");
     } else {
         println!();
         for c in g.usage.choices.iter().flatten() {
             eprintln!("{:>6.1}%  {}", 100.0 * c.prob, c.choice);
         }
+        let seed = reported_seed(&opts.sampler).map_or(String::new(), |s| format!("; seed {s}"));
         eprintln!(
-            "[{} prompt tokens, {:.1} tok/s prefill; {} tokens, {:.1} tok/s decode]",
+            "[{} prompt tokens, {:.1} tok/s prefill; {} tokens, {:.1} tok/s decode{seed}]",
             g.usage.prompt_tokens,
             g.usage.prefill_tokens_per_s,
             g.usage.completion_tokens,
@@ -243,7 +259,7 @@ pub(super) fn cmd_chat(a: &ChatArgs) -> Result<()> {
     }))?;
     if a.json {
         let (reasoning, content) = chat::split_reasoning(&text);
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "prompt_ids": prompt_ids,
             "ids": g.generated(),
             "content": content,
@@ -251,9 +267,15 @@ pub(super) fn cmd_chat(a: &ChatArgs) -> Result<()> {
             "finish_reason": g.finish(),
             "usage": g.usage,
         });
+        if let Some(seed) = reported_seed(&gen.sampler) {
+            v["seed"] = seed.into();
+        }
         println!("{v}");
     } else {
         println!();
+        if let Some(seed) = reported_seed(&gen.sampler) {
+            eprintln!("[seed {seed}]");
+        }
     }
     Ok(())
 }

@@ -31,15 +31,20 @@ pub(super) struct ServeArgs {
     /// The largest request body in bytes (413 past it)
     #[arg(long, default_value_t = 2 << 20)]
     max_body: usize,
-    /// Keep answers to deterministic requests (temperature 0 or a seed) in this folder and
-    /// answer repeats from it, with no forward pass (`"cache": false` in a request: not that one)
+    /// Seconds a request's body may take to arrive (408 after: a client that sends less than
+    /// its content-length promises does not hold a connection)
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    body_timeout: u64,
+    /// Keep answers to deterministic requests (temperature 0 or a seed) in this folder, across
+    /// restarts (without it: in memory), and answer repeats from them with no forward pass
+    /// (`"cache": false` in a request: not that one)
     #[arg(long, value_name = "DIR")]
     response_cache: Option<std::path::PathBuf>,
     /// Seconds a kept answer stays valid
     #[arg(long, default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
     response_cache_ttl: u64,
-    /// Megabytes the kept answers may take (the least recently used go first)
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Megabytes the kept answers may take (the least recently used go first; 0: keep none)
+    #[arg(long, default_value_t = 64)]
     response_cache_mb: u64,
     /// Keep the KV snapshots of chats' shared prefixes (system prompt and earlier turns) in
     /// this folder, across restarts; without it they are kept in memory, shared by the slots
@@ -86,9 +91,10 @@ pub(super) fn cmd_serve(a: &ServeArgs) -> Result<()> {
         queue: a.queue,
         timeout: std::time::Duration::from_secs(a.timeout),
         max_body: a.max_body,
-        response_cache: a.response_cache.clone().map(|dir| {
+        body_timeout: std::time::Duration::from_secs(a.body_timeout),
+        response_cache: (a.response_cache_mb > 0).then(|| {
             crate::server::responses::ResponseCacheOptions {
-                dir,
+                dir: a.response_cache.clone(),
                 ttl: std::time::Duration::from_secs(a.response_cache_ttl),
                 max_bytes: a.response_cache_mb << 20,
             }

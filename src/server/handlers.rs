@@ -14,10 +14,27 @@ use axum::Json;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The body as JSON: 413 past the size limit, 400 when it does not parse. A body past the
-/// limit is read on (and dropped) up to [`DRAIN_FACTOR`] × the limit, so that the client,
-/// still sending, gets the 413 rather than a reset connection.
+/// The body as JSON: 413 past the size limit, 400 when it does not parse, 408 when it has not
+/// arrived within the body timeout (a `content-length` that promises more than is sent held
+/// the connection until the client gave up). A body past the limit is read on (and dropped)
+/// up to [`DRAIN_FACTOR`] × the limit, so that the client, still sending, gets the 413 rather
+/// than a reset connection.
 async fn read_json(st: &AppState, body: Body) -> ApiResult<serde_json::Value> {
+    let wait = st.opts.body_timeout;
+    tokio::time::timeout(wait, read_json_now(st, body))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} s (the server's body timeout)",
+                    wait.as_secs_f64()
+                ),
+            ))
+        })
+}
+
+async fn read_json_now(st: &AppState, body: Body) -> ApiResult<serde_json::Value> {
     use futures_util::StreamExt;
     let limit = st.opts.max_body;
     let mut stream = body.into_data_stream();
@@ -67,7 +84,8 @@ pub(super) async fn chat_completions(
         messages: req.messages,
         chat: req.chat,
     };
-    let (rx, hit) = st.answer("chat", &v, input, &req.generate, arrived).await?;
+    let answer = st.answer("chat", &v, input, &req.generate, arrived).await?;
+    let (rx, tags) = (answer.rx, (answer.hit, answer.seed));
     let meta = st.meta("chatcmpl");
     if !req.stream {
         let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
@@ -79,7 +97,7 @@ pub(super) async fn chat_completions(
             req.tool_calls,
         ))
         .into_response();
-        return Ok(tagged(r, hit));
+        return Ok(tagged(r, tags));
     }
     let frames = ChatStream::new(meta, req.include_usage).with_tool_calls(req.tool_calls);
     let first = vec![sse_json(&frames.start())];
@@ -87,15 +105,19 @@ pub(super) async fn chat_completions(
         Piece::Text(t) => f.push(&t).iter().map(sse_json).collect(),
         Piece::End(finish, usage) => f.finish(finish, &usage).iter().map(sse_json).collect(),
     });
-    Ok(tagged(r, hit))
+    Ok(tagged(r, tags))
 }
 
 /// `x-kerze-cache: hit | miss` on an answer the response cache may hold (none when it is off
-/// or the request is not deterministic).
-fn tagged(mut r: Response, hit: Option<bool>) -> Response {
+/// or the request is not deterministic), and `x-kerze-seed` on a sampled one: the seed it ran
+/// on (the request's, or the one drawn for it), which replays it.
+fn tagged(mut r: Response, (hit, seed): (Option<bool>, Option<u64>)) -> Response {
     if let Some(h) = hit {
         let v = HeaderValue::from_static(if h { "hit" } else { "miss" });
         r.headers_mut().insert("x-kerze-cache", v);
+    }
+    if let Some(s) = seed {
+        r.headers_mut().insert("x-kerze-seed", HeaderValue::from(s));
     }
     r
 }
@@ -113,9 +135,10 @@ pub(super) async fn completions(
         openai::Prompt::Text(t) => Input::Text(t),
         openai::Prompt::Ids(ids) => Input::Ids(ids),
     };
-    let (rx, hit) = st
+    let answer = st
         .answer("completions", &v, input, &req.generate, arrived)
         .await?;
+    let (rx, tags) = (answer.rx, (answer.hit, answer.seed));
     let meta = st.meta("cmpl");
     if !req.stream {
         let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
@@ -126,7 +149,7 @@ pub(super) async fn completions(
             Some(&usage),
         ))
         .into_response();
-        return Ok(tagged(r, hit));
+        return Ok(tagged(r, tags));
     }
     let include_usage = req.include_usage;
     let r = sse(
@@ -155,7 +178,7 @@ pub(super) async fn completions(
             }
         },
     );
-    Ok(tagged(r, hit))
+    Ok(tagged(r, tags))
 }
 
 pub(super) async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {

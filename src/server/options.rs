@@ -25,6 +25,8 @@ pub struct ServeOptions {
     pub timeout: Duration,
     /// The largest request body.
     pub max_body: usize,
+    /// How long a request's body may take to arrive (408 after).
+    pub body_timeout: Duration,
     /// Keep answers to deterministic requests here (None: no response cache).
     pub response_cache: Option<responses::ResponseCacheOptions>,
     /// Keep the KV of chats' shared prefixes (None: only in each slot's own cache).

@@ -1,10 +1,11 @@
 //! The response cache of `kerze serve`: answers to deterministic requests (temperature 0, or
-//! a fixed seed) kept as files, one per request key — the sha256 of the model file's sha256,
+//! a fixed seed) kept in memory (the default) or as files, one per request key — the sha256
+//! of the model file's sha256 (in memory: its path, the process being the model's),
 //! the endpoint, backend and context, and the canonical request (its JSON with sorted keys, less `stream`,
 //! `stream_options`, `user`, `model`, `cache`, and `seed` when greedy). A hit answers with no
 //! slot and no forward pass, streamed like a fresh answer, its usage saying every prompt token
-//! was cached. Entries live `ttl`; past `max_bytes` the least recently used files go first; a
-//! file that does not parse is removed, never used.
+//! was cached. Entries live `ttl`; past `max_bytes` the least recently used go first; a file
+//! that does not parse is removed, never used.
 
 use crate::generate::{FinishReason, Usage};
 use crate::openai::GenerateRequest;
@@ -15,7 +16,8 @@ use std::time::{Duration, SystemTime};
 /// Where and how long answers are kept.
 #[derive(Clone, Debug)]
 pub struct ResponseCacheOptions {
-    pub dir: PathBuf,
+    /// A folder (kept across restarts), or None: in memory.
+    pub dir: Option<PathBuf>,
     pub ttl: Duration,
     pub max_bytes: u64,
 }
@@ -37,8 +39,27 @@ const VERSION: u32 = 1;
 
 pub struct ResponseCache {
     opts: ResponseCacheOptions,
-    /// The model file's sha256, hex.
+    /// The model file's sha256, hex (in memory: what names the model in this process).
     model: String,
+    /// The answers kept in memory, where there is no folder.
+    memory: Option<std::sync::Mutex<Memory>>,
+}
+
+/// Answers in memory: each entry's JSON (what a file would hold) and when it was last used,
+/// and their bytes in all.
+#[derive(Default)]
+struct Memory {
+    entries: std::collections::HashMap<String, (Vec<u8>, u64)>,
+    bytes: u64,
+    clock: u64,
+}
+
+impl Memory {
+    fn remove(&mut self, key: &str) {
+        if let Some((b, _)) = self.entries.remove(key) {
+            self.bytes -= b.len() as u64;
+        }
+    }
 }
 
 /// JSON with every object's keys sorted.
@@ -71,10 +92,39 @@ fn now_s() -> f64 {
 }
 
 impl ResponseCache {
-    /// The cache in `opts.dir` (made if missing) for the model whose sha256 is `model`.
+    /// The cache in `opts.dir` (made if missing), or in memory, for the model whose sha256
+    /// is `model`.
     pub fn open(opts: ResponseCacheOptions, model: String) -> std::io::Result<Self> {
-        std::fs::create_dir_all(&opts.dir)?;
-        Ok(Self { opts, model })
+        let memory = match &opts.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir)?;
+                None
+            }
+            None => Some(std::sync::Mutex::new(Memory::default())),
+        };
+        Ok(Self {
+            opts,
+            model,
+            memory,
+        })
+    }
+
+    /// Whether answers are kept in memory (then nothing names the model file's contents).
+    pub fn in_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
+    fn memory(&self) -> Option<std::sync::MutexGuard<'_, Memory>> {
+        self.memory
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// A kept entry's JSON, if it parses, is this version's and is still live.
+    fn live(&self, bytes: &[u8]) -> Option<Entry> {
+        serde_json::from_slice::<Entry>(bytes)
+            .ok()
+            .filter(|e| e.v == VERSION && e.stored + self.opts.ttl.as_secs_f64() > now_s())
     }
 
     /// The key of a request with body `body` in `scope` (the endpoint, the backend and the
@@ -107,16 +157,33 @@ impl ResponseCache {
         Some(format!("{:x}", h.finalize()))
     }
 
-    fn path(&self, key: &str) -> PathBuf {
-        self.opts.dir.join(format!("{key}.json"))
+    fn path(&self, dir: &std::path::Path, key: &str) -> PathBuf {
+        dir.join(format!("{key}.json"))
     }
 
     /// The live entry for `key`; an expired or unreadable one is removed.
     pub fn get(&self, key: &str) -> Option<Entry> {
-        let p = self.path(key);
+        if let Some(mut m) = self.memory() {
+            let found = m.entries.get(key).map(|(b, _)| self.live(b));
+            return match found? {
+                Some(e) => {
+                    m.clock += 1;
+                    let now = m.clock;
+                    if let Some(slot) = m.entries.get_mut(key) {
+                        slot.1 = now;
+                    }
+                    Some(e)
+                }
+                None => {
+                    m.remove(key);
+                    None
+                }
+            };
+        }
+        let p = self.path(self.opts.dir.as_deref()?, key);
         let bytes = std::fs::read(&p).ok()?;
-        match serde_json::from_slice::<Entry>(&bytes) {
-            Ok(e) if e.v == VERSION && e.stored + self.opts.ttl.as_secs_f64() > now_s() => {
+        match self.live(&bytes) {
+            Some(e) => {
                 // Recently used: the size cap removes the files least recently touched first.
                 if let Ok(f) = std::fs::File::options().append(true).open(&p) {
                     let _ = f.set_modified(SystemTime::now());
@@ -146,18 +213,40 @@ impl ResponseCache {
         if bytes.len() as u64 > self.opts.max_bytes {
             return;
         }
-        let tmp = self
-            .opts
-            .dir
-            .join(format!(".{key}.{}.tmp", std::process::id()));
-        if std::fs::write(&tmp, &bytes).is_ok() && std::fs::rename(&tmp, self.path(key)).is_err() {
+        if let Some(mut m) = self.memory() {
+            m.remove(key);
+            m.clock += 1;
+            let now = m.clock;
+            m.bytes += bytes.len() as u64;
+            m.entries.insert(key.to_string(), (bytes, now));
+            // The least recently used first, until the rest fit.
+            while m.bytes > self.opts.max_bytes {
+                let Some(oldest) = m
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, v)| v.1)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                m.remove(&oldest);
+            }
+            return;
+        }
+        let Some(dir) = self.opts.dir.as_deref() else {
+            return;
+        };
+        let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
+        if std::fs::write(&tmp, &bytes).is_ok()
+            && std::fs::rename(&tmp, self.path(dir, key)).is_err()
+        {
             let _ = std::fs::remove_file(&tmp);
         }
-        self.evict();
+        self.evict(dir);
     }
 
-    fn evict(&self) {
-        let Ok(dir) = std::fs::read_dir(&self.opts.dir) else {
+    fn evict(&self, dir: &std::path::Path) {
+        let Ok(dir) = std::fs::read_dir(dir) else {
             return;
         };
         let mut files: Vec<(SystemTime, u64, PathBuf)> = dir
@@ -188,7 +277,7 @@ mod tests {
     fn cache(dir: &std::path::Path, max_bytes: u64, ttl: u64) -> ResponseCache {
         ResponseCache::open(
             ResponseCacheOptions {
-                dir: dir.to_path_buf(),
+                dir: Some(dir.to_path_buf()),
                 ttl: Duration::from_secs(ttl),
                 max_bytes,
             },
@@ -301,14 +390,14 @@ mod tests {
             (e.pieces.concat(), e.finish),
             ("ab".to_string(), FinishReason::Length)
         );
-        std::fs::write(c.path("k2"), b"{not json").unwrap();
+        std::fs::write(c.path(&dir, "k2"), b"{not json").unwrap();
         assert!(
-            c.get("k2").is_none() && !c.path("k2").exists(),
+            c.get("k2").is_none() && !c.path(&dir, "k2").exists(),
             "a corrupt file is removed"
         );
         let gone = cache(&dir, 1 << 20, 0);
         assert!(gone.get("k1").is_none(), "past its TTL");
-        let one = std::fs::metadata(c.path("k1"))
+        let one = std::fs::metadata(c.path(&dir, "k1"))
             .map(|m| m.len())
             .unwrap_or(0);
         assert_eq!(one, 0, "an expired entry is removed");
@@ -318,7 +407,7 @@ mod tests {
             FinishReason::Stop,
             Usage::default(),
         );
-        let len = std::fs::metadata(c.path("a")).unwrap().len();
+        let len = std::fs::metadata(c.path(&dir, "a")).unwrap().len();
         let small = cache(&dir, len * 3 / 2, 60);
         std::thread::sleep(Duration::from_millis(20));
         small.put(
@@ -332,5 +421,57 @@ mod tests {
             "the cap removes the older"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// In memory (the default): a kept answer comes back, a short TTL expires it, and past the
+    /// cap the least recently used goes first (one read makes an entry recent).
+    #[test]
+    fn in_memory_entries_expire_and_the_least_recently_used_go_first() {
+        let mem = |max_bytes, ttl| {
+            ResponseCache::open(
+                ResponseCacheOptions {
+                    dir: None,
+                    ttl: Duration::from_secs(ttl),
+                    max_bytes,
+                },
+                "model.gguf".into(),
+            )
+            .unwrap()
+        };
+        let put = |c: &ResponseCache, k: &str, text: &str| {
+            c.put(k, vec![text.into()], FinishReason::Stop, Usage::default())
+        };
+        let c = mem(1 << 20, 60);
+        assert!(c.in_memory());
+        put(&c, "k1", "hello");
+        assert_eq!(c.get("k1").unwrap().pieces, vec!["hello".to_string()]);
+        assert!(c.get("k2").is_none());
+        let gone = mem(1 << 20, 0);
+        put(&gone, "k1", "hello");
+        assert!(gone.get("k1").is_none(), "past its TTL");
+        assert_eq!(
+            gone.memory().unwrap().bytes,
+            0,
+            "an expired entry is removed"
+        );
+        let one = serde_json::to_vec(&Entry {
+            v: VERSION,
+            pieces: vec!["x".repeat(60)],
+            finish: FinishReason::Stop,
+            usage: Usage::default(),
+            stored: now_s(),
+        })
+        .unwrap()
+        .len() as u64;
+        let small = mem(one * 5 / 2, 60);
+        put(&small, "a", &"x".repeat(60));
+        put(&small, "b", &"y".repeat(60));
+        assert!(small.get("a").is_some(), "a read makes `a` the more recent");
+        put(&small, "c", &"z".repeat(60));
+        assert!(
+            small.get("a").is_some() && small.get("b").is_none() && small.get("c").is_some(),
+            "the cap removes the least recently used"
+        );
+        assert!(small.memory().unwrap().bytes <= one * 5 / 2);
     }
 }

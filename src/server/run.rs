@@ -28,7 +28,10 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         .map_err(|e| Error::InvalidArgument(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr()?;
     // The model file's sha256 names it in what is kept on disk (hashed once, when needed).
-    let needs_sha = opts.response_cache.is_some()
+    let needs_sha = opts
+        .response_cache
+        .as_ref()
+        .is_some_and(|r| r.dir.is_some())
         || opts.prefix_cache.as_ref().is_some_and(|p| p.dir.is_some());
     let sha = if needs_sha {
         crate::catalog::sha256_file(&opts.path)?
@@ -54,7 +57,10 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
             let c = responses::ResponseCache::open(rc.clone(), sha.clone()).map_err(|e| {
                 Error::InvalidArgument(format!(
                     "the response cache {} cannot be used: {e}",
-                    rc.dir.display()
+                    rc.dir
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
                 ))
             })?;
             Some(Arc::new(c))

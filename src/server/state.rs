@@ -30,6 +30,14 @@ pub(super) struct AppState {
     pub(super) responses: Option<Arc<responses::ResponseCache>>,
 }
 
+/// A request's answer as [`AppState::answer`] starts it: its events, whether the response
+/// cache had it (None: not cacheable), and the seed a sampled one runs on.
+pub(super) struct Answer {
+    pub(super) rx: UnboundedReceiver<Event>,
+    pub(super) hit: Option<bool>,
+    pub(super) seed: Option<u64>,
+}
+
 impl AppState {
     pub(super) fn ready(&self) -> ApiResult<&Loaded> {
         if self.draining.load(Ordering::SeqCst) {
@@ -80,14 +88,30 @@ impl AppState {
         input: Input,
         generate: &openai::GenerateRequest,
         arrived: Instant,
-    ) -> ApiResult<(UnboundedReceiver<Event>, Option<bool>)> {
+    ) -> ApiResult<Answer> {
         let loaded = self.ready()?;
         let cache = self.responses.clone();
         let scope = format!("{endpoint}|{}|{}", loaded.info.backend, loaded.info.n_ctx);
+        // A sampled request runs on its seed, or on a fresh one (the key above is the
+        // request's: one without a seed is never kept); either is reported.
+        let sampled = generate
+            .options()
+            .is_ok_and(|o| o.sampler.temperature > 0.0);
+        let seed = sampled.then(|| generate.seed.unwrap_or_else(crate::rng::fresh_seed));
+        let run = openai::GenerateRequest {
+            seed: seed.or(generate.seed),
+            ..generate.clone()
+        };
         let Some((cache, key)) = cache.and_then(|c| c.key(&scope, body, generate).map(|k| (c, k)))
         else {
-            return Ok((self.submit(input, generate, arrived).await?, None));
+            let rx = self.submit(input, &run, arrived).await?;
+            return Ok(Answer {
+                rx,
+                hit: None,
+                seed,
+            });
         };
+        let generate = &run;
         let (c, k) = (Arc::clone(&cache), key.clone());
         if let Some(e) = tokio::task::spawn_blocking(move || c.get(&k))
             .await
@@ -108,7 +132,11 @@ impl AppState {
                 finish: e.finish,
                 usage,
             });
-            return Ok((rx, Some(true)));
+            return Ok(Answer {
+                rx,
+                hit: Some(true),
+                seed,
+            });
         }
         let mut inner = self.submit(input, generate, arrived).await?;
         let (tx, rx) = unbounded_channel();
@@ -132,7 +160,11 @@ impl AppState {
                 }
             }
         });
-        Ok((rx, Some(false)))
+        Ok(Answer {
+            rx,
+            hit: Some(false),
+            seed,
+        })
     }
 
     async fn submit(

@@ -277,6 +277,60 @@ try:
         finally:
             shutil.rmtree(d, ignore_errors=True)
 
+    @test("openai PyPI: server defects — unseeded sampled requests differ, each reports its seed (x-kerze-seed), which replays it, and kerze generate reports one too; a repeated greedy request is served from the default in-memory cache (--response-cache-mb 0: none); a body short of its content-length gets a 408 within --body-timeout")
+    def _():
+        import socket
+        messages = [{"role": "user", "content": "Write one sentence about the sea."}]
+        sampled = dict(model=MODEL_ID, messages=messages, temperature=0.9, max_tokens=24)
+        runs = [client.chat.completions.with_raw_response.create(**sampled) for _ in range(3)]
+        texts = [r.parse().choices[0].message.content for r in runs]
+        seeds = [int(r.headers["x-kerze-seed"]) for r in runs]
+        assert len(set(texts)) == 3 and len(set(seeds)) == 3, (texts, seeds)
+        assert all("x-kerze-cache" not in r.headers for r in runs)
+        again = client.chat.completions.with_raw_response.create(**sampled, seed=seeds[1])
+        assert again.parse().choices[0].message.content == texts[1] and int(again.headers["x-kerze-seed"]) == seeds[1]
+        greedy = client.chat.completions.with_raw_response.create(model=MODEL_ID, messages=messages, temperature=0, max_tokens=8)
+        assert "x-kerze-seed" not in greedy.headers
+        cli = [json.loads(subprocess.run([KERZE, "generate", "--model", MODEL, "--device", "cpu", "--prompt", "The sea",
+                                          "--max-tokens", "12", "--temperature", "0.9", "--json"],
+                                         check=True, capture_output=True, text=True).stdout.strip().split("\n")[-1]) for _ in range(2)]
+        assert cli[0]["seed"] != cli[1]["seed"] and cli[0]["text"] != cli[1]["text"], cli
+        replay = json.loads(subprocess.run([KERZE, "generate", "--model", MODEL, "--device", "cpu", "--prompt", "The sea",
+                                            "--max-tokens", "12", "--temperature", "0.9", "--seed", str(cli[0]["seed"]), "--json"],
+                                           check=True, capture_output=True, text=True).stdout.strip().split("\n")[-1])
+        assert replay["text"] == cli[0]["text"] and replay["seed"] == cli[0]["seed"], (replay, cli[0])
+        # The default cache: no flag, in memory; off with --response-cache-mb 0.
+        for flags, want in ([], ("miss", "hit")), (["--response-cache-mb", "0"], (None, None)):
+            p, b = start(flags)
+            c = openai.OpenAI(base_url=f"{b}/v1", api_key="none", max_retries=0)
+            ask = dict(model=MODEL_ID, messages=messages, temperature=0, max_tokens=8)
+            first, second = (c.chat.completions.with_raw_response.create(**ask) for _ in range(2))
+            assert (first.headers.get("x-kerze-cache"), second.headers.get("x-kerze-cache")) == want, (flags, first.headers)
+            assert first.parse().choices[0].message.content == second.parse().choices[0].message.content
+            p.terminate()
+            assert p.wait(30) == 0
+        # A body that promises 1000 bytes and sends 10: a 408 with an OpenAI error, in time.
+        p, b = start(["--body-timeout", "1"])
+        host, port = b.removeprefix("http://").split(":")
+        t0 = time.time()
+        with socket.create_connection((host, int(port)), timeout=20) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 1000\r\n\r\n{\"messages\"")
+            reply = b""
+            while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                reply += chunk
+        took = time.time() - t0
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408"), reply
+        err = json.loads(body)["error"]
+        assert err["type"] == "timeout_error" and "body" in err["message"] and 0.9 < took < 5, (err, took)
+        assert client.models.list().data[0].id == MODEL_ID
+        p.terminate()
+        assert p.wait(30) == 0
+
     @test("openai PyPI: a chat's system prompt is computed once; the next question and a restarted server with --prefix-cache DIR compute only the question (cached_tokens), with the same answer; a damaged file is dropped with a warning")
     def _():
         import shutil
