@@ -311,7 +311,7 @@ export async function modelBytes(spec, lookup, glue, warn, signal, onProgress) {
       const size = body.expected;
       // A file as large as one this cache refused within a day goes into memory at once,
       // and is not offered to the cache again.
-      const refused = store && size != null ? await store.refusedFrom?.() : null;
+      const refused = store && size != null ? await store.refusedFrom() : null;
       if (refused != null && size >= refused) {
         warn(`the model is not cached: this browser's cache refused a file of ${Math.round(refused / 1e6)} MB before (a private window?); it downloads on every visit`);
         store = null;
@@ -328,7 +328,7 @@ export async function modelBytes(spec, lookup, glue, warn, signal, onProgress) {
         } else {
           // The body is spent: the file is downloaded again, this once (the cache said no only
           // once it had it all); noted, so that the next visit downloads it once.
-          await store.noteRefused?.(size ?? body.n);
+          await store.noteRefused(size ?? body.n);
           warn(`the model was not cached (${whyNotStored(got.refused)}): downloading it again into memory; next time it downloads once, into memory`);
           store = null;
           body = await openDownload(spec, glue, signal, onProgress);

@@ -30,7 +30,8 @@ pub struct MemoryPlan {
     /// The KV cache at `n_ctx`.
     pub kv_bytes: u64,
     pub n_ctx: usize,
-    /// The vocabulary's pieces and merges as the header holds them (strings' bytes).
+    /// The vocabulary's pieces and merges as the header holds them: their bytes and, per
+    /// string, its end offset (8 bytes; 4 in wasm, so a little over there).
     pub vocabulary_bytes: u64,
     /// The file's tensor bytes, and its header's.
     pub file_tensor_bytes: u64,

@@ -78,9 +78,7 @@ impl Gguf {
         match parse_header(prefix, file_len.max(have), false) {
             Ok(g) => Ok(Some(g)),
             Err(ParseError::NeedMore) if have < file_len => Ok(None),
-            Err(ParseError::NeedMore) => Err(Error::Gguf(format!(
-                "the header runs past the end of the file ({file_len} bytes): the file is truncated"
-            ))),
+            Err(ParseError::NeedMore) => Err(truncated(file_len)),
             Err(ParseError::Bad(msg)) => Err(Error::Gguf(msg)),
         }
     }
@@ -98,11 +96,7 @@ impl Gguf {
                 Err(ParseError::NeedMore) if window < file_len => {
                     window = file_len.min(window.saturating_mul(4));
                 }
-                Err(ParseError::NeedMore) => {
-                    return Err(Error::Gguf(format!(
-                        "the header runs past the end of the file ({file_len} bytes): the file is truncated"
-                    )))
-                }
+                Err(ParseError::NeedMore) => return Err(truncated(file_len)),
                 Err(ParseError::Bad(msg)) => return Err(Error::Gguf(msg)),
                 Ok(g) => return Ok(g),
             }
@@ -308,6 +302,13 @@ fn min_value_size(ty: u32) -> Option<u64> {
         10..=12 => 8,
         _ => return None,
     })
+}
+
+/// A header that runs past the end of a file of `file_len` bytes.
+fn truncated(file_len: u64) -> Error {
+    Error::Gguf(format!(
+        "the header runs past the end of the file ({file_len} bytes): the file is truncated"
+    ))
 }
 
 /// `whole`: every tensor's data must lie inside the file (else only the header must).

@@ -3,7 +3,7 @@
 
 use super::api_error::{ApiError, ApiResult};
 use super::slots::{Event, Input};
-use super::state::AppState;
+use super::state::{Answer, AppState};
 use super::stream::{collect, sse, sse_json, Piece};
 use crate::openai::{self, ChatStream};
 use axum::body::Body;
@@ -84,8 +84,7 @@ pub(super) async fn chat_completions(
         messages: req.messages,
         chat: req.chat,
     };
-    let answer = st.answer("chat", &v, input, &req.generate, arrived).await?;
-    let (rx, tags) = (answer.rx, (answer.hit, answer.seed));
+    let Answer { rx, hit, seed } = st.answer("chat", &v, input, &req.generate, arrived).await?;
     let meta = st.meta("chatcmpl");
     if !req.stream {
         let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
@@ -97,7 +96,7 @@ pub(super) async fn chat_completions(
             req.tool_calls,
         ))
         .into_response();
-        return Ok(tagged(r, tags));
+        return Ok(tagged(r, hit, seed));
     }
     let frames = ChatStream::new(meta, req.include_usage).with_tool_calls(req.tool_calls);
     let first = vec![sse_json(&frames.start())];
@@ -105,13 +104,13 @@ pub(super) async fn chat_completions(
         Piece::Text(t) => f.push(&t).iter().map(sse_json).collect(),
         Piece::End(finish, usage) => f.finish(finish, &usage).iter().map(sse_json).collect(),
     });
-    Ok(tagged(r, tags))
+    Ok(tagged(r, hit, seed))
 }
 
 /// `x-kerze-cache: hit | miss` on an answer the response cache may hold (none when it is off
 /// or the request is not deterministic), and `x-kerze-seed` on a sampled one: the seed it ran
 /// on (the request's, or the one drawn for it), which replays it.
-fn tagged(mut r: Response, (hit, seed): (Option<bool>, Option<u64>)) -> Response {
+fn tagged(mut r: Response, hit: Option<bool>, seed: Option<u64>) -> Response {
     if let Some(h) = hit {
         let v = HeaderValue::from_static(if h { "hit" } else { "miss" });
         r.headers_mut().insert("x-kerze-cache", v);
@@ -135,10 +134,9 @@ pub(super) async fn completions(
         openai::Prompt::Text(t) => Input::Text(t),
         openai::Prompt::Ids(ids) => Input::Ids(ids),
     };
-    let answer = st
+    let Answer { rx, hit, seed } = st
         .answer("completions", &v, input, &req.generate, arrived)
         .await?;
-    let (rx, tags) = (answer.rx, (answer.hit, answer.seed));
     let meta = st.meta("cmpl");
     if !req.stream {
         let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
@@ -149,7 +147,7 @@ pub(super) async fn completions(
             Some(&usage),
         ))
         .into_response();
-        return Ok(tagged(r, tags));
+        return Ok(tagged(r, hit, seed));
     }
     let include_usage = req.include_usage;
     let r = sse(
@@ -178,7 +176,7 @@ pub(super) async fn completions(
             }
         },
     );
-    Ok(tagged(r, tags))
+    Ok(tagged(r, hit, seed))
 }
 
 pub(super) async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {

@@ -62,6 +62,11 @@ impl Memory {
     }
 }
 
+/// The file of the entry `key` in the folder `dir`.
+fn entry_path(dir: &std::path::Path, key: &str) -> PathBuf {
+    dir.join(format!("{key}.json"))
+}
+
 /// JSON with every object's keys sorted.
 pub fn canonical(v: &serde_json::Value) -> String {
     use serde_json::Value;
@@ -109,11 +114,6 @@ impl ResponseCache {
         })
     }
 
-    /// Whether answers are kept in memory (then nothing names the model file's contents).
-    pub fn in_memory(&self) -> bool {
-        self.memory.is_some()
-    }
-
     fn memory(&self) -> Option<std::sync::MutexGuard<'_, Memory>> {
         self.memory
             .as_ref()
@@ -157,10 +157,6 @@ impl ResponseCache {
         Some(format!("{:x}", h.finalize()))
     }
 
-    fn path(&self, dir: &std::path::Path, key: &str) -> PathBuf {
-        dir.join(format!("{key}.json"))
-    }
-
     /// The live entry for `key`; an expired or unreadable one is removed.
     pub fn get(&self, key: &str) -> Option<Entry> {
         if let Some(mut m) = self.memory() {
@@ -180,7 +176,7 @@ impl ResponseCache {
                 }
             };
         }
-        let p = self.path(self.opts.dir.as_deref()?, key);
+        let p = entry_path(self.opts.dir.as_deref()?, key);
         let bytes = std::fs::read(&p).ok()?;
         match self.live(&bytes) {
             Some(e) => {
@@ -238,7 +234,7 @@ impl ResponseCache {
         };
         let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
         if std::fs::write(&tmp, &bytes).is_ok()
-            && std::fs::rename(&tmp, self.path(dir, key)).is_err()
+            && std::fs::rename(&tmp, entry_path(dir, key)).is_err()
         {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -390,14 +386,14 @@ mod tests {
             (e.pieces.concat(), e.finish),
             ("ab".to_string(), FinishReason::Length)
         );
-        std::fs::write(c.path(&dir, "k2"), b"{not json").unwrap();
+        std::fs::write(entry_path(&dir, "k2"), b"{not json").unwrap();
         assert!(
-            c.get("k2").is_none() && !c.path(&dir, "k2").exists(),
+            c.get("k2").is_none() && !entry_path(&dir, "k2").exists(),
             "a corrupt file is removed"
         );
         let gone = cache(&dir, 1 << 20, 0);
         assert!(gone.get("k1").is_none(), "past its TTL");
-        let one = std::fs::metadata(c.path(&dir, "k1"))
+        let one = std::fs::metadata(entry_path(&dir, "k1"))
             .map(|m| m.len())
             .unwrap_or(0);
         assert_eq!(one, 0, "an expired entry is removed");
@@ -407,7 +403,7 @@ mod tests {
             FinishReason::Stop,
             Usage::default(),
         );
-        let len = std::fs::metadata(c.path(&dir, "a")).unwrap().len();
+        let len = std::fs::metadata(entry_path(&dir, "a")).unwrap().len();
         let small = cache(&dir, len * 3 / 2, 60);
         std::thread::sleep(Duration::from_millis(20));
         small.put(
@@ -442,7 +438,7 @@ mod tests {
             c.put(k, vec![text.into()], FinishReason::Stop, Usage::default())
         };
         let c = mem(1 << 20, 60);
-        assert!(c.in_memory());
+        assert!(c.memory().is_some());
         put(&c, "k1", "hello");
         assert_eq!(c.get("k1").unwrap().pieces, vec!["hello".to_string()]);
         assert!(c.get("k2").is_none());

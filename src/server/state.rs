@@ -92,26 +92,23 @@ impl AppState {
         let loaded = self.ready()?;
         let cache = self.responses.clone();
         let scope = format!("{endpoint}|{}|{}", loaded.info.backend, loaded.info.n_ctx);
-        // A sampled request runs on its seed, or on a fresh one (the key above is the
+        let mut opts = generate.options().map_err(|e| ApiError::from_engine(&e))?;
+        // A sampled request runs on its seed, or on a fresh one (the cache's key is the
         // request's: one without a seed is never kept); either is reported.
-        let sampled = generate
-            .options()
-            .is_ok_and(|o| o.sampler.temperature > 0.0);
-        let seed = sampled.then(|| generate.seed.unwrap_or_else(crate::rng::fresh_seed));
-        let run = openai::GenerateRequest {
-            seed: seed.or(generate.seed),
-            ..generate.clone()
-        };
+        let seed = (opts.sampler.temperature > 0.0)
+            .then(|| generate.seed.unwrap_or_else(crate::rng::fresh_seed));
+        if let Some(s) = seed {
+            opts.sampler.seed = s;
+        }
         let Some((cache, key)) = cache.and_then(|c| c.key(&scope, body, generate).map(|k| (c, k)))
         else {
-            let rx = self.submit(input, &run, arrived).await?;
+            let rx = self.submit(input, opts, arrived).await?;
             return Ok(Answer {
                 rx,
                 hit: None,
                 seed,
             });
         };
-        let generate = &run;
         let (c, k) = (Arc::clone(&cache), key.clone());
         if let Some(e) = tokio::task::spawn_blocking(move || c.get(&k))
             .await
@@ -138,7 +135,7 @@ impl AppState {
                 seed,
             });
         }
-        let mut inner = self.submit(input, generate, arrived).await?;
+        let mut inner = self.submit(input, opts, arrived).await?;
         let (tx, rx) = unbounded_channel();
         tokio::spawn(async move {
             let mut pieces = Vec::new();
@@ -170,11 +167,10 @@ impl AppState {
     async fn submit(
         &self,
         input: Input,
-        generate: &openai::GenerateRequest,
+        opts: crate::generate::GenerateOptions,
         arrived: Instant,
     ) -> ApiResult<UnboundedReceiver<Event>> {
         let loaded = self.ready()?;
-        let opts = generate.options().map_err(|e| ApiError::from_engine(&e))?;
         let n_ctx = loaded.info.n_ctx;
         if opts.max_tokens > n_ctx {
             return Err(ApiError::new(
