@@ -293,6 +293,7 @@ test-serve: setup setup-python fetch $(KERZE)
 	@.ci/stage start test-serve
 	node tests/serve/run.mjs
 	$(SERVE_VENV)/bin/python tests/serve/test_openai.py
+	$(SERVE_VENV)/bin/python tests/serve/test_gateway.py
 	@.ci/stage end test-serve
 
 # Every stage, two at a time where they do not wait on each other (make -j2: the wasm builds'

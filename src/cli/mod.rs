@@ -11,10 +11,12 @@
 //! - `analyze.rs`: `embed` and `classify`;
 //! - `bench.rs`: `bench`;
 //! - `models.rs`: the files themselves: `fetch`, `inspect`, `synth`, `convert`;
-//! - `serve.rs`: `serve`, the flags of [`crate::server`].
+//! - `serve.rs`: `serve`, the flags of [`crate::server`];
+//! - `config.rs`: `serve --config FILE`: the flags and upstream tables of a TOML file.
 
 mod analyze;
 mod bench;
+mod config;
 mod generate;
 mod load;
 mod models;
@@ -83,7 +85,25 @@ enum Cmd {
 /// Run the CLI with the process's arguments; exits non-zero on error: 2 for a bad argument
 /// (clap's usage errors included), 1 for anything else.
 pub fn main() {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    // `serve --config FILE`: the file's flags go in before the command line's.
+    let mut command = Cli::command().mut_subcommand("serve", |c| c.args_override_self(true));
+    let args = std::env::args_os().collect::<Vec<_>>();
+    let args = match command
+        .find_subcommand("serve")
+        .map(|s| config::expand(args.clone(), s))
+    {
+        Some(Ok(a)) => a,
+        Some(Err(e)) => {
+            eprintln!("kerze: {e}");
+            std::process::exit(2);
+        }
+        None => args,
+    };
+    let cli = command
+        .try_get_matches_from_mut(args)
+        .and_then(|m| Cli::from_arg_matches(&m))
+        .unwrap_or_else(|e| e.format(&mut command).exit());
     #[cfg(unix)]
     if !matches!(cli.cmd, Cmd::Serve(_)) {
         // Rust ignores SIGPIPE, so printing to a closed pipe (`kerze tokenize … | head`)

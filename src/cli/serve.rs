@@ -5,6 +5,10 @@ use crate::{catalog, LoadOptions, Result};
 
 #[derive(clap::Args, Debug)]
 pub(super) struct ServeArgs {
+    /// A TOML file that sets any of these flags (`snake_case` keys; a flag given here wins) and
+    /// declares the gateway's `[[upstream]]` tables (docs/gateway.md)
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(flatten)]
     model: ModelArgs,
     /// Address to listen on (0.0.0.0: every interface)
@@ -63,6 +67,10 @@ pub(super) struct ServeArgs {
 }
 
 pub(super) fn cmd_serve(a: &ServeArgs) -> Result<()> {
+    let upstreams = match &a.config {
+        Some(p) => super::config::upstreams(p).map_err(crate::Error::InvalidArgument)?,
+        None => Vec::new(),
+    };
     let path = catalog::resolve(&a.model.model, &mut |s| log(s))?;
     // The catalog id when the model was named by one, else the file's name.
     let model_id = if catalog::find(&a.model.model)?.is_some() {
@@ -105,5 +113,6 @@ pub(super) fn cmd_serve(a: &ServeArgs) -> Result<()> {
             min_tokens: a.prefix_cache_min_tokens,
         }),
         prepare_constraints: a.prepare_constraints,
+        upstreams,
     })
 }

@@ -1,10 +1,15 @@
 //! The POST endpoints: chat completions, completions and embeddings, each body read within
-//! the size limit and answered whole or as a stream.
+//! the size limit and answered whole or as a stream. A generation goes to an upstream
+//! ([`relay`]) where its model is one an upstream serves, or where the local route fails
+//! for a reason an upstream takes; a local answer that fails midway is continued there.
 
 use super::api_error::{ApiError, ApiResult};
+use super::relay::{self, Ask};
+use super::route::{Reason, Tag};
 use super::slots::{Event, Input};
 use super::state::{Answer, AppState};
-use super::stream::{collect, sse, sse_json, Piece};
+use super::stream::{collect, sse, sse_json, Piece, Routing, Takeover};
+use super::upstream::Endpoint;
 use crate::openai::{self, ChatStream};
 use axum::body::Body;
 use axum::extract::State;
@@ -76,45 +81,85 @@ pub(super) async fn chat_completions(
     body: Body,
 ) -> ApiResult<Response> {
     let arrived = Instant::now();
-    st.ready()?;
     let v = read_json(&st, body).await?;
+    let ask = Ask::new(Endpoint::Chat, &v, arrived);
+    if let Some(up) = relay::model_route(&st, &v) {
+        return relay::answer(&st, Reason::Model, vec![up], &ask).await;
+    }
+    st.ready()?;
     let req = openai::parse_chat(&v).map_err(|e| ApiError::from_engine(&e))?;
     st.check_model(req.model.as_deref())?;
     let input = Input::Chat {
         messages: req.messages,
         chat: req.chat,
     };
-    let Answer { rx, hit, seed } = st.answer("chat", &v, input, &req.generate, arrived).await?;
+    let Answer { rx, hit, seed } = match st.answer("chat", &v, input, &req.generate, arrived).await
+    {
+        Ok(a) => a,
+        Err(e) => return relay::instead(&st, e, &ask).await,
+    };
     let meta = st.meta("chatcmpl");
+    let takeover = relay::takeover(&st, &ask);
     if !req.stream {
-        let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
-        let r = Json(openai::chat_completion(
-            &meta,
-            &text,
-            finish,
-            &usage,
-            req.tool_calls,
-        ))
-        .into_response();
-        return Ok(tagged(r, hit, seed));
+        let (text, finish, usage, took) = collect(rx, st.opts.timeout, takeover).await?;
+        let answer = openai::chat_completion(&meta, &text, finish, &usage, req.tool_calls);
+        let tag = took.unwrap_or_else(Tag::local);
+        st.metrics.answered(
+            &tag,
+            usage.prompt_tokens as u64,
+            usage.completion_tokens as u64,
+            arrived,
+        );
+        return Ok(tagged(json_with(&answer, &tag), &tag, hit, seed));
     }
     let frames = ChatStream::new(meta, req.include_usage).with_tool_calls(req.tool_calls);
     let first = vec![sse_json(&frames.start())];
-    let r = sse(first, rx, frames, st.opts.timeout, |f, ev| match ev {
-        Piece::Text(t) => f.push(&t).iter().map(sse_json).collect(),
-        Piece::End(finish, usage) => f.finish(finish, &usage).iter().map(sse_json).collect(),
-    });
-    Ok(tagged(r, hit, seed))
+    let r = sse(
+        first,
+        rx,
+        frames,
+        st.opts.timeout,
+        routing(&st, takeover, arrived),
+        |f, ev| match ev {
+            Piece::Text(t) => f.push(&t).iter().map(sse_json).collect(),
+            Piece::End(finish, usage) => f.finish(finish, &usage).iter().map(sse_json).collect(),
+        },
+    );
+    Ok(tagged(r, &Tag::local(), hit, seed))
 }
 
-/// `x-kerze-cache: hit | miss` on an answer the response cache may hold (none when it is off
-/// or the request is not deterministic), and `x-kerze-seed` on a sampled one: the seed it ran
-/// on (the request's, or the one drawn for it), which replays it.
-fn tagged(mut r: Response, hit: Option<bool>, seed: Option<u64>) -> Response {
-    if let Some(h) = hit {
-        let v = HeaderValue::from_static(if h { "hit" } else { "miss" });
-        r.headers_mut().insert("x-kerze-cache", v);
+/// A local stream's routing: tagged local, taken over where an upstream takes `error`,
+/// counted in `/metrics` when done.
+fn routing(st: &Arc<AppState>, takeover: Option<Takeover>, arrived: Instant) -> Routing {
+    let st = Arc::clone(st);
+    Routing {
+        tag: Tag::local(),
+        takeover,
+        done: Box::new(move |tag, usage| {
+            st.metrics.answered(
+                tag,
+                usage.prompt_tokens as u64,
+                usage.completion_tokens as u64,
+                arrived,
+            )
+        }),
     }
+}
+
+/// `v` as a JSON response with `kerze: { route, reason }`.
+fn json_with<T: serde::Serialize>(v: &T, tag: &Tag) -> Response {
+    let mut j = serde_json::to_value(v).unwrap_or_default();
+    if let Some(m) = j.as_object_mut() {
+        m.insert("kerze".into(), serde_json::json!(tag));
+    }
+    Json(j).into_response()
+}
+
+/// `x-kerze-route`, `x-kerze-cache: hit | miss` on an answer the response cache may hold
+/// (none when it is off or the request is not deterministic), and `x-kerze-seed` on a
+/// sampled one: the seed it ran on (the request's, or the one drawn for it), which replays it.
+fn tagged(mut r: Response, tag: &Tag, hit: Option<bool>, seed: Option<u64>) -> Response {
+    relay::route_headers(&mut r, tag, hit);
     if let Some(s) = seed {
         r.headers_mut().insert("x-kerze-seed", HeaderValue::from(s));
     }
@@ -126,28 +171,38 @@ pub(super) async fn completions(
     body: Body,
 ) -> ApiResult<Response> {
     let arrived = Instant::now();
-    st.ready()?;
     let v = read_json(&st, body).await?;
+    let ask = Ask::new(Endpoint::Completions, &v, arrived);
+    if let Some(up) = relay::model_route(&st, &v) {
+        return relay::answer(&st, Reason::Model, vec![up], &ask).await;
+    }
+    st.ready()?;
     let req = openai::parse_completion(&v).map_err(|e| ApiError::from_engine(&e))?;
     st.check_model(req.model.as_deref())?;
     let input = match req.prompt {
         openai::Prompt::Text(t) => Input::Text(t),
         openai::Prompt::Ids(ids) => Input::Ids(ids),
     };
-    let Answer { rx, hit, seed } = st
+    let Answer { rx, hit, seed } = match st
         .answer("completions", &v, input, &req.generate, arrived)
-        .await?;
+        .await
+    {
+        Ok(a) => a,
+        Err(e) => return relay::instead(&st, e, &ask).await,
+    };
     let meta = st.meta("cmpl");
+    let takeover = relay::takeover(&st, &ask);
     if !req.stream {
-        let (text, finish, usage) = collect(rx, st.opts.timeout).await?;
-        let r = Json(openai::text_completion(
-            &meta,
-            Some(&text),
-            Some(finish),
-            Some(&usage),
-        ))
-        .into_response();
-        return Ok(tagged(r, hit, seed));
+        let (text, finish, usage, took) = collect(rx, st.opts.timeout, takeover).await?;
+        let answer = openai::text_completion(&meta, Some(&text), Some(finish), Some(&usage));
+        let tag = took.unwrap_or_else(Tag::local);
+        st.metrics.answered(
+            &tag,
+            usage.prompt_tokens as u64,
+            usage.completion_tokens as u64,
+            arrived,
+        );
+        return Ok(tagged(json_with(&answer, &tag), &tag, hit, seed));
     }
     let include_usage = req.include_usage;
     let r = sse(
@@ -155,6 +210,7 @@ pub(super) async fn completions(
         rx,
         meta,
         st.opts.timeout,
+        routing(&st, takeover, arrived),
         move |m, ev| match ev {
             Piece::Text(t) => vec![sse_json(&openai::text_completion(m, Some(&t), None, None))],
             Piece::End(finish, usage) => {
@@ -176,7 +232,7 @@ pub(super) async fn completions(
             }
         },
     );
-    Ok(tagged(r, hit, seed))
+    Ok(tagged(r, &Tag::local(), hit, seed))
 }
 
 pub(super) async fn embeddings(State(st): State<Arc<AppState>>, body: Body) -> ApiResult<Response> {

@@ -1,5 +1,6 @@
 //! How to serve: the options `kerze serve` gives, and the default number of slots.
 
+use super::upstream::UpstreamConfig;
 use super::{prefixes, responses};
 use crate::engine::LoadOptions;
 use std::path::PathBuf;
@@ -33,6 +34,8 @@ pub struct ServeOptions {
     pub prefix_cache: Option<prefixes::PrefixOptions>,
     /// Build the constraint engine's token trie before the server is ready.
     pub prepare_constraints: bool,
+    /// Where requests go that the local model should not or cannot answer.
+    pub upstreams: Vec<UpstreamConfig>,
 }
 
 /// Slots by default: 2 when the machine has 2 cores or more (a burst interleaves instead of

@@ -33,6 +33,10 @@ pub struct Entry {
     /// Seconds since the epoch when it was stored, with their fraction (an entry of an older
     /// build holds whole seconds, which read the same way).
     pub stored: f64,
+    /// An upstream's answer as it came: the whole answer's JSON, or its stream's chunks
+    /// (`pieces` is empty then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<Vec<serde_json::Value>>,
 }
 
 const VERSION: u32 = 1;
@@ -136,10 +140,25 @@ impl ResponseCache {
         body: &serde_json::Value,
         g: &GenerateRequest,
     ) -> Option<String> {
-        let greedy = g.temperature == Some(0.0);
-        if !(greedy || g.seed.is_some())
-            || body.get("cache") == Some(&serde_json::Value::Bool(false))
-        {
+        self.key_of(scope, body, g.temperature == Some(0.0), g.seed.is_some())
+    }
+
+    /// The key of a request read as JSON only (one for an upstream, which kerze's own parser
+    /// need not accept): deterministic when `temperature` is 0 or it gives a `seed`.
+    pub fn key_json(&self, scope: &str, body: &serde_json::Value) -> Option<String> {
+        let greedy = body.get("temperature").and_then(|t| t.as_f64()) == Some(0.0);
+        let seeded = body.get("seed").is_some_and(|s| !s.is_null());
+        self.key_of(scope, body, greedy, seeded)
+    }
+
+    fn key_of(
+        &self,
+        scope: &str,
+        body: &serde_json::Value,
+        greedy: bool,
+        seeded: bool,
+    ) -> Option<String> {
+        if !(greedy || seeded) || body.get("cache") == Some(&serde_json::Value::Bool(false)) {
             return None;
         }
         let mut b = body.clone();
@@ -196,13 +215,35 @@ impl ResponseCache {
     /// Keep an answer (written whole, then renamed: a reader never sees half a file), then
     /// remove the least recently used files past the size cap.
     pub fn put(&self, key: &str, pieces: Vec<String>, finish: FinishReason, usage: Usage) {
-        let e = Entry {
-            v: VERSION,
-            pieces,
-            finish,
-            usage,
-            stored: now_s(),
-        };
+        self.keep(
+            key,
+            Entry {
+                v: VERSION,
+                pieces,
+                finish,
+                usage,
+                stored: now_s(),
+                raw: None,
+            },
+        )
+    }
+
+    /// Keep an upstream's answer as it came (the whole JSON, or the stream's chunks).
+    pub fn put_raw(&self, key: &str, raw: Vec<serde_json::Value>) {
+        self.keep(
+            key,
+            Entry {
+                v: VERSION,
+                pieces: Vec::new(),
+                finish: FinishReason::Stop,
+                usage: Usage::default(),
+                stored: now_s(),
+                raw: Some(raw),
+            },
+        )
+    }
+
+    fn keep(&self, key: &str, e: Entry) {
         let Ok(bytes) = serde_json::to_vec(&e) else {
             return;
         };
@@ -456,6 +497,7 @@ mod tests {
             finish: FinishReason::Stop,
             usage: Usage::default(),
             stored: now_s(),
+            raw: None,
         })
         .unwrap()
         .len() as u64;

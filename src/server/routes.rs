@@ -20,6 +20,7 @@ pub(super) fn router(state: Arc<AppState>) -> Router {
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
+        .route("/metrics", get(metrics))
         .route_layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             auth,
@@ -69,23 +70,51 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
     }
 }
 
-fn model_object(st: &AppState) -> serde_json::Value {
+fn model_object(st: &AppState, id: &str, owner: &str) -> serde_json::Value {
     serde_json::json!({
-        "id": st.opts.model_id,
+        "id": id,
         "object": "model",
         "created": st.created,
-        "owned_by": "kerze",
+        "owned_by": owner,
     })
 }
 
+/// The local model (owned by `kerze`), then each upstream's `serves` names (owned by
+/// `upstream:NAME`).
 async fn models(State(st): State<Arc<AppState>>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "object": "list", "data": [model_object(&st)] }))
+    let mut data = vec![model_object(&st, &st.opts.model_id, "kerze")];
+    for (m, u) in st.upstreams.models() {
+        data.push(model_object(&st, m, &format!("upstream:{u}")));
+    }
+    Json(serde_json::json!({ "object": "list", "data": data }))
 }
 
 async fn model(
     State(st): State<Arc<AppState>>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<serde_json::Value>> {
+    if let Some((m, u)) = st.upstreams.models().find(|(m, _)| *m == id) {
+        return Ok(Json(model_object(&st, m, &format!("upstream:{u}"))));
+    }
     st.check_model(Some(&id))?;
-    Ok(Json(model_object(&st)))
+    Ok(Json(model_object(&st, &st.opts.model_id, "kerze")))
+}
+
+/// The Prometheus text format, the gauges read now.
+async fn metrics(State(st): State<Arc<AppState>>) -> Response {
+    let m = &st.metrics;
+    m.in_house.set(st.admission.in_house() as i64);
+    for u in st.upstreams.all() {
+        m.breaker_open
+            .with_label_values(&[u.name()])
+            .set(i64::from(u.breaker_open()));
+    }
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        m.render(),
+    )
+        .into_response()
 }

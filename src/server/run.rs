@@ -1,10 +1,12 @@
 //! Starting and stopping: the listener, the caches opened, the model loaded on slot 0 while
 //! `/health` says 503, and shutdown on SIGTERM or Ctrl-C after the requests in flight.
 
+use super::metrics::Metrics;
 use super::options::ServeOptions;
 use super::routes::router;
 use super::slots::{Admission, Pool};
 use super::state::{AppState, Loaded};
+use super::upstream::Upstreams;
 use super::{prefixes, responses};
 use crate::error::Error;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,6 +24,9 @@ pub fn run(opts: ServeOptions) -> crate::Result<()> {
 }
 
 async fn serve(opts: ServeOptions) -> crate::Result<()> {
+    // A bad upstream stops the server before it listens.
+    let upstreams = Upstreams::new(&opts.upstreams, &opts.model_id)
+        .map_err(|e| Error::InvalidArgument(format!("the config's upstreams: {e}")))?;
     let addr = format!("{}:{}", opts.host, opts.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
@@ -85,11 +90,29 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         draining: AtomicBool::new(false),
         ids: AtomicU64::new(0),
         responses,
+        upstreams,
+        metrics: Metrics::new()
+            .map_err(|e| Error::Backend(format!("the metrics did not start: {e}")))?,
     });
     eprintln!(
         "kerze serve: listening on http://{local} (loading {})",
         state.opts.model_id
     );
+    for u in state.upstreams.all() {
+        let when: Vec<&str> = u.cfg.when.iter().map(|r| r.as_str()).collect();
+        eprintln!(
+            "kerze serve: upstream {} ({:?}, {}) takes: {}{}",
+            u.name(),
+            u.cfg.kind,
+            u.cfg.url.as_deref().unwrap_or(""),
+            when.join(", "),
+            if u.cfg.serves.is_empty() {
+                String::new()
+            } else {
+                format!("; serves {}", u.cfg.serves.join(", "))
+            }
+        );
+    }
 
     // The load runs on slot 0's thread; a failed load ends the server.
     let (fail_tx, mut fail_rx) = tokio::sync::mpsc::channel::<Error>(1);

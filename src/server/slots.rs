@@ -259,6 +259,17 @@ fn open(path: &std::path::Path, load: &LoadOptions) -> Result<(Engine, EngineInf
     pollster::block_on(Engine::load_async(src, load, &mut |_, _| {}))
 }
 
+/// `KERZE_TEST_FAIL_AFTER=N`: every generation fails after N pieces, as an engine that breaks
+/// midway (a lost device, a bug) does; the gateway's tests continue such answers upstream.
+fn fail_after() -> Option<usize> {
+    static N: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("KERZE_TEST_FAIL_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    })
+}
+
 /// Take jobs until the queue closes.
 fn serve_jobs(
     engine: &mut Engine,
@@ -350,6 +361,7 @@ fn run(engine: &mut Engine, job: Job, prefixes: Option<&PrefixStore>) {
         return;
     }
     let abort = || events.is_closed() || Instant::now() >= deadline;
+    let mut pieces = 0usize;
     let outcome = pollster::block_on(async {
         while let Some(event) = engine.next(&mut g, &abort).await? {
             match event {
@@ -365,6 +377,12 @@ fn run(engine: &mut Engine, job: Job, prefixes: Option<&PrefixStore>) {
                 Step::Chunk(c) => {
                     if !c.text.is_empty() && !send(Event::Chunk(c.text)) {
                         return Err(Error::Aborted);
+                    }
+                    pieces += 1;
+                    if fail_after().is_some_and(|n| pieces >= n) {
+                        return Err(Error::Backend(format!(
+                            "the generation failed after {pieces} pieces (KERZE_TEST_FAIL_AFTER)"
+                        )));
                     }
                 }
             }

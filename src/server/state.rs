@@ -3,9 +3,12 @@
 //! its slot (admitted, queued, answered from the response cache when it can be).
 
 use super::api_error::{ApiError, ApiResult};
+use super::metrics::Metrics;
 use super::options::ServeOptions;
 use super::responses;
+use super::route::Reason;
 use super::slots::{Admission, Event, Input, Job, Pool};
+use super::upstream::Upstreams;
 use crate::engine::EngineInfo;
 use crate::generate::Usage;
 use crate::openai::{self, Meta};
@@ -28,6 +31,8 @@ pub(super) struct AppState {
     pub(super) created: u64,
     pub(super) ids: AtomicU64,
     pub(super) responses: Option<Arc<responses::ResponseCache>>,
+    pub(super) upstreams: Upstreams,
+    pub(super) metrics: Metrics,
 }
 
 /// A request's answer as [`AppState::answer`] starts it: its events, whether the response
@@ -114,6 +119,7 @@ impl AppState {
             .await
             .ok()
             .flatten()
+            .filter(|e| e.raw.is_none())
         {
             let (tx, rx) = unbounded_channel();
             for p in e.pieces {
@@ -173,13 +179,16 @@ impl AppState {
         let loaded = self.ready()?;
         let n_ctx = loaded.info.n_ctx;
         if opts.max_tokens > n_ctx {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "max_tokens {} is more than the context window ({n_ctx} tokens)",
-                    opts.max_tokens
-                ),
-            ));
+            return Err(ApiError {
+                reason: Some(Reason::Context),
+                ..ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "max_tokens {} is more than the context window ({n_ctx} tokens)",
+                        opts.max_tokens
+                    ),
+                )
+            });
         }
         let (first, rx) = self.queue(input, opts, arrived).await?;
         match first {
@@ -201,6 +210,7 @@ impl AppState {
         let Some(ticket) = self.admission.admit() else {
             return Err(ApiError {
                 retry_after: Some(1),
+                reason: Some(Reason::Busy),
                 ..ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     format!(

@@ -19,58 +19,11 @@ import urllib.request
 
 import openai
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-KERZE = os.path.join(ROOT, "target", "release", "kerze")
-MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+from harness import KERZE, MODEL, MODEL_ID, ROOT, expect, health, ready, start, stop_all, test
+import harness
+
 GEMMA = os.path.join(ROOT, "models", "gemma-3-270m-q4_k_m.gguf")
-MODEL_ID = "SmolLM2-135M-Instruct.Q4_1"
 KEY = "py-key"
-
-procs = []
-
-
-def start(args, model=MODEL, wait=True):
-    p = subprocess.Popen(
-        [KERZE, "serve", "--model", model, "--port", "0", "--device", "cpu", *args],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    procs.append(p)
-    deadline = time.time() + 30
-    line = ""
-    while time.time() < deadline:
-        line = p.stderr.readline()
-        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        if m:
-            base = m.group(1)
-            # Keep draining stderr so the server never blocks on a full pipe (kept: tests
-            # read the server's warnings).
-            p.lines = []
-            threading.Thread(target=lambda: [p.lines.append(x) for x in p.stderr], daemon=True).start()
-            if wait:
-                ready(base)
-            return p, base
-        if p.poll() is not None:
-            break
-    raise RuntimeError(f"kerze serve did not start: {line}")
-
-
-def health(base):
-    try:
-        with urllib.request.urlopen(f"{base}/health") as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
-
-
-def ready(base):
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if health(base)[0] == 200:
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"{base} not ready")
 
 
 def generate(prompt, n):
@@ -80,34 +33,6 @@ def generate(prompt, n):
         check=True, capture_output=True, text=True,
     ).stdout
     return json.loads(out.strip().split("\n")[-1])
-
-
-failures = 0
-
-
-def test(name):
-    def wrap(fn):
-        global failures
-        t0 = time.time()
-        try:
-            fn()
-            print(f"ok   {name} ({time.time() - t0:.1f} s)")
-        except Exception as e:  # noqa: BLE001 — report and go on
-            failures += 1
-            import traceback
-            print(f"FAIL {name}: {e!r}")
-            traceback.print_exc()
-        return fn
-    return wrap
-
-
-def expect(cls, status, fn):
-    try:
-        fn()
-    except cls as e:
-        assert e.status_code == status, f"{cls.__name__}: status {e.status_code} != {status}"
-        return e
-    raise AssertionError(f"no {cls.__name__}")
 
 
 try:
@@ -504,13 +429,9 @@ try:
     proc.terminate()
     code = proc.wait(30)
     if code != 0:
-        failures += 1
-        print(f"FAIL the server exited with {code} on SIGTERM")
+        harness.fail(f"the server exited with {code} on SIGTERM")
 finally:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    stop_all()
 
-print(f"\ntest_openai.py: {'all passed' if failures == 0 else f'{failures} failed'}")
-sys.exit(1 if failures else 0)
+print(f"\ntest_openai.py: {'all passed' if harness.failures == 0 else f'{harness.failures} failed'}")
+sys.exit(1 if harness.failures else 0)

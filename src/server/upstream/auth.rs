@@ -1,0 +1,159 @@
+//! How an upstream's requests are authorized: a bearer key from an environment variable
+//! (read once, at start), or a bearer token from a command, kept until shortly before the
+//! expiry its output states (Vertex AI's hour-long OAuth tokens: `gcloud auth
+//! print-access-token`, or a service-account JWT flow behind a script).
+
+use super::config::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+pub(super) enum Auth {
+    None,
+    Bearer(String),
+    Command(TokenCommand),
+}
+
+pub(super) struct TokenCommand {
+    argv: Vec<String>,
+    /// How long plain output (no stated expiry) is kept.
+    ttl: Duration,
+    /// The token and when to run the command again; one caller refreshes, the others wait.
+    kept: tokio::sync::Mutex<Option<(String, Instant)>>,
+}
+
+/// How long a command may take to hand out a token.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Auth {
+    pub(super) fn new(
+        api_key_env: Option<&str>,
+        command: Option<&Command>,
+        ttl_s: Option<f64>,
+    ) -> Self {
+        if let Some(v) = api_key_env {
+            return Auth::Bearer(std::env::var(v).unwrap_or_default());
+        }
+        match command {
+            Some(c) => Auth::Command(TokenCommand {
+                argv: c.argv(),
+                ttl: Duration::from_secs_f64(ttl_s.unwrap_or(300.0)),
+                kept: tokio::sync::Mutex::new(None),
+            }),
+            None => Auth::None,
+        }
+    }
+
+    /// The bearer token to send, if any.
+    pub(super) async fn token(&self) -> Result<Option<String>, String> {
+        match self {
+            Auth::None => Ok(None),
+            Auth::Bearer(k) => Ok(Some(k.clone())),
+            Auth::Command(c) => c.token().await.map(Some),
+        }
+    }
+
+    /// The upstream refused the token (401): the next request runs the command again.
+    pub(super) async fn refused(&self) -> bool {
+        match self {
+            Auth::Command(c) => {
+                *c.kept.lock().await = None;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl TokenCommand {
+    async fn token(&self) -> Result<String, String> {
+        let mut kept = self.kept.lock().await;
+        if let Some((t, until)) = kept.as_ref() {
+            if Instant::now() < *until {
+                return Ok(t.clone());
+            }
+        }
+        let (token, lifetime) = self.run().await?;
+        let lifetime = lifetime.unwrap_or(self.ttl);
+        // Refreshed a little before it expires: a minute, or a quarter of a short lifetime.
+        let margin = (lifetime / 4).min(Duration::from_secs(60));
+        *kept = Some((token.clone(), Instant::now() + lifetime - margin));
+        Ok(token)
+    }
+
+    async fn run(&self) -> Result<(String, Option<Duration>), String> {
+        let shown = self.argv.join(" ");
+        let mut cmd = tokio::process::Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let out = tokio::time::timeout(COMMAND_TIMEOUT, cmd.output())
+            .await
+            .map_err(|_| format!("the token command `{shown}` took longer than 30 s"))?
+            .map_err(|e| format!("the token command `{shown}` did not run: {e}"))?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: String = err
+                .trim()
+                .chars()
+                .rev()
+                .take(300)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            return Err(format!(
+                "the token command `{shown}` failed ({}): {tail}",
+                out.status
+            ));
+        }
+        parse_token(&String::from_utf8_lossy(&out.stdout))
+            .map_err(|e| format!("the token command `{shown}`: {e}"))
+    }
+}
+
+/// A command's output: the token alone, or OAuth-shaped JSON (`access_token` or `token`,
+/// `expires_in` seconds or `expires_at` epoch seconds), and its lifetime when stated.
+fn parse_token(out: &str) -> Result<(String, Option<Duration>), String> {
+    let out = out.trim();
+    if out.starts_with('{') {
+        let v: serde_json::Value =
+            serde_json::from_str(out).map_err(|e| format!("its JSON does not parse: {e}"))?;
+        let token = v
+            .get("access_token")
+            .or_else(|| v.get("token"))
+            .and_then(|t| t.as_str())
+            .filter(|t| !t.is_empty())
+            .ok_or("its JSON has no `access_token` (or `token`) string")?;
+        let lifetime = if let Some(s) = v.get("expires_in").and_then(|s| s.as_f64()) {
+            Some(s)
+        } else if let Some(at) = v.get("expires_at").and_then(|s| s.as_f64()) {
+            let now = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            Some(at - now)
+        } else {
+            None
+        };
+        let lifetime = lifetime.map(|s| Duration::from_secs_f64(s.clamp(0.0, 86_400.0 * 30.0)));
+        return Ok((token.to_string(), lifetime));
+    }
+    if out.is_empty() || out.contains(char::is_whitespace) {
+        return Err("its output is not one token (nor OAuth JSON)".into());
+    }
+    Ok((out.to_string(), None))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_output() {
+        assert_eq!(parse_token("abc\n").unwrap(), ("abc".into(), None));
+        let (t, l) =
+            parse_token(r#"{"access_token":"x","expires_in":3599,"token_type":"Bearer"}"#).unwrap();
+        assert_eq!((t.as_str(), l), ("x", Some(Duration::from_secs(3599))));
+        assert!(parse_token("two words").is_err());
+        assert!(parse_token("{\"expires_in\":3}").is_err());
+        assert!(parse_token("").is_err());
+    }
+}
