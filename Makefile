@@ -68,7 +68,9 @@ node_modules/.installed: package.json package-lock.json
 SERVE_VENV := $(KERZE_CACHE)/serve-venv
 OPENAI_PY_VERSION := 3.57.0
 JSONSCHEMA_VERSION := 4.25.1
-setup-python: $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION) $(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION)
+# botocore: the gateway tests' independent SigV4 check and event-stream reader.
+BOTOCORE_VERSION := 1.44.18
+setup-python: $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION) $(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION) $(SERVE_VENV)/.botocore-$(BOTOCORE_VERSION)
 
 $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION):
 	@python3 -m venv $(SERVE_VENV) 2>/dev/null || { \
@@ -81,6 +83,10 @@ $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION):
 # The JSON Schema reference the constrained-output test validates against.
 $(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION): $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION)
 	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check jsonschema==$(JSONSCHEMA_VERSION)
+	@touch $@
+
+$(SERVE_VENV)/.botocore-$(BOTOCORE_VERSION): $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION)
+	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check botocore==$(BOTOCORE_VERSION)
 	@touch $@
 
 setup-rust:

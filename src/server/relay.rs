@@ -71,7 +71,7 @@ pub(super) async fn instead(st: &Arc<AppState>, err: ApiError, ask: &Ask) -> Api
     let Some(reason) = err.reason else {
         return Err(err);
     };
-    let ups = st.upstreams.taking(reason);
+    let ups = st.upstreams.taking(reason, ask.endpoint);
     if ups.is_empty() {
         return Err(err);
     }
@@ -301,7 +301,7 @@ fn streamed(
 /// What continues this local answer at an upstream if it fails midway (None: no upstream
 /// takes `error`).
 pub(super) fn takeover(st: &Arc<AppState>, ask: &Ask) -> Option<Takeover> {
-    let ups = st.upstreams.taking(Reason::Error);
+    let ups = st.upstreams.taking(Reason::Error, ask.endpoint);
     if ups.is_empty() {
         return None;
     }

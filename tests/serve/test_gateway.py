@@ -12,9 +12,12 @@ with Retry-After, broken stream and timeout as typed errors; a client that disco
 cancels the upstream request; upstream answers in the response cache; /metrics counts.
 """
 
+import binascii
 import json
 import os
+import re
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -23,6 +26,10 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+from botocore.eventstream import EventStreamBuffer
 
 import harness
 from harness import MODEL_ID, expect, refused, start, stop, stop_all, test
@@ -163,6 +170,138 @@ class Mock:
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def es_message(headers, payload):
+    """One AWS event-stream message (string headers), as the AWS runtimes frame them."""
+    hb = b""
+    for k, v in headers.items():
+        kb, vb = k.encode(), v.encode()
+        hb += struct.pack("B", len(kb)) + kb + b"\x07" + struct.pack(">H", len(vb)) + vb
+    prelude = struct.pack(">II", 12 + len(hb) + len(payload) + 4, len(hb))
+    msg = prelude + struct.pack(">I", binascii.crc32(prelude)) + hb + payload
+    return msg + struct.pack(">I", binascii.crc32(msg))
+
+
+class AwsMock:
+    """SageMaker runtime and Bedrock runtime on loopback. Every request's SigV4 signature is
+    checked with botocore's signer (an implementation independent of the gateway's) against
+    `creds`, its scope against `region`; a wrong key, signature or session token gets AWS's
+    403 with `x-amzn-ErrorType`. `bearer` (when set) is a Bedrock API key taken instead."""
+
+    def __init__(self, creds, region):
+        self.creds, self.region, self.bearer = creds, region, None
+        self.bodies, self.paths = [], []
+        mock = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status, obj, headers=()):
+                data = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for k, v in headers:
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def refuse(self, kind, message):
+                self.reply(403, {"message": message}, [("x-amzn-ErrorType", f"{kind}:http://internal")])
+
+            def check(self, body, service):
+                auth = self.headers.get("authorization", "")
+                if mock.bearer and auth == f"Bearer {mock.bearer}":
+                    return True
+                m = re.match(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request, "
+                             r"SignedHeaders=([^,]+), Signature=([0-9a-f]{64})$", auth)
+                if not m:
+                    return self.refuse("MissingAuthenticationTokenException", f"not SigV4: {auth[:40]!r}")
+                key, _, region, svc, signed, signature = m.groups()
+                if key != mock.creds.access_key:
+                    return self.refuse("UnrecognizedClientException", "The security token included in the request is invalid.")
+                if (region, svc) != (mock.region, service):
+                    return self.refuse("InvalidSignatureException", f"scope {region}/{svc}")
+                if mock.creds.token and self.headers.get("x-amz-security-token") != mock.creds.token:
+                    return self.refuse("ExpiredTokenException", "The security token included in the request is expired")
+                req = AWSRequest(method="POST", url=f"http://{self.headers['host']}{self.path}", data=body,
+                                 headers={h: self.headers[h] for h in signed.split(";")})
+                req.context["timestamp"] = self.headers["x-amz-date"]
+                signer = SigV4Auth(mock.creds, svc, region)
+                want = signer.signature(signer.string_to_sign(req, signer.canonical_request(req)), req)
+                if want != signature:
+                    return self.refuse("InvalidSignatureException", "The request signature we calculated does not match")
+                return True
+
+            def stream(self, messages):
+                self.send_response(200)
+                self.send_header("content-type", "application/vnd.amazon.eventstream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for m in messages:
+                    self.wfile.write(m)
+                    self.wfile.flush()
+                self.close_connection = True
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers["content-length"]))
+                body = json.loads(raw)
+                mock.bodies.append(body)
+                mock.paths.append(self.path)
+                if self.path.startswith("/endpoints/"):
+                    if self.check(raw, "sagemaker") is not True:
+                        return
+                    if self.path.endswith("/invocations"):
+                        return self.reply(200, {
+                            "id": "sm-1", "object": "chat.completion", "created": 1, "model": "lmi",
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Guten Tag aus SageMaker"},
+                                         "finish_reason": "stop"}],
+                            "usage": {"prompt_tokens": 7, "completion_tokens": 4, "total_tokens": 11}})
+                    text = ""
+                    for w in ["Guten", " Tag", " aus", " SageMaker"]:
+                        text += "data: " + json.dumps({"id": "sm-1", "object": "chat.completion.chunk", "created": 1,
+                                                       "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]}) + "\n\n"
+                    text += "data: [DONE]\n\n"
+                    # The container's stream in PayloadParts that cut lines anywhere.
+                    data = text.encode()
+                    cuts = list(range(0, len(data), 37)) + [len(data)]
+                    return self.stream([es_message({":message-type": "event", ":event-type": "PayloadPart",
+                                                    ":content-type": "application/octet-stream"}, data[a:b])
+                                        for a, b in zip(cuts, cuts[1:])])
+                if self.path.startswith("/model/"):
+                    if self.check(raw, "bedrock") is not True:
+                        return
+                    if self.path.endswith("/converse"):
+                        return self.reply(200, {
+                            "output": {"message": {"role": "assistant", "content": [{"text": "Grüezi aus Bedrock"}]}},
+                            "stopReason": "end_turn",
+                            "usage": {"inputTokens": 9, "outputTokens": 5, "totalTokens": 14},
+                            "metrics": {"latencyMs": 10}})
+
+                    def ev(kind, payload):
+                        return es_message({":message-type": "event", ":event-type": kind, ":content-type": "application/json"},
+                                          json.dumps(payload).encode())
+                    return self.stream([ev("messageStart", {"role": "assistant"})] +
+                                       [ev("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": w}})
+                                        for w in ["Grüezi", " aus", " Bedrock"]] +
+                                       [ev("contentBlockStop", {"contentBlockIndex": 0}),
+                                        ev("messageStop", {"stopReason": "end_turn"}),
+                                        ev("metadata", {"usage": {"inputTokens": 9, "outputTokens": 5, "totalTokens": 14},
+                                                        "metrics": {"latencyMs": 10}})])
+                self.reply(404, {"message": f"no route {self.path}"})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self):
         self.server.shutdown()
@@ -497,6 +636,101 @@ serves = ["s"]
         assert r.readline().startswith(b"data:")
         r.close()
         assert mock.cancelled.wait(5), "the upstream kept streaming to a gateway whose client left"
+        stop(p)
+
+    AWS = {"AWS_ACCESS_KEY_ID": "AKIDKERZETEST", "AWS_SECRET_ACCESS_KEY": "kerze/secret+key", "AWS_SESSION_TOKEN": "session-1",
+           "AWS_REGION": "", "AWS_DEFAULT_REGION": "", "AWS_PROFILE": "",
+           "AWS_SHARED_CREDENTIALS_FILE": os.path.join(TMP, "none"), "AWS_CONFIG_FILE": os.path.join(TMP, "none")}
+
+    @test("gateway event-stream frames (the mocks' encoder) read back with botocore's parser")
+    def _():
+        buf = EventStreamBuffer()
+        buf.add_data(es_message({":message-type": "event", ":event-type": "PayloadPart"}, b"data: x\n\n") * 2)
+        got = [(m.headers[":event-type"], m.payload) for m in buf]
+        assert got == [("PayloadPart", b"data: x\n\n")] * 2, got
+
+    @test("gateway sagemaker: SigV4 checked by botocore, whole and streamed (PayloadParts that cut lines); wrong or expired credentials are typed errors; a shared file's profile")
+    def _():
+        aws = AwsMock(Credentials("AKIDKERZETEST", "kerze/secret+key", "session-1"), "eu-central-1")
+        mocks.append(aws)
+        table = f"""
+[[upstream]]
+name = "sm"
+kind = "sagemaker"
+url = "{aws.url}"
+region = "eu-central-1"
+endpoint = "lmi-llama-8b"
+serves = ["llama-8b"]
+"""
+        p, base = gateway("sm.toml", table, "response_cache_mb = 0", env=AWS)
+        gw = client(base)
+        r = gw.chat.completions.create(model="llama-8b", messages=HI, max_tokens=20, temperature=0.3)
+        assert r.choices[0].message.content == "Guten Tag aus SageMaker" and r.model_extra["kerze"]["route"] == "upstream:sm", r
+        assert aws.paths[-1] == "/endpoints/lmi-llama-8b/invocations", aws.paths
+        assert aws.bodies[-1]["messages"] == HI and aws.bodies[-1]["max_tokens"] == 20, aws.bodies[-1]
+        chunks = list(gw.chat.completions.create(model="llama-8b", messages=HI, stream=True))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Guten Tag aus SageMaker"
+        assert aws.paths[-1] == "/endpoints/lmi-llama-8b/invocations-response-stream" and aws.bodies[-1]["stream"] is True
+        e = expect(openai.BadRequestError, 400, lambda: gw.completions.create(model="llama-8b", prompt="x"))
+        assert "chat completions only" in e.body["message"], e.body
+        stop(p)
+        for env, kind in [({"AWS_SECRET_ACCESS_KEY": "wrong"}, "InvalidSignatureException"),
+                          ({"AWS_SESSION_TOKEN": "session-0"}, "ExpiredTokenException"),
+                          ({"AWS_ACCESS_KEY_ID": "AKIDOTHER"}, "UnrecognizedClientException")]:
+            p, base = gateway("sm.toml", table, "response_cache_mb = 0", env={**AWS, **env})
+            e = expect(openai.APIStatusError, 502, lambda: client(base).chat.completions.create(model="llama-8b", messages=HI))
+            assert e.body["type"] == "upstream_error" and kind in e.body["message"] and "sm" in e.body["message"], e.body
+            stop(p)
+        creds = config("aws-credentials", "[default]\naws_access_key_id = nobody\naws_secret_access_key = x\n\n"
+                       "[gateway]\naws_access_key_id = AKIDKERZETEST\naws_secret_access_key = kerze/secret+key\n"
+                       "aws_session_token = session-1\n")
+        files = {**AWS, "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "",
+                 "AWS_SHARED_CREDENTIALS_FILE": creds}
+        p, base = gateway("sm-profile.toml", table + 'profile = "gateway"\n', "response_cache_mb = 0", env=files)
+        assert client(base).chat.completions.create(model="llama-8b", messages=HI).choices[0].message.content == "Guten Tag aus SageMaker"
+        stop(p)
+        code, err = refused(["--config", config("sm-nocreds.toml", table)], env={**files, "AWS_SHARED_CREDENTIALS_FILE": os.path.join(TMP, "none")})
+        assert code == 2 and "no AWS credentials" in err, err
+
+    @test("gateway bedrock: Converse mapped both ways (system, sampling, stop, tools), SigV4 checked by botocore, whole and streamed; a Bedrock API key as bearer")
+    def _():
+        aws = AwsMock(Credentials("AKIDKERZETEST", "kerze/secret+key", "session-1"), "us-west-2")
+        mocks.append(aws)
+        table = f"""
+[[upstream]]
+name = "br"
+kind = "bedrock"
+url = "{aws.url}"
+region = "us-west-2"
+model = "anthropic.claude-3-haiku-20240307-v1:0"
+serves = ["claude-haiku"]
+"""
+        p, base = gateway("br.toml", table, "response_cache_mb = 0", env=AWS)
+        gw = client(base)
+        msgs = [{"role": "system", "content": "Antworte kurz."}, {"role": "user", "content": "Hallo"}]
+        tools = [{"type": "function", "function": {"name": "wetter", "description": "Das Wetter",
+                                                   "parameters": {"type": "object", "properties": {"ort": {"type": "string"}}}}}]
+        raw = gw.chat.completions.with_raw_response.create(model="claude-haiku", messages=msgs, max_tokens=30, temperature=0.2,
+                                                           stop=["\n\n"], tools=tools, tool_choice="auto")
+        r = raw.parse()
+        assert r.choices[0].message.content == "Grüezi aus Bedrock" and r.choices[0].finish_reason == "stop", r
+        assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (9, 5), r.usage
+        assert raw.headers["x-kerze-route"] == "upstream:br"
+        assert aws.paths[-1] == "/model/anthropic.claude-3-haiku-20240307-v1%3A0/converse", aws.paths
+        sent = aws.bodies[-1]
+        assert sent["system"] == [{"text": "Antworte kurz."}] and sent["messages"] == [{"role": "user", "content": [{"text": "Hallo"}]}], sent
+        assert sent["inferenceConfig"] == {"maxTokens": 30, "temperature": 0.2, "stopSequences": ["\n\n"]}, sent
+        assert sent["toolConfig"]["tools"][0]["toolSpec"]["name"] == "wetter" and sent["toolConfig"]["toolChoice"] == {"auto": {}}, sent
+        chunks = list(gw.chat.completions.create(model="claude-haiku", messages=msgs, stream=True,
+                                                 stream_options={"include_usage": True}))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Grüezi aus Bedrock"
+        assert chunks[-1].usage.total_tokens == 14 and [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+        assert aws.paths[-1].endswith("/converse-stream")
+        stop(p)
+        aws.bearer = "bedrock-api-key"
+        p, base = gateway("br-key.toml", table + 'api_key_env = "KERZE_TEST_BEDROCK_KEY"\n', "response_cache_mb = 0",
+                          env={**AWS, "KERZE_TEST_BEDROCK_KEY": "bedrock-api-key", "AWS_ACCESS_KEY_ID": ""})
+        assert client(base).chat.completions.create(model="claude-haiku", messages=HI).choices[0].message.content == "Grüezi aus Bedrock"
         stop(p)
 
     @test("gateway: upstream answers in the response cache; /metrics counts what was sent")

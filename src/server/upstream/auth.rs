@@ -1,15 +1,23 @@
 //! How an upstream's requests are authorized: a bearer key from an environment variable
-//! (read once, at start), or a bearer token from a command, kept until shortly before the
+//! (read once, at start), a bearer token from a command, kept until shortly before the
 //! expiry its output states (Vertex AI's hour-long OAuth tokens: `gcloud auth
-//! print-access-token`, or a service-account JWT flow behind a script).
+//! print-access-token`, or a service-account JWT flow behind a script), or AWS SigV4.
 
-use super::config::Command;
+use super::aws;
+use super::config::{Kind, UpstreamConfig};
 use std::time::{Duration, Instant, SystemTime};
 
 pub(super) enum Auth {
     None,
     Bearer(String),
     Command(TokenCommand),
+    /// SigV4 for `service` in `region`, with the credentials of `profile` (or the
+    /// environment's).
+    SigV4 {
+        service: &'static str,
+        region: String,
+        profile: Option<String>,
+    },
 }
 
 pub(super) struct TokenCommand {
@@ -24,31 +32,50 @@ pub(super) struct TokenCommand {
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl Auth {
-    pub(super) fn new(
-        api_key_env: Option<&str>,
-        command: Option<&Command>,
-        ttl_s: Option<f64>,
-    ) -> Self {
-        if let Some(v) = api_key_env {
+    /// An upstream's auth: its `api_key_env` or `token_command` as a bearer; else SigV4 for
+    /// the AWS kinds; else none.
+    pub(super) fn new(cfg: &UpstreamConfig) -> Self {
+        if let Some(v) = &cfg.api_key_env {
             return Auth::Bearer(std::env::var(v).unwrap_or_default());
         }
-        match command {
-            Some(c) => Auth::Command(TokenCommand {
+        if let Some(c) = &cfg.token_command {
+            return Auth::Command(TokenCommand {
                 argv: c.argv(),
-                ttl: Duration::from_secs_f64(ttl_s.unwrap_or(300.0)),
+                ttl: Duration::from_secs_f64(cfg.token_ttl_s.unwrap_or(300.0)),
                 kept: tokio::sync::Mutex::new(None),
-            }),
-            None => Auth::None,
+            });
+        }
+        let service = match cfg.kind {
+            Kind::Openai => return Auth::None,
+            Kind::Sagemaker => "sagemaker",
+            Kind::Bedrock => "bedrock",
+        };
+        Auth::SigV4 {
+            service,
+            region: aws::region(cfg.region.as_deref()).unwrap_or_default(),
+            profile: cfg.profile.clone(),
         }
     }
 
-    /// The bearer token to send, if any.
-    pub(super) async fn token(&self) -> Result<Option<String>, String> {
-        match self {
-            Auth::None => Ok(None),
-            Auth::Bearer(k) => Ok(Some(k.clone())),
-            Auth::Command(c) => c.token().await.map(Some),
-        }
+    /// Authorize `req`: its bearer header, or its SigV4 signature (over the body it holds).
+    pub(super) async fn authorize(&self, req: &mut reqwest::Request) -> Result<(), String> {
+        let token = match self {
+            Auth::None => return Ok(()),
+            Auth::Bearer(k) => k.clone(),
+            Auth::Command(c) => c.token().await?,
+            Auth::SigV4 {
+                service,
+                region,
+                profile,
+            } => {
+                let creds = aws::credentials(profile.as_deref())?;
+                return aws::sign(req, &creds, region, service);
+            }
+        };
+        let v = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| "the token is not a valid header value".to_string())?;
+        req.headers_mut().insert(reqwest::header::AUTHORIZATION, v);
+        Ok(())
     }
 
     /// The upstream refused the token (401): the next request runs the command again.

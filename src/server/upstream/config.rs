@@ -6,13 +6,30 @@ use crate::server::route::Reason;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-/// The kinds of upstream. `openai`: any OpenAI-compatible `…/v1` (OpenAI, Azure OpenAI's v1
-/// API, Vertex AI's and Bedrock's OpenAI-compatible endpoints, the Gemini API, vLLM,
-/// llama-server, another `kerze serve`).
+/// The kinds of upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
+    /// Any OpenAI-compatible `…/v1`: OpenAI, Azure OpenAI's v1 API, Vertex AI's and
+    /// Bedrock's OpenAI-compatible endpoints, the Gemini API, vLLM, llama-server, another
+    /// `kerze serve`.
     Openai,
+    /// A SageMaker endpoint (`/endpoints/{endpoint}/invocations`) whose container takes the
+    /// OpenAI chat shape (LMI, TGI's Messages API); SigV4, service `sagemaker`.
+    Sagemaker,
+    /// Bedrock's Converse API (`/model/{id}/converse`); SigV4, service `bedrock`, or a
+    /// Bedrock API key as bearer (`api_key_env`).
+    Bedrock,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Openai => "openai",
+            Kind::Sagemaker => "sagemaker",
+            Kind::Bedrock => "bedrock",
+        }
+    }
 }
 
 /// A token command: a shell line (`sh -c`) or an argument vector.
@@ -55,7 +72,8 @@ pub struct UpstreamConfig {
     /// What the route names (`upstream:NAME`), the metrics and the errors say.
     pub name: String,
     pub kind: Kind,
-    /// `openai`: the base URL, up to and with `/v1` (`…/chat/completions` is appended).
+    /// `openai`: the base URL, up to and with `/v1` (`…/chat/completions` is appended). The
+    /// AWS kinds: their runtime's base URL (default: the region's).
     #[serde(default)]
     pub url: Option<String>,
     /// The model name sent upstream (default: the request's own).
@@ -68,12 +86,17 @@ pub struct UpstreamConfig {
     /// The reasons it takes (default: model, busy, context, error).
     #[serde(default = "default_when")]
     pub when: Vec<Reason>,
-    /// Reserved for the AWS kinds (the region their endpoint and signature name).
+    /// The AWS kinds: the region their default URL and signature name (default:
+    /// `$AWS_REGION`, `$AWS_DEFAULT_REGION`).
     #[serde(default)]
     pub region: Option<String>,
-    /// Reserved for the AWS kinds (a SageMaker endpoint's name).
+    /// `sagemaker`: the endpoint's name.
     #[serde(default)]
     pub endpoint: Option<String>,
+    /// The AWS kinds: the shared files' profile whose credentials sign (default: the
+    /// environment's `AWS_ACCESS_KEY_ID`…, then `$AWS_PROFILE` or `default`).
+    #[serde(default)]
+    pub profile: Option<String>,
     /// The environment variable that holds the bearer key.
     #[serde(default)]
     pub api_key_env: Option<String>,
@@ -116,13 +139,47 @@ impl UpstreamConfig {
                 "upstream name {n:?}: give a name without spaces (the route says upstream:NAME)"
             ));
         }
+        let url = self.url.as_deref().unwrap_or("");
+        let http = url.starts_with("http://") || url.starts_with("https://");
         match self.kind {
+            Kind::Openai if !http => {
+                return Err(format!(
+                    "upstream {n}: kind 'openai' needs `url`, an http(s) base URL up to /v1 (got {url:?})"
+                ));
+            }
             Kind::Openai => {
-                let url = self.url.as_deref().unwrap_or("");
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                if self.profile.is_some() {
+                    return Err(format!("upstream {n}: `profile` is for the AWS kinds"));
+                }
+            }
+            Kind::Sagemaker | Kind::Bedrock => {
+                let k = self.kind.as_str();
+                if self.url.is_some() && !http {
+                    return Err(format!("upstream {n}: `url` {url:?} is not an http(s) URL"));
+                }
+                if super::aws::region(self.region.as_deref()).is_none() {
                     return Err(format!(
-                        "upstream {n}: kind 'openai' needs `url`, an http(s) base URL up to /v1 (got {url:?})"
+                        "upstream {n}: kind '{k}' needs `region` (or $AWS_REGION)"
                     ));
+                }
+                if self.kind == Kind::Sagemaker && self.endpoint.as_deref().unwrap_or("").is_empty()
+                {
+                    return Err(format!(
+                        "upstream {n}: kind 'sagemaker' needs `endpoint`, the endpoint's name"
+                    ));
+                }
+                if self.kind == Kind::Bedrock && self.model.is_none() && self.serves.is_empty() {
+                    return Err(format!(
+                        "upstream {n}: kind 'bedrock' needs `model` (a model or inference profile id) or `serves`"
+                    ));
+                }
+                let bearer = self.api_key_env.is_some() || self.token_command.is_some();
+                if self.kind == Kind::Sagemaker && bearer {
+                    return Err(format!("upstream {n}: kind 'sagemaker' signs with SigV4: no api_key_env or token_command"));
+                }
+                if !bearer {
+                    super::aws::credentials(self.profile.as_deref())
+                        .map_err(|e| format!("upstream {n}: {e}"))?;
                 }
             }
         }

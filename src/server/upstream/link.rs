@@ -76,17 +76,18 @@ pub struct Upstream {
 }
 
 impl Upstream {
+    /// How long a request there may take (the whole answer, or the whole stream).
+    pub(super) fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.cfg.timeout_s)
+    }
+
     pub(super) fn new(cfg: UpstreamConfig) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10).min(Duration::from_secs_f64(cfg.timeout_s)))
             .user_agent(concat!("kerze-gateway/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("upstream {}: no HTTP client: {e}", cfg.name))?;
-        let auth = Auth::new(
-            cfg.api_key_env.as_deref(),
-            cfg.token_command.as_ref(),
-            cfg.token_ttl_s,
-        );
+        let auth = Auth::new(&cfg);
         let limits = Limits::new(
             cfg.requests_per_minute,
             cfg.requests_per_day,

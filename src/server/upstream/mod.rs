@@ -7,18 +7,26 @@
 //! - `auth.rs`: the bearer key from the environment, or a token command with expiry;
 //! - `limits.rs`: requests per minute and day, the token budget, `Retry-After`, the breaker;
 //! - `link.rs`: one upstream's connection (config, client, auth, limits) and its errors;
-//! - `openai.rs`: the `openai` kind: any OpenAI-compatible `…/v1`, its SSE read into chunks.
+//! - `http.rs`: the POST every kind makes, its errors, and a streamed answer's chunks;
+//! - `openai.rs`: the `openai` kind: any OpenAI-compatible `…/v1`, its SSE read into chunks;
+//! - `aws.rs`: AWS credentials, SigV4 (the SDK's signer) and the event-stream framing;
+//! - `sagemaker.rs`: a SageMaker endpoint that takes the OpenAI chat shape;
+//! - `bedrock.rs`: Bedrock's Converse API, mapped to and from OpenAI chat.
 
 mod auth;
+mod aws;
+mod bedrock;
 pub mod config;
+mod http;
 mod limits;
 mod link;
 mod openai;
+mod sagemaker;
 
 pub use config::{Kind, UpstreamConfig};
+pub use http::{Chunks, Reply};
 pub use limits::Refusal;
 pub use link::{Endpoint, Upstream, UpstreamError};
-pub use openai::{Chunks, Reply};
 
 use crate::server::route::Reason;
 use std::sync::Arc;
@@ -30,6 +38,11 @@ impl Upstream {
 
     pub fn takes(&self, reason: Reason) -> bool {
         self.cfg.when.contains(&reason)
+    }
+
+    /// Whether it answers `endpoint` (the AWS kinds: chat completions only).
+    pub fn answers(&self, endpoint: Endpoint) -> bool {
+        self.cfg.kind == Kind::Openai || endpoint == Endpoint::Chat
     }
 
     /// Whether its circuit breaker is open now.
@@ -56,6 +69,17 @@ impl Upstream {
         body: &serde_json::Value,
         stream: bool,
     ) -> Result<Reply, UpstreamError> {
+        if !self.answers(endpoint) {
+            return Err(UpstreamError::new(
+                400,
+                "status",
+                format!(
+                    "upstream {} ({}) answers chat completions only",
+                    self.name(),
+                    self.cfg.kind.as_str()
+                ),
+            ));
+        }
         self.limits
             .take(self.name())
             .map_err(UpstreamError::refused)?;
@@ -79,7 +103,11 @@ impl Upstream {
                 m.remove("stream_options");
             }
         }
-        openai::send(self, endpoint, &body, stream).await
+        match self.cfg.kind {
+            Kind::Openai => openai::send(self, endpoint, &body, stream).await,
+            Kind::Sagemaker => sagemaker::send(self, &body, stream).await,
+            Kind::Bedrock => bedrock::send(self, &body, stream).await,
+        }
     }
 }
 
@@ -129,12 +157,13 @@ impl Upstreams {
             .find(|u| u.takes(Reason::Model) && u.cfg.serves.iter().any(|s| s == model))
     }
 
-    /// The upstreams that take `reason`, those with a closed breaker first.
-    pub fn taking(&self, reason: Reason) -> Vec<Arc<Upstream>> {
+    /// The upstreams that take `reason` and answer `endpoint`, those with a closed breaker
+    /// first.
+    pub fn taking(&self, reason: Reason, endpoint: Endpoint) -> Vec<Arc<Upstream>> {
         let mut v: Vec<Arc<Upstream>> = self
             .list
             .iter()
-            .filter(|u| u.takes(reason))
+            .filter(|u| u.takes(reason) && u.answers(endpoint))
             .cloned()
             .collect();
         v.sort_by_key(|u| u.breaker_open());
