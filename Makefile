@@ -33,7 +33,7 @@ PORT ?= 8080
 NATIVE_FEATURES := --features gpu
 export XDG_RUNTIME_DIR ?= /tmp/kerze-xdg-$(shell id -u)
 
-.PHONY: help test-stages setup setup-rust setup-browser setup-node setup-gpu setup-python fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers bench-scale fuzz clean onnx-models
+.PHONY: help test-stages setup setup-rust setup-browser setup-node setup-gpu setup-python setup-redis fetch build build-wasm test test-native test-wasm test-browser test-bundlers test-serve lint demo serve bench bench-native bench-wasm bench-browser bench-serve bench-analysis bench-prefix bench-constrain bench-peers bench-scale fuzz clean onnx-models
 
 help:
 	@echo "make demo   — fetch the default model, build, serve the demo on 127.0.0.1:$(PORT)"
@@ -105,6 +105,12 @@ setup-browser:
 	  echo "installing Debian's chromium and chromium-driver"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	fi
+
+# Debian's redis-server: the gateway tests' shared cache (started on loopback, stopped by PID).
+setup-redis:
+	@command -v redis-server >/dev/null || { \
+	  echo "installing Debian's redis-server"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
 $(KERZE): $(shell find src -name '*.rs') Cargo.toml Cargo.lock models/catalog.json
 	@.ci/stage start build-native
@@ -295,7 +301,7 @@ test-bundlers: setup fetch build
 	@.ci/stage end test-bundlers
 
 # kerze serve against the official npm and PyPI `openai` clients, raw HTTP and Chromium.
-test-serve: setup setup-python fetch $(KERZE)
+test-serve: setup setup-python setup-redis fetch $(KERZE)
 	@.ci/stage start test-serve
 	node tests/serve/run.mjs
 	$(SERVE_VENV)/bin/python tests/serve/test_openai.py

@@ -41,9 +41,11 @@ pub(super) struct ServeArgs {
     body_timeout: u64,
     /// Keep answers to deterministic requests (temperature 0 or a seed) in this folder, across
     /// restarts (without it: in memory), and answer repeats from them with no forward pass
-    /// (`"cache": false` in a request: not that one)
-    #[arg(long, value_name = "DIR")]
-    response_cache: Option<std::path::PathBuf>,
+    /// (`"cache": false` in a request: not that one). A `redis://HOST:PORT[/DB]` URL: Redis or
+    /// Valkey, shared with other gateways, with the upstreams' rate limits and budgets (this
+    /// process's own memory while it is down)
+    #[arg(long, value_name = "DIR|URL")]
+    response_cache: Option<String>,
     /// Seconds a kept answer stays valid
     #[arg(long, default_value_t = 86_400, value_parser = clap::value_parser!(u64).range(1..))]
     response_cache_ttl: u64,
@@ -64,6 +66,10 @@ pub(super) struct ServeArgs {
     /// that the first request with response_format, tools or choices does not wait for it
     #[arg(long)]
     prepare_constraints: bool,
+}
+
+fn is_redis(c: &str) -> bool {
+    c.starts_with("redis://") || c.starts_with("valkey://")
 }
 
 pub(super) fn cmd_serve(a: &ServeArgs) -> Result<()> {
@@ -102,7 +108,11 @@ pub(super) fn cmd_serve(a: &ServeArgs) -> Result<()> {
         body_timeout: std::time::Duration::from_secs(a.body_timeout),
         response_cache: (a.response_cache_mb > 0).then(|| {
             crate::server::responses::ResponseCacheOptions {
-                dir: a.response_cache.clone(),
+                dir: a
+                    .response_cache
+                    .as_ref()
+                    .filter(|c| !is_redis(c))
+                    .map(std::path::PathBuf::from),
                 ttl: std::time::Duration::from_secs(a.response_cache_ttl),
                 max_bytes: a.response_cache_mb << 20,
             }
@@ -113,6 +123,10 @@ pub(super) fn cmd_serve(a: &ServeArgs) -> Result<()> {
             min_tokens: a.prefix_cache_min_tokens,
         }),
         prepare_constraints: a.prepare_constraints,
+        shared: a
+            .response_cache
+            .clone()
+            .filter(|c| is_redis(c) && a.response_cache_mb > 0),
         upstreams,
     })
 }

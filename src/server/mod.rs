@@ -25,7 +25,8 @@
 //! - the gateway: `route.rs` (why a request goes upstream, and every answer's route tag),
 //!   `upstream/` (the upstreams of `--config`: kinds, auth, limits, breaker), `relay.rs`
 //!   (an upstream's answer passed on, and the takeover of a local answer that failed),
-//!   `metrics.rs` (`/metrics`, Prometheus text).
+//!   `metrics.rs` (`/metrics`, Prometheus text), `shared.rs` (Redis or Valkey: the response
+//!   cache and upstream counters several gateways share).
 
 mod access;
 mod api_error;
@@ -38,6 +39,7 @@ pub mod responses;
 pub mod route;
 mod routes;
 mod run;
+mod shared;
 pub mod slots;
 mod state;
 mod stream;

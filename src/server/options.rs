@@ -30,6 +30,9 @@ pub struct ServeOptions {
     pub body_timeout: Duration,
     /// Keep answers to deterministic requests here (None: no response cache).
     pub response_cache: Option<responses::ResponseCacheOptions>,
+    /// Redis or Valkey (`redis://…`) that several gateways share: the response cache (this
+    /// process's own in memory when it is down) and the upstreams' counters.
+    pub shared: Option<String>,
     /// Keep the KV of chats' shared prefixes (None: only in each slot's own cache).
     pub prefix_cache: Option<prefixes::PrefixOptions>,
     /// Build the constraint engine's token trie before the server is ready.

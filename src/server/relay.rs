@@ -7,9 +7,10 @@
 //! `continue_final_message`, or after a completion's prompt.
 
 use super::api_error::{ApiError, ApiResult};
+use super::responses::Entry;
 use super::route::{Reason, Tag};
 use super::slots::Event;
-use super::state::AppState;
+use super::state::{self, AppState};
 use super::stream::{sse_json, Takeover};
 use super::upstream::{Chunks, Endpoint, Reply, Upstream};
 use crate::error::Error;
@@ -131,18 +132,12 @@ fn cache_key(st: &AppState, up: &Upstream, ask: &Ask) -> Option<String> {
 }
 
 async fn cached(st: &AppState, key: &str) -> Option<Vec<serde_json::Value>> {
-    let cache = Arc::clone(st.responses.as_ref()?);
-    let key = key.to_string();
-    tokio::task::spawn_blocking(move || cache.get(&key))
-        .await
-        .ok()
-        .flatten()
-        .and_then(|e| e.raw)
+    st.kept(key).await.and_then(|e| e.raw)
 }
 
 fn keep(st: &AppState, key: String, raw: Vec<serde_json::Value>) {
-    if let Some(cache) = st.responses.as_ref().map(Arc::clone) {
-        tokio::task::spawn_blocking(move || cache.put_raw(&key, raw));
+    if let Some(cache) = &st.responses {
+        state::keep(cache, st.shared.as_ref(), key, Entry::upstream(raw));
     }
 }
 

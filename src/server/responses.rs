@@ -41,6 +41,33 @@ pub struct Entry {
 
 const VERSION: u32 = 1;
 
+impl Entry {
+    /// A local answer: its pieces, end and usage.
+    pub fn local(pieces: Vec<String>, finish: FinishReason, usage: Usage) -> Self {
+        Entry {
+            v: VERSION,
+            pieces,
+            finish,
+            usage,
+            stored: now_s(),
+            raw: None,
+        }
+    }
+
+    /// An upstream's answer as it came (the whole JSON, or the stream's chunks).
+    pub fn upstream(raw: Vec<serde_json::Value>) -> Self {
+        Entry {
+            raw: Some(raw),
+            ..Entry::local(Vec::new(), FinishReason::Stop, Usage::default())
+        }
+    }
+
+    /// What a file (or a shared store) holds.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        serde_json::to_vec(self).ok()
+    }
+}
+
 pub struct ResponseCache {
     opts: ResponseCacheOptions,
     /// The model file's sha256, hex (in memory: what names the model in this process).
@@ -124,8 +151,13 @@ impl ResponseCache {
             .map(|m| m.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// How long an entry stays valid.
+    pub fn ttl(&self) -> Duration {
+        self.opts.ttl
+    }
+
     /// A kept entry's JSON, if it parses, is this version's and is still live.
-    fn live(&self, bytes: &[u8]) -> Option<Entry> {
+    pub fn live(&self, bytes: &[u8]) -> Option<Entry> {
         serde_json::from_slice::<Entry>(bytes)
             .ok()
             .filter(|e| e.v == VERSION && e.stored + self.opts.ttl.as_secs_f64() > now_s())
@@ -212,39 +244,15 @@ impl ResponseCache {
         }
     }
 
-    /// Keep an answer (written whole, then renamed: a reader never sees half a file), then
-    /// remove the least recently used files past the size cap.
+    /// Keep a local answer.
     pub fn put(&self, key: &str, pieces: Vec<String>, finish: FinishReason, usage: Usage) {
-        self.keep(
-            key,
-            Entry {
-                v: VERSION,
-                pieces,
-                finish,
-                usage,
-                stored: now_s(),
-                raw: None,
-            },
-        )
+        self.store(key, &Entry::local(pieces, finish, usage))
     }
 
-    /// Keep an upstream's answer as it came (the whole JSON, or the stream's chunks).
-    pub fn put_raw(&self, key: &str, raw: Vec<serde_json::Value>) {
-        self.keep(
-            key,
-            Entry {
-                v: VERSION,
-                pieces: Vec::new(),
-                finish: FinishReason::Stop,
-                usage: Usage::default(),
-                stored: now_s(),
-                raw: Some(raw),
-            },
-        )
-    }
-
-    fn keep(&self, key: &str, e: Entry) {
-        let Ok(bytes) = serde_json::to_vec(&e) else {
+    /// Keep `e` under `key` (written whole, then renamed: a reader never sees half a file),
+    /// then remove the least recently used past the size cap.
+    pub fn store(&self, key: &str, e: &Entry) {
+        let Some(bytes) = e.bytes() else {
             return;
         };
         if bytes.len() as u64 > self.opts.max_bytes {

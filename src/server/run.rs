@@ -4,6 +4,7 @@
 use super::metrics::Metrics;
 use super::options::ServeOptions;
 use super::routes::router;
+use super::shared::Shared;
 use super::slots::{Admission, Pool};
 use super::state::{AppState, Loaded};
 use super::upstream::Upstreams;
@@ -24,19 +25,27 @@ pub fn run(opts: ServeOptions) -> crate::Result<()> {
 }
 
 async fn serve(opts: ServeOptions) -> crate::Result<()> {
+    let shared = match &opts.shared {
+        Some(url) => Some(Arc::new(Shared::open(url).map_err(|e| {
+            Error::InvalidArgument(format!("the shared response cache: {e}"))
+        })?)),
+        None => None,
+    };
     // A bad upstream stops the server before it listens.
-    let upstreams = Upstreams::new(&opts.upstreams, &opts.model_id)
+    let upstreams = Upstreams::new(&opts.upstreams, &opts.model_id, shared.clone())
         .map_err(|e| Error::InvalidArgument(format!("the config's upstreams: {e}")))?;
     let addr = format!("{}:{}", opts.host, opts.port);
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .map_err(|e| Error::InvalidArgument(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr()?;
-    // The model file's sha256 names it in what is kept on disk (hashed once, when needed).
-    let needs_sha = opts
-        .response_cache
-        .as_ref()
-        .is_some_and(|r| r.dir.is_some())
+    // The model file's sha256 names it in what is kept on disk or shared (hashed once, when
+    // needed).
+    let needs_sha = opts.shared.is_some()
+        || opts
+            .response_cache
+            .as_ref()
+            .is_some_and(|r| r.dir.is_some())
         || opts.prefix_cache.as_ref().is_some_and(|p| p.dir.is_some());
     let sha = if needs_sha {
         crate::catalog::sha256_file(&opts.path)?
@@ -91,6 +100,7 @@ async fn serve(opts: ServeOptions) -> crate::Result<()> {
         ids: AtomicU64::new(0),
         responses,
         upstreams,
+        shared,
         metrics: Metrics::new()
             .map_err(|e| Error::Backend(format!("the metrics did not start: {e}")))?,
     });

@@ -5,8 +5,9 @@
 use super::api_error::{ApiError, ApiResult};
 use super::metrics::Metrics;
 use super::options::ServeOptions;
-use super::responses;
+use super::responses::{self, Entry};
 use super::route::Reason;
+use super::shared::Shared;
 use super::slots::{Admission, Event, Input, Job, Pool};
 use super::upstream::Upstreams;
 use crate::engine::EngineInfo;
@@ -33,6 +34,13 @@ pub(super) struct AppState {
     pub(super) responses: Option<Arc<responses::ResponseCache>>,
     pub(super) upstreams: Upstreams,
     pub(super) metrics: Metrics,
+    /// Redis or Valkey, shared with the other gateways (None: this process alone).
+    pub(super) shared: Option<Arc<Shared>>,
+}
+
+/// A response cache key in the shared store.
+fn shared_key(key: &str) -> String {
+    format!("kerze:response:{key}")
 }
 
 /// A request's answer as [`AppState::answer`] starts it: its events, whether the response
@@ -114,13 +122,7 @@ impl AppState {
                 seed,
             });
         };
-        let (c, k) = (Arc::clone(&cache), key.clone());
-        if let Some(e) = tokio::task::spawn_blocking(move || c.get(&k))
-            .await
-            .ok()
-            .flatten()
-            .filter(|e| e.raw.is_none())
-        {
+        if let Some(e) = self.kept(&key).await.filter(|e| e.raw.is_none()) {
             let (tx, rx) = unbounded_channel();
             for p in e.pieces {
                 let _ = tx.send(Event::Chunk(p));
@@ -142,6 +144,7 @@ impl AppState {
             });
         }
         let mut inner = self.submit(input, opts, arrived).await?;
+        let shared = self.shared.clone();
         let (tx, rx) = unbounded_channel();
         tokio::spawn(async move {
             let mut pieces = Vec::new();
@@ -150,12 +153,8 @@ impl AppState {
                     pieces.push(t.clone());
                 }
                 if let Event::Done { finish, usage } = &ev {
-                    let (finish, usage) = (*finish, usage.clone());
-                    let pieces = std::mem::take(&mut pieces);
-                    let c = Arc::clone(&cache);
-                    let k = key.clone();
-                    let _ =
-                        tokio::task::spawn_blocking(move || c.put(&k, pieces, finish, usage)).await;
+                    let e = Entry::local(std::mem::take(&mut pieces), *finish, usage.clone());
+                    keep(&cache, shared.as_ref(), key.clone(), e);
                 }
                 // The client went away: dropping `inner` tells the slot.
                 if tx.send(ev).is_err() {
@@ -168,6 +167,23 @@ impl AppState {
             hit: Some(false),
             seed,
         })
+    }
+
+    /// The live kept answer for `key`: from the shared store, else this process's cache.
+    pub(super) async fn kept(&self, key: &str) -> Option<Entry> {
+        let cache = Arc::clone(self.responses.as_ref()?);
+        if let Some(sh) = &self.shared {
+            if let Some(Some(b)) = sh.get(&shared_key(key)).await {
+                if let Some(e) = cache.live(&b) {
+                    return Some(e);
+                }
+            }
+        }
+        let k = key.to_string();
+        tokio::task::spawn_blocking(move || cache.get(&k))
+            .await
+            .ok()
+            .flatten()
     }
 
     async fn submit(
@@ -245,4 +261,20 @@ impl AppState {
             )),
         }
     }
+}
+
+/// Keep an answer in this process's cache and, where there is one, the shared store (in the
+/// background: the answer does not wait for it).
+pub(super) fn keep(
+    cache: &Arc<responses::ResponseCache>,
+    shared: Option<&Arc<Shared>>,
+    key: String,
+    e: Entry,
+) {
+    if let (Some(sh), Some(bytes)) = (shared.map(Arc::clone), e.bytes()) {
+        let (k, ttl) = (shared_key(&key), cache.ttl());
+        tokio::spawn(async move { sh.set(&k, &bytes, ttl).await });
+    }
+    let cache = Arc::clone(cache);
+    tokio::task::spawn_blocking(move || cache.store(&key, &e));
 }

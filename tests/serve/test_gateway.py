@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -732,6 +733,76 @@ serves = ["claude-haiku"]
                           env={**AWS, "KERZE_TEST_BEDROCK_KEY": "bedrock-api-key", "AWS_ACCESS_KEY_ID": ""})
         assert client(base).chat.completions.create(model="claude-haiku", messages=HI).choices[0].message.content == "Grüezi aus Bedrock"
         stop(p)
+
+    @test("gateway redis: two gateways share the response cache, an upstream's budget and its rate; with Redis down each keeps serving from its own cache, with a warning")
+    def _():
+        port = free_port()
+        redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                  "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        harness.procs.append(redis)
+        deadline = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        mock = Mock()
+        mocks.append(mock)
+        table = f"""
+[[upstream]]
+name = "budget"
+kind = "openai"
+url = "{mock.url}"
+serves = ["u"]
+tokens_per_day = 20
+
+[[upstream]]
+name = "rate"
+kind = "openai"
+url = "{mock.url}"
+serves = ["v"]
+requests_per_minute = 2
+"""
+        flags = f'response_cache = "redis://127.0.0.1:{port}"'
+        a, base_a = gateway("redis-a.toml", table, flags)
+        b, base_b = gateway("redis-b.toml", table, flags)
+        ga, gb = client(base_a), client(base_b)
+        ask = [{"role": "user", "content": "What is Redis?"}]
+        ra = ga.chat.completions.with_raw_response.create(model=MODEL_ID, messages=ask, max_tokens=12, temperature=0)
+        rb = gb.chat.completions.with_raw_response.create(model=MODEL_ID, messages=ask, max_tokens=12, temperature=0)
+        assert (ra.headers["x-kerze-cache"], rb.headers["x-kerze-cache"]) == ("miss", "hit"), (ra.headers, rb.headers)
+        assert ra.parse().choices[0].message.content == rb.parse().choices[0].message.content
+        hits = mock.hits
+        ra = ga.chat.completions.with_raw_response.create(model="u", messages=ask, temperature=0)
+        rb = gb.chat.completions.with_raw_response.create(model="u", messages=ask, temperature=0)
+        assert (ra.headers["x-kerze-cache"], rb.headers["x-kerze-cache"]) == ("miss", "hit") and mock.hits == hits + 1
+        # The budget: 8 tokens an answer, 20 a day, whichever gateway sends.
+        ga.chat.completions.create(model="u", messages=HI, temperature=0.5)
+        time.sleep(0.2)  # the spend is counted in the background
+        gb.chat.completions.create(model="u", messages=HI, temperature=0.5)
+        time.sleep(0.2)
+        e = expect(openai.RateLimitError, 429, lambda: ga.chat.completions.create(model="u", messages=HI, temperature=0.5))
+        assert "budget of 20 tokens" in e.body["message"] and "every gateway" in e.body["message"], e.body
+        # The rate: 2 a minute (a fixed window there), whichever gateway sends.
+        if time.time() % 60 > 50:
+            time.sleep(61 - time.time() % 60)
+        ga.chat.completions.create(model="v", messages=HI, temperature=0.5)
+        gb.chat.completions.create(model="v", messages=HI, temperature=0.5)
+        e = expect(openai.RateLimitError, 429, lambda: ga.chat.completions.create(model="v", messages=HI, temperature=0.5))
+        assert "a minute" in e.body["message"] and "every gateway" in e.body["message"], e.body
+        stop(redis)
+        ask = [{"role": "user", "content": "And without Redis?"}]
+        for g in [ga, gb]:
+            r1 = g.chat.completions.with_raw_response.create(model=MODEL_ID, messages=ask, max_tokens=8, temperature=0)
+            r2 = g.chat.completions.with_raw_response.create(model=MODEL_ID, messages=ask, max_tokens=8, temperature=0)
+            assert (r1.headers["x-kerze-cache"], r2.headers["x-kerze-cache"]) == ("miss", "hit"), (r1.headers, r2.headers)
+        assert ga.chat.completions.create(model="v", messages=HI).choices[0].message.content == "Hallo from upstream"
+        for p in [a, b]:
+            assert any("is not answering" in line for line in p.lines), p.lines
+        stop(a)
+        stop(b)
 
     @test("gateway: upstream answers in the response cache; /metrics counts what was sent")
     def _():

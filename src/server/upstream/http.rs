@@ -161,7 +161,7 @@ pub(super) fn completion(
         return Err(bad_response(up, &v.to_string()));
     }
     up.limits.succeeded();
-    up.limits.spend(usage_tokens(&v));
+    up.spend(usage_tokens(&v));
     Ok(v)
 }
 
@@ -369,7 +369,7 @@ impl Chunks {
         match self.inner.next().await {
             Some(Ok(v)) => {
                 if v.get("usage").is_some_and(|u| u.is_object()) {
-                    self.up.limits.spend(usage_tokens(&v));
+                    self.up.spend(usage_tokens(&v));
                 }
                 Some(Ok(v))
             }

@@ -3,6 +3,7 @@
 //! row no request goes there for a cool-down; then one tries, and its outcome closes or
 //! reopens it). Past a limit the client gets a 429 that says which one and when to retry.
 
+use crate::server::shared::Shared;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
@@ -43,6 +44,11 @@ struct State {
     hold_until: Option<Instant>,
 }
 
+/// A counter's key in the shared store.
+fn shared_key(upstream: &str, what: &str, window: u64) -> String {
+    format!("kerze:quota:{upstream}:{what}:{window}")
+}
+
 fn utc_day_and_rest() -> (u64, Duration) {
     let s = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -79,9 +85,18 @@ impl Limits {
         s.open_until.is_some_and(|t| Instant::now() < t) || s.probing
     }
 
-    /// Take a request, or say why not. A taken request must end in [`Self::succeeded`] or
-    /// [`Self::failed`] (or [`Self::settled`] when it says nothing of the upstream's health).
+    /// Take a request, or say why not: [`Self::admit`], then [`Self::quota`].
+    #[cfg(test)]
     pub(super) fn take(&self, name: &str) -> Result<(), Refusal> {
+        self.admit(name)?;
+        self.quota(name).inspect_err(|_| self.settled())
+    }
+
+    /// Whether the upstream's health lets a request go (its breaker, its `Retry-After`). An
+    /// admitted request must end in [`Self::succeeded`] or [`Self::failed`] (or
+    /// [`Self::settled`] when it says nothing of the upstream's health, a quota's refusal
+    /// included).
+    pub(super) fn admit(&self, name: &str) -> Result<(), Refusal> {
         let now = Instant::now();
         let mut s = self.state();
         if let Some(t) = s.open_until {
@@ -118,17 +133,20 @@ impl Limits {
                 breaker: false,
             });
         }
+        Ok(())
+    }
+
+    /// Count a request against this process's own rates and budget, or say which is used up.
+    pub(super) fn quota(&self, name: &str) -> Result<(), Refusal> {
+        let now = Instant::now();
+        let mut s = self.state();
         let (day, rest) = utc_day_and_rest();
         if s.day != day {
             s.day = day;
             s.day_requests = 0;
             s.day_tokens = 0;
         }
-        let refuse = |message: String, retry_after: Duration, s: &mut State| {
-            if s.probing {
-                s.probing = false;
-                s.open_until = Some(now);
-            }
+        let refuse = |message: String, retry_after: Duration, _: &mut State| {
             Err(Refusal {
                 message,
                 retry_after,
@@ -176,6 +194,69 @@ impl Limits {
         s.minute.push_back(now);
         s.day_requests += 1;
         Ok(())
+    }
+
+    /// Count a request against the rates and budget kept in the shared store (every gateway's
+    /// requests count): None when the store is down (then [`Self::quota`] counts). A minute
+    /// there is a fixed window (this process's own is a sliding one).
+    pub(super) async fn shared_quota(
+        &self,
+        name: &str,
+        sh: &Shared,
+    ) -> Option<Result<(), Refusal>> {
+        let secs = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let (day, rest) = (secs / 86_400, Duration::from_secs(86_400 - secs % 86_400));
+        let refuse = |message: String, retry_after: Duration| {
+            Some(Err(Refusal {
+                message,
+                retry_after,
+                breaker: false,
+            }))
+        };
+        if let Some(n) = self.tokens_per_day {
+            let used = sh.count(&shared_key(name, "tokens", day)).await?;
+            if used >= n {
+                return refuse(
+                    format!("upstream {name}: its budget of {n} tokens a day is spent ({used} used, by every gateway)"),
+                    rest,
+                );
+            }
+        }
+        if let Some(n) = self.per_day {
+            let k = shared_key(name, "day", day);
+            if sh.add(&k, 1, Duration::from_secs(2 * 86_400)).await? > u64::from(n) {
+                return refuse(
+                    format!(
+                        "upstream {name}: its {n} requests a day are used up (by every gateway)"
+                    ),
+                    rest,
+                );
+            }
+        }
+        if let Some(n) = self.per_minute {
+            let k = shared_key(name, "minute", secs / 60);
+            if sh.add(&k, 1, Duration::from_secs(120)).await? > u64::from(n) {
+                return refuse(
+                    format!(
+                        "upstream {name}: its {n} requests a minute are used up (by every gateway)"
+                    ),
+                    Duration::from_secs(60 - secs % 60),
+                );
+            }
+        }
+        Some(Ok(()))
+    }
+
+    /// Tokens an answer used, in the shared store's day budget (in the background).
+    pub(super) fn shared_spend(&self, name: &str, sh: &std::sync::Arc<Shared>, tokens: u64) {
+        if self.tokens_per_day.is_none() || tokens == 0 {
+            return;
+        }
+        let day = utc_day_and_rest().0;
+        let (k, sh) = (shared_key(name, "tokens", day), std::sync::Arc::clone(sh));
+        tokio::spawn(async move { sh.add(&k, tokens, Duration::from_secs(2 * 86_400)).await });
     }
 
     /// Tokens an answer used (the upstream's usage), against the day's budget.

@@ -4,6 +4,8 @@
 use super::auth::Auth;
 use super::config::UpstreamConfig;
 use super::limits::{Limits, Refusal};
+use crate::server::shared::Shared;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which OpenAI endpoint a request is for.
@@ -73,6 +75,8 @@ pub struct Upstream {
     pub(super) client: reqwest::Client,
     pub(super) auth: Auth,
     pub(super) limits: Limits,
+    /// Where the gateways count together (None: this process counts alone).
+    pub(super) shared: Option<Arc<Shared>>,
 }
 
 impl Upstream {
@@ -81,7 +85,15 @@ impl Upstream {
         Duration::from_secs_f64(self.cfg.timeout_s)
     }
 
-    pub(super) fn new(cfg: UpstreamConfig) -> Result<Self, String> {
+    /// Tokens an answer used: against the day's budget, here and in the shared store.
+    pub(super) fn spend(&self, tokens: u64) {
+        self.limits.spend(tokens);
+        if let Some(sh) = &self.shared {
+            self.limits.shared_spend(self.name(), sh, tokens);
+        }
+    }
+
+    pub(super) fn new(cfg: UpstreamConfig, shared: Option<Arc<Shared>>) -> Result<Self, String> {
         let client = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10).min(Duration::from_secs_f64(cfg.timeout_s)))
             .user_agent(concat!("kerze-gateway/", env!("CARGO_PKG_VERSION")))
@@ -100,6 +112,7 @@ impl Upstream {
             client,
             auth,
             limits,
+            shared,
         })
     }
 }

@@ -29,6 +29,7 @@ pub use limits::Refusal;
 pub use link::{Endpoint, Upstream, UpstreamError};
 
 use crate::server::route::Reason;
+use crate::server::shared::Shared;
 use std::sync::Arc;
 
 impl Upstream {
@@ -81,8 +82,18 @@ impl Upstream {
             ));
         }
         self.limits
-            .take(self.name())
+            .admit(self.name())
             .map_err(UpstreamError::refused)?;
+        let counted = match &self.shared {
+            Some(sh) => self.limits.shared_quota(self.name(), sh).await,
+            None => None,
+        };
+        counted
+            .unwrap_or_else(|| self.limits.quota(self.name()))
+            .map_err(|r| {
+                self.limits.settled();
+                UpstreamError::refused(r)
+            })?;
         let mut body = body.clone();
         if let Some(m) = body.as_object_mut() {
             let asked = m.get("model").and_then(|v| v.as_str()).map(str::to_string);
@@ -120,7 +131,11 @@ pub struct Upstreams {
 
 impl Upstreams {
     /// The upstreams of these tables; what is wrong with them stops the server at start.
-    pub fn new(cfgs: &[UpstreamConfig], local_model: &str) -> Result<Self, String> {
+    pub fn new(
+        cfgs: &[UpstreamConfig],
+        local_model: &str,
+        shared: Option<Arc<Shared>>,
+    ) -> Result<Self, String> {
         let mut list: Vec<Arc<Upstream>> = Vec::new();
         for c in cfgs {
             c.check()?;
@@ -141,7 +156,7 @@ impl Upstreams {
                     ));
                 }
             }
-            list.push(Arc::new(Upstream::new(c.clone())?));
+            list.push(Arc::new(Upstream::new(c.clone(), shared.clone())?));
         }
         Ok(Upstreams { list })
     }
