@@ -804,6 +804,17 @@ requests_per_minute = 2
         stop(a)
         stop(b)
 
+    @test("gateway docs/gateway.example.toml: the sample config starts a server that lists every upstream model")
+    def _():
+        env = {**AWS, "OPENAI_API_KEY": "sk-test", "AZURE_OPENAI_API_KEY": "az-test", "AWS_REGION": "eu-central-1"}
+        p, base = start(["--config", os.path.join(harness.ROOT, "docs", "gateway.example.toml")], env=env)
+        _, h = harness.health(base)
+        assert (h["slots"], h["queue"]) == (2, 8), h
+        ids = [m.id for m in client(base).models.list().data]
+        assert ids == [MODEL_ID, "gpt-4o-mini", "gemini-flash", "llama-8b", "claude-haiku"], ids
+        assert any("upstream sagemaker" in line for line in p.lines), p.lines
+        stop(p)
+
     @test("gateway: upstream answers in the response cache; /metrics counts what was sent")
     def _():
         mock = Mock()
