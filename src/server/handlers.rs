@@ -104,12 +104,7 @@ pub(super) async fn chat_completions(
         let (text, finish, usage, took) = collect(rx, st.opts.timeout, takeover).await?;
         let answer = openai::chat_completion(&meta, &text, finish, &usage, req.tool_calls);
         let tag = took.unwrap_or_else(Tag::local);
-        st.metrics.answered(
-            &tag,
-            usage.prompt_tokens as u64,
-            usage.completion_tokens as u64,
-            arrived,
-        );
+        st.metrics.answered_with(&tag, &usage, arrived);
         return Ok(tagged(json_with(&answer, &tag), &tag, hit, seed));
     }
     let frames = ChatStream::new(meta, req.include_usage).with_tool_calls(req.tool_calls);
@@ -135,14 +130,7 @@ fn routing(st: &Arc<AppState>, takeover: Option<Takeover>, arrived: Instant) -> 
     Routing {
         tag: Tag::local(),
         takeover,
-        done: Box::new(move |tag, usage| {
-            st.metrics.answered(
-                tag,
-                usage.prompt_tokens as u64,
-                usage.completion_tokens as u64,
-                arrived,
-            )
-        }),
+        done: Box::new(move |tag, usage| st.metrics.answered_with(tag, usage, arrived)),
     }
 }
 
@@ -196,12 +184,7 @@ pub(super) async fn completions(
         let (text, finish, usage, took) = collect(rx, st.opts.timeout, takeover).await?;
         let answer = openai::text_completion(&meta, Some(&text), Some(finish), Some(&usage));
         let tag = took.unwrap_or_else(Tag::local);
-        st.metrics.answered(
-            &tag,
-            usage.prompt_tokens as u64,
-            usage.completion_tokens as u64,
-            arrived,
-        );
+        st.metrics.answered_with(&tag, &usage, arrived);
         return Ok(tagged(json_with(&answer, &tag), &tag, hit, seed));
     }
     let include_usage = req.include_usage;

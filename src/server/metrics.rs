@@ -105,6 +105,17 @@ impl Metrics {
             .observe(arrived.elapsed().as_secs_f64());
     }
 
+    /// An answered request, with an engine's usage.
+    pub(super) fn answered_with(
+        &self,
+        tag: &super::route::Tag,
+        usage: &crate::generate::Usage,
+        arrived: std::time::Instant,
+    ) {
+        let (p, c) = (usage.prompt_tokens as u64, usage.completion_tokens as u64);
+        self.answered(tag, p, c, arrived);
+    }
+
     pub(super) fn upstream_error(&self, upstream: &str, label: &str) {
         self.upstream_errors
             .with_label_values(&[upstream, label])

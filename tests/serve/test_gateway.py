@@ -76,7 +76,52 @@ def metric(m, name, **labels):
     return m.get((name, frozenset(labels.items())), 0.0)
 
 
-class Mock:
+class JsonHandler(BaseHTTPRequestHandler):
+    """What the mocks' handlers share: HTTP/1.1, quiet, a JSON reply, a stream's head."""
+    protocol_version = "HTTP/1.1"
+    mock = None
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, obj, headers=()):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        try:
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            self.mock.cancelled.set()  # the gateway gave up on it (its timeout)
+
+    def stream_head(self, content_type):
+        self.send_response(200)
+        self.send_header("content-type", content_type)
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+
+class Loopback:
+    """A mock server on 127.0.0.1 (port 0: any free one), its handler bound to this mock."""
+
+    def serve(self, handler, port=0):
+        self.cancelled = threading.Event()
+        handler.mock = self
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Mock(Loopback):
     """An OpenAI-compatible upstream that does what `mode` says: ok, 500, badjson, 429, broken
     (a stream cut off before [DONE]), slow (3 s before answering), slowstream (a chunk every
     0.2 s for 10 s; a write that fails sets `cancelled`). `check` vets the Authorization
@@ -87,37 +132,18 @@ class Mock:
         self.check = None
         self.hits = 0
         self.bodies = []
-        self.cancelled = threading.Event()
         mock = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def send_json(self, status, obj, headers=()):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    mock.cancelled.set()  # the gateway gave up on it (its timeout)
-
+        class Handler(JsonHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 mock.hits += 1
                 mock.bodies.append(body)
                 if mock.check and not mock.check(self.headers.get("authorization", "")):
-                    return self.send_json(401, {"error": {"message": "bad token", "type": "authentication_error"}})
+                    return self.reply(401, {"error": {"message": "bad token", "type": "authentication_error"}})
                 mode = mock.mode
                 if mode == "500":
-                    return self.send_json(500, {"error": {"message": "mock is broken"}})
+                    return self.reply(500, {"error": {"message": "mock is broken"}})
                 if mode == "badjson":
                     data = b"<html>not json</html>"
                     self.send_response(200)
@@ -125,20 +151,17 @@ class Mock:
                     self.end_headers()
                     return self.wfile.write(data)
                 if mode == "429":
-                    return self.send_json(429, {"error": {"message": "slow down"}}, [("retry-after", "2")])
+                    return self.reply(429, {"error": {"message": "slow down"}}, [("retry-after", "2")])
                 if mode == "slow":
                     time.sleep(3)
                 words = ["Hallo", " from", " upstream"]
                 if not body.get("stream"):
-                    return self.send_json(200, {
+                    return self.reply(200, {
                         "id": "mock-1", "object": "chat.completion", "created": 1, "model": body.get("model"),
                         "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(words)},
                                      "finish_reason": "stop"}],
                         "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("connection", "close")
-                self.end_headers()
+                self.stream_head("text/event-stream")
 
                 def chunk(delta, finish=None):
                     return {"id": "mock-1", "object": "chat.completion.chunk", "created": 1, "model": body.get("model"),
@@ -165,16 +188,8 @@ class Mock:
                     send("[DONE]")
                 except (BrokenPipeError, ConnectionResetError):
                     mock.cancelled.set()
-                self.close_connection = True
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.url = self.serve(Handler, port) + "/v1"
 
 
 def es_message(headers, payload):
@@ -188,7 +203,7 @@ def es_message(headers, payload):
     return msg + struct.pack(">I", binascii.crc32(msg))
 
 
-class AwsMock:
+class AwsMock(Loopback):
     """SageMaker runtime and Bedrock runtime on loopback. Every request's SigV4 signature is
     checked with botocore's signer (an implementation independent of the gateway's) against
     `creds`, its scope against `region`; a wrong key, signature or session token gets AWS's
@@ -199,22 +214,7 @@ class AwsMock:
         self.bodies, self.paths = [], []
         mock = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *a):
-                pass
-
-            def reply(self, status, obj, headers=()):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def refuse(self, kind, message):
                 self.reply(403, {"message": message}, [("x-amzn-ErrorType", f"{kind}:http://internal")])
 
@@ -243,14 +243,10 @@ class AwsMock:
                 return True
 
             def stream(self, messages):
-                self.send_response(200)
-                self.send_header("content-type", "application/vnd.amazon.eventstream")
-                self.send_header("connection", "close")
-                self.end_headers()
+                self.stream_head("application/vnd.amazon.eventstream")
                 for m in messages:
                     self.wfile.write(m)
                     self.wfile.flush()
-                self.close_connection = True
 
             def do_POST(self):
                 raw = self.rfile.read(int(self.headers["content-length"]))
@@ -299,14 +295,7 @@ class AwsMock:
                                                         "metrics": {"latencyMs": 10}})])
                 self.reply(404, {"message": f"no route {self.path}"})
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.url = self.serve(Handler)
 
 
 def gateway(name, upstream_tables, flags="", args=(), env=None):

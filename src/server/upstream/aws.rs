@@ -6,8 +6,12 @@
 //! Credentials are read for every request, so rotated keys (a new session token in the
 //! environment of a restarted sidecar, a refreshed credentials file) are picked up.
 
+use super::http;
+use super::link::UpstreamError;
 use aws_sigv4::http_request::{SignableBody, SignableRequest, SigningSettings};
 use aws_sigv4::sign::v4;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::SystemTime;
@@ -237,6 +241,63 @@ impl Frames {
     /// Bytes left over that make no whole message.
     pub(super) fn rest(&self) -> usize {
         self.buf.len()
+    }
+}
+
+/// The event-stream messages of a response's body, as they arrive.
+pub(super) struct Messages {
+    bytes: BoxStream<'static, Result<Vec<u8>, UpstreamError>>,
+    frames: Frames,
+    name: String,
+}
+
+impl Messages {
+    pub(super) fn new(
+        bytes: BoxStream<'static, Result<Vec<u8>, UpstreamError>>,
+        name: &str,
+    ) -> Self {
+        Messages {
+            bytes,
+            frames: Frames::default(),
+            name: name.to_string(),
+        }
+    }
+
+    /// The next message; None where the body ended between messages. A body that breaks off
+    /// (or ends inside a message), or framing that does not read, is the error.
+    pub(super) async fn next(&mut self) -> Option<Result<Message, UpstreamError>> {
+        loop {
+            match self.frames.next() {
+                Ok(Some(m)) => return Some(Ok(m)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(http::stream_error(&self.name, e))),
+            }
+            match self.bytes.next().await {
+                Some(Ok(b)) => self.frames.push(&b),
+                Some(Err(e)) => return Some(Err(e)),
+                None if self.frames.rest() == 0 => return None,
+                None => {
+                    let e = "its event stream broke off inside a message".to_string();
+                    return Some(Err(http::stream_error(&self.name, e)));
+                }
+            }
+        }
+    }
+}
+
+impl Message {
+    /// An `exception` message as the client's error (its type and AWS's `message`).
+    pub(super) fn error(&self, name: &str) -> UpstreamError {
+        let said = serde_json::from_slice::<serde_json::Value>(&self.payload)
+            .ok()
+            .and_then(|v| {
+                v["message"]
+                    .as_str()
+                    .or(v["Message"].as_str())
+                    .map(str::to_string)
+            })
+            .unwrap_or_else(|| http::quote(&String::from_utf8_lossy(&self.payload)));
+        http::stream_error(name, format!("failed midway: {}: {said}", self.event))
     }
 }
 

@@ -5,7 +5,7 @@
 //! back (text, tool calls, stop reason, usage); a streamed answer's events become OpenAI
 //! chunks.
 
-use super::aws::{self, Frames};
+use super::aws::{self, Messages};
 use super::http::{self, Chunks, Reply};
 use super::link::{Upstream, UpstreamError};
 use futures_util::StreamExt;
@@ -344,15 +344,13 @@ pub(super) async fn send(
         return http::completion(up, answer).map(Reply::Whole);
     }
     struct S {
-        bytes: futures_util::stream::BoxStream<'static, Result<Vec<u8>, UpstreamError>>,
-        frames: Frames,
+        messages: Messages,
         map: Stream,
         name: String,
         done: bool,
     }
     let s = S {
-        bytes: http::bytes(up, resp),
-        frames: Frames::default(),
+        messages: Messages::new(http::bytes(up, resp), name),
         map: Stream {
             id: answer_id(),
             model,
@@ -368,48 +366,23 @@ pub(super) async fn send(
             return None;
         }
         loop {
-            match s.frames.next() {
-                Ok(Some(m)) => {
+            let e = match s.messages.next().await {
+                Some(Ok(m)) if m.kind == "event" => {
                     let p: Value = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
-                    if m.kind != "event" {
-                        s.done = true;
-                        let said = p["message"]
-                            .as_str()
-                            .or(p["Message"].as_str())
-                            .unwrap_or("(no message)");
-                        let e = http::stream_error(
-                            &s.name,
-                            format!("failed midway: {}: {said}", m.event),
-                        );
-                        return Some((Err(e), s));
+                    match s.map.event(&m.event, &p) {
+                        Some(c) => return Some((Ok(c), s)),
+                        None => continue,
                     }
-                    if let Some(c) = s.map.event(&m.event, &p) {
-                        return Some((Ok(c), s));
-                    }
-                    continue;
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    s.done = true;
-                    return Some((Err(http::stream_error(&s.name, e)), s));
-                }
-            }
-            match s.bytes.next().await {
-                Some(Ok(b)) => s.frames.push(&b),
-                Some(Err(e)) => {
-                    s.done = true;
-                    return Some((Err(e), s));
-                }
-                None if s.map.stopped && s.frames.rest() == 0 => return None,
+                Some(Ok(m)) => m.error(&s.name),
+                Some(Err(e)) => e,
+                None if s.map.stopped => return None,
                 None => {
-                    s.done = true;
-                    let e = http::stream_error(
-                        &s.name,
-                        "its event stream ended before messageStop".into(),
-                    );
-                    return Some((Err(e), s));
+                    http::stream_error(&s.name, "its event stream ended before messageStop".into())
                 }
-            }
+            };
+            s.done = true;
+            return Some((Err(e), s));
         }
     });
     Ok(Reply::Stream(Chunks::new(up, chunks.boxed())))

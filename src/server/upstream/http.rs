@@ -318,6 +318,11 @@ impl Lines {
     }
 }
 
+/// One event's data: None at `[DONE]`, else its chunk.
+pub(super) fn event(name: &str, data: &str) -> Option<Result<serde_json::Value, UpstreamError>> {
+    (data.trim() != "[DONE]").then(|| chunk_of(name, data))
+}
+
 /// One event's data as a chunk: its JSON object, or the error it carries or is.
 pub(super) fn chunk_of(name: &str, data: &str) -> Result<serde_json::Value, UpstreamError> {
     match serde_json::from_str::<serde_json::Value>(data) {

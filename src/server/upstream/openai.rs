@@ -38,10 +38,7 @@ pub(super) async fn send(
         }
         loop {
             if let Some(d) = s.lines.next() {
-                if d.trim() == "[DONE]" {
-                    return None;
-                }
-                let c = http::chunk_of(&s.name, &d);
+                let c = http::event(&s.name, &d)?;
                 s.done = c.is_err();
                 return Some((c, s));
             }

@@ -5,7 +5,7 @@
 //! AWS event-stream `PayloadPart`s carry the container's own stream (server-sent events or
 //! JSON lines) in pieces that may cut a line anywhere.
 
-use super::aws::{self, Frames};
+use super::aws::{self, Messages};
 use super::http::{self, Chunks, Lines, Reply};
 use super::link::{Upstream, UpstreamError};
 use futures_util::StreamExt;
@@ -39,15 +39,13 @@ pub(super) async fn send(
         return http::completion(up, v).map(Reply::Whole);
     }
     struct S {
-        bytes: futures_util::stream::BoxStream<'static, Result<Vec<u8>, UpstreamError>>,
-        frames: Frames,
+        messages: Messages,
         lines: Lines,
         name: String,
         done: bool,
     }
     let s = S {
-        bytes: http::bytes(up, resp),
-        frames: Frames::default(),
+        messages: Messages::new(http::bytes(up, resp), up.name()),
         lines: Lines::default(),
         name: up.name().to_string(),
         done: false,
@@ -58,60 +56,29 @@ pub(super) async fn send(
         }
         loop {
             if let Some(d) = s.lines.next() {
-                if d.trim() == "[DONE]" {
-                    return None;
-                }
-                let c = http::chunk_of(&s.name, &d);
+                let c = http::event(&s.name, &d)?;
                 s.done = c.is_err();
                 return Some((c, s));
             }
-            match s.frames.next() {
-                Ok(Some(m)) if m.kind == "event" && m.event == "PayloadPart" => {
-                    s.lines.push(&m.payload);
-                    continue;
+            match s.messages.next().await {
+                Some(Ok(m)) if m.kind == "event" => {
+                    if m.event == "PayloadPart" {
+                        s.lines.push(&m.payload);
+                    }
                 }
-                Ok(Some(m)) if m.kind == "event" => continue,
-                Ok(Some(m)) => {
+                Some(Ok(m)) => {
                     s.done = true;
-                    let said = serde_json::from_slice::<serde_json::Value>(&m.payload)
-                        .ok()
-                        .and_then(|v| {
-                            v["Message"]
-                                .as_str()
-                                .or(v["message"].as_str())
-                                .map(str::to_string)
-                        })
-                        .unwrap_or_else(|| http::quote(&String::from_utf8_lossy(&m.payload)));
-                    let e =
-                        http::stream_error(&s.name, format!("failed midway: {}: {said}", m.event));
-                    return Some((Err(e), s));
+                    return Some((Err(m.error(&s.name)), s));
                 }
-                Ok(None) => {}
-                Err(e) => {
-                    s.done = true;
-                    return Some((Err(http::stream_error(&s.name, e)), s));
-                }
-            }
-            match s.bytes.next().await {
-                Some(Ok(b)) => s.frames.push(&b),
                 Some(Err(e)) => {
                     s.done = true;
                     return Some((Err(e), s));
                 }
                 None => {
-                    s.done = true;
-                    if s.frames.rest() > 0 {
-                        let e = http::stream_error(
-                            &s.name,
-                            "its event stream broke off inside a message".into(),
-                        );
-                        return Some((Err(e), s));
-                    }
                     // The framing ended whole; the container's last line may lack its newline.
-                    return match s.lines.finish() {
-                        Some(d) if d.trim() != "[DONE]" => Some((http::chunk_of(&s.name, &d), s)),
-                        _ => None,
-                    };
+                    s.done = true;
+                    let c = http::event(&s.name, &s.lines.finish()?)?;
+                    return Some((c, s));
                 }
             }
         }
