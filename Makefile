@@ -68,9 +68,11 @@ node_modules/.installed: package.json package-lock.json
 SERVE_VENV := $(KERZE_CACHE)/serve-venv
 OPENAI_PY_VERSION := 3.57.0
 JSONSCHEMA_VERSION := 4.25.1
-# botocore: the gateway tests' independent SigV4 check and event-stream reader.
+# botocore: the gateway tests' independent SigV4 check and event-stream reader; PyJWT (with
+# cryptography): their check of a service account's signed assertion.
 BOTOCORE_VERSION := 1.44.18
-setup-python: $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION) $(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION) $(SERVE_VENV)/.botocore-$(BOTOCORE_VERSION)
+PYJWT_VERSION := 2.15.1
+setup-python: $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION) $(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION) $(SERVE_VENV)/.botocore-$(BOTOCORE_VERSION)-pyjwt-$(PYJWT_VERSION)
 
 $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION):
 	@python3 -m venv $(SERVE_VENV) 2>/dev/null || { \
@@ -85,8 +87,8 @@ $(SERVE_VENV)/.jsonschema-$(JSONSCHEMA_VERSION): $(SERVE_VENV)/.openai-$(OPENAI_
 	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check jsonschema==$(JSONSCHEMA_VERSION)
 	@touch $@
 
-$(SERVE_VENV)/.botocore-$(BOTOCORE_VERSION): $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION)
-	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check botocore==$(BOTOCORE_VERSION)
+$(SERVE_VENV)/.botocore-$(BOTOCORE_VERSION)-pyjwt-$(PYJWT_VERSION): $(SERVE_VENV)/.openai-$(OPENAI_PY_VERSION)
+	$(SERVE_VENV)/bin/pip install -q --disable-pip-version-check botocore==$(BOTOCORE_VERSION) 'pyjwt[crypto]==$(PYJWT_VERSION)' cryptography==51.0.1
 	@touch $@
 
 setup-rust:

@@ -129,6 +129,7 @@ class Mock(Loopback):
 
     def __init__(self, port=0):
         self.mode = "ok"
+        self.token = None  # a token endpoint: (form body) -> (status, JSON)
         self.check = None
         self.hits = 0
         self.bodies = []
@@ -136,7 +137,10 @@ class Mock(Loopback):
 
         class Handler(JsonHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                raw = self.rfile.read(int(self.headers["content-length"]))
+                if self.path == "/token":
+                    return self.reply(*mock.token(raw))
+                body = json.loads(raw)
                 mock.hits += 1
                 mock.bodies.append(body)
                 if mock.check and not mock.check(self.headers.get("authorization", "")):
@@ -481,6 +485,78 @@ token_command = ["{sys.executable}", "{cmd}"]
         except urllib.error.HTTPError as e:
             assert e.code == 401
         stop(p)
+
+    @test("gateway service account: its OAuth token (a JWT assertion checked with PyJWT against the public key), refreshed before it expires")
+    def _():
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        import jwt
+        import urllib.parse
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+        mock = Mock()
+        mocks.append(mock)
+        token_uri = mock.url[: -len("/v1")] + "/token"
+        issued = {}
+
+        def token(raw):
+            form = urllib.parse.parse_qs(raw.decode())
+            if form.get("grant_type") != ["urn:ietf:params:oauth:grant-type:jwt-bearer"]:
+                return 400, {"error": "unsupported_grant_type"}
+            try:
+                claims = jwt.decode(form["assertion"][0], key.public_key(), algorithms=["RS256"], audience=token_uri)
+            except jwt.PyJWTError as e:
+                return 400, {"error": "invalid_grant", "error_description": str(e)}
+            assert claims["iss"] == "gateway@my-project.iam.gserviceaccount.com", claims
+            assert claims["scope"] == "https://www.googleapis.com/auth/cloud-platform" and claims["exp"] - claims["iat"] == 3600
+            t = f"sa-{len(issued)}"
+            issued[t] = time.time()
+            return 200, {"access_token": t, "expires_in": 2, "token_type": "Bearer"}
+        mock.token = token
+        mock.check = lambda h: h.startswith("Bearer ") and time.time() - issued.get(h[7:], 0) < 2.0
+        keyfile = config("sa.json", json.dumps({"type": "service_account", "project_id": "my-project",
+                                               "private_key_id": "k1", "private_key": pem,
+                                               "client_email": "gateway@my-project.iam.gserviceaccount.com",
+                                               "token_uri": token_uri}))
+        p, base = gateway("sa.toml", f"""
+[[upstream]]
+name = "vertex"
+kind = "openai"
+url = "{mock.url}"
+serves = ["gemini"]
+service_account_file = "{keyfile}"
+""", "response_cache_mb = 0")
+        gw = client(base)
+        for _ in range(5):
+            assert gw.chat.completions.create(model="gemini", messages=HI).choices[0].message.content == "Hallo from upstream"
+            time.sleep(0.7)
+        assert 2 <= len(issued) <= 5, issued
+        stop(p)
+        other = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+        wrong = config("sa-wrong.json", json.dumps({"type": "service_account", "private_key": other,
+                                                   "client_email": "gateway@my-project.iam.gserviceaccount.com",
+                                                   "token_uri": token_uri}))
+        p, base = gateway("sa-wrong.toml", f"""
+[[upstream]]
+name = "vertex"
+kind = "openai"
+url = "{mock.url}"
+serves = ["gemini"]
+service_account_file = "{wrong}"
+""", "response_cache_mb = 0")
+        e = expect(openai.APIStatusError, 502, lambda: client(base).chat.completions.create(model="gemini", messages=HI))
+        assert "invalid_grant" in e.body["message"] and e.body["type"] == "upstream_error", e.body
+        stop(p)
+        code, err = refused(["--config", config("sa-bad.toml", f"""
+[[upstream]]
+name = "vertex"
+kind = "openai"
+url = "{mock.url}"
+service_account_file = "{os.path.join(TMP, 'missing.json')}"
+""")])
+        assert code == 2 and "cannot be read" in err, err
 
     @test("gateway credentials: a wrong key is a typed 502 naming the upstream; the right one answers whole and streamed")
     def _():

@@ -105,6 +105,13 @@ pub struct UpstreamConfig {
     /// Kept until shortly before it expires.
     #[serde(default)]
     pub token_command: Option<Command>,
+    /// A Google service account's key file (JSON): its OAuth token (the JWT bearer grant,
+    /// kept until shortly before it expires) is the bearer, as Vertex AI wants.
+    #[serde(default)]
+    pub service_account_file: Option<std::path::PathBuf>,
+    /// The service account token's scope (default: cloud-platform).
+    #[serde(default)]
+    pub scope: Option<String>,
     /// How long a token command's plain output is kept (it states no expiry).
     #[serde(default)]
     pub token_ttl_s: Option<f64>,
@@ -139,6 +146,11 @@ impl UpstreamConfig {
                 "upstream name {n:?}: give a name without spaces (the route says upstream:NAME)"
             ));
         }
+        let bearers = [
+            self.api_key_env.is_some(),
+            self.token_command.is_some(),
+            self.service_account_file.is_some(),
+        ];
         let url = self.url.as_deref().unwrap_or("");
         let http = url.starts_with("http://") || url.starts_with("https://");
         match self.kind {
@@ -173,7 +185,7 @@ impl UpstreamConfig {
                         "upstream {n}: kind 'bedrock' needs `model` (a model or inference profile id) or `serves`"
                     ));
                 }
-                let bearer = self.api_key_env.is_some() || self.token_command.is_some();
+                let bearer = bearers.iter().any(|b| *b);
                 if self.kind == Kind::Sagemaker && bearer {
                     return Err(format!("upstream {n}: kind 'sagemaker' signs with SigV4: no api_key_env or token_command"));
                 }
@@ -198,9 +210,9 @@ impl UpstreamConfig {
                 "upstream {n}: `when = [\"model\"]` needs `serves`, the model names it answers"
             ));
         }
-        if self.api_key_env.is_some() && self.token_command.is_some() {
+        if bearers.iter().filter(|b| **b).count() > 1 {
             return Err(format!(
-                "upstream {n}: give `api_key_env` or `token_command`, not both"
+                "upstream {n}: give one of `api_key_env`, `token_command` and `service_account_file`"
             ));
         }
         if let Some(v) = &self.api_key_env {
@@ -212,6 +224,10 @@ impl UpstreamConfig {
                     ))
                 }
             }
+        }
+        if let Some(f) = &self.service_account_file {
+            super::google::ServiceAccount::read(f, self.scope.as_deref())
+                .map_err(|e| format!("upstream {n}: {e}"))?;
         }
         if let Some(Command::Argv(a)) = &self.token_command {
             if a.is_empty() {

@@ -94,7 +94,7 @@ pub(super) async fn post(
                 ))
             }
         };
-        if let Err(e) = up.auth.authorize(&mut req).await {
+        if let Err(e) = up.auth.authorize(&mut req, &up.client).await {
             up.limits.failed();
             return Err(UpstreamError::new(
                 502,

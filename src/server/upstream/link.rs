@@ -99,7 +99,7 @@ impl Upstream {
             .user_agent(concat!("kerze-gateway/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("upstream {}: no HTTP client: {e}", cfg.name))?;
-        let auth = Auth::new(&cfg);
+        let auth = Auth::new(&cfg).map_err(|e| format!("upstream {}: {e}", cfg.name))?;
         let limits = Limits::new(
             cfg.requests_per_minute,
             cfg.requests_per_day,

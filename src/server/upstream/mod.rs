@@ -4,7 +4,9 @@
 //! or streamed; a dropped reply (the client went away) drops its HTTP request.
 //!
 //! - `config.rs`: the table's keys, typed, and what is checked at start;
-//! - `auth.rs`: the bearer key from the environment, or a token command with expiry;
+//! - `auth.rs`: the bearer key from the environment, or a token (a command's, a service
+//!   account's) kept until it expires; SigV4 for the AWS kinds;
+//! - `google.rs`: a Google service account's OAuth token (the JWT bearer grant);
 //! - `limits.rs`: requests per minute and day, the token budget, `Retry-After`, the breaker;
 //! - `link.rs`: one upstream's connection (config, client, auth, limits) and its errors;
 //! - `http.rs`: the POST every kind makes, its errors, and a streamed answer's chunks;
@@ -17,6 +19,7 @@ mod auth;
 mod aws;
 mod bedrock;
 pub mod config;
+mod google;
 mod http;
 mod limits;
 mod link;
