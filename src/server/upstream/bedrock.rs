@@ -5,7 +5,8 @@
 //! back (text, tool calls, stop reason, usage); a streamed answer's events become OpenAI
 //! chunks.
 
-use super::aws::{self, Messages};
+use super::aws;
+use super::eventstream::Messages;
 use super::http::{self, Chunks, Reply};
 use super::link::{Upstream, UpstreamError};
 use futures_util::StreamExt;

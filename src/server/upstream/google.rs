@@ -112,6 +112,6 @@ impl ServiceAccount {
                 text.chars().take(300).collect::<String>()
             ));
         }
-        super::auth::parse_token(&text).map_err(|e| format!("the token endpoint's answer: {e}"))
+        super::token::parse_token(&text).map_err(|e| format!("the token endpoint's answer: {e}"))
     }
 }

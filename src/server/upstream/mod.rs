@@ -11,7 +11,9 @@
 //! - `link.rs`: one upstream's connection (config, client, auth, limits) and its errors;
 //! - `http.rs`: the POST every kind makes, its errors, and a streamed answer's chunks;
 //! - `openai.rs`: the `openai` kind: any OpenAI-compatible `…/v1`, its SSE read into chunks;
-//! - `aws.rs`: AWS credentials, SigV4 (the SDK's signer) and the event-stream framing;
+//! - `token.rs`: a token command's or token endpoint's output, with its lifetime;
+//! - `aws.rs`: AWS credentials and SigV4 (the SDK's signer); `eventstream.rs`: their
+//!   streams' framing;
 //! - `sagemaker.rs`: a SageMaker endpoint that takes the OpenAI chat shape;
 //! - `bedrock.rs`: Bedrock's Converse API, mapped to and from OpenAI chat.
 
@@ -19,12 +21,14 @@ mod auth;
 mod aws;
 mod bedrock;
 pub mod config;
+mod eventstream;
 mod google;
 mod http;
 mod limits;
 mod link;
 mod openai;
 mod sagemaker;
+mod token;
 
 pub use config::{Kind, UpstreamConfig};
 pub use http::{Chunks, Reply};

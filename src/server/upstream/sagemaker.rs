@@ -5,7 +5,8 @@
 //! AWS event-stream `PayloadPart`s carry the container's own stream (server-sent events or
 //! JSON lines) in pieces that may cut a line anywhere.
 
-use super::aws::{self, Messages};
+use super::aws;
+use super::eventstream::Messages;
 use super::http::{self, Chunks, Lines, Reply};
 use super::link::{Upstream, UpstreamError};
 use futures_util::StreamExt;
