@@ -59,13 +59,11 @@ impl ApiError {
         }
     }
 
-    /// This (an upstream's) error where it was to continue after the local failure `local`.
+    /// This (an upstream's) error where it was to answer instead of the local route, which
+    /// gave `local`.
     pub(super) fn after(self, local: &ApiError) -> Self {
         Self {
-            message: format!(
-                "{} (after the local model failed: {})",
-                self.message, local.message
-            ),
+            message: format!("{} (locally: {})", self.message, local.message),
             ..self
         }
     }

@@ -702,6 +702,16 @@ serves = ["s"]
         assert r.readline().startswith(b"data:")
         r.close()
         assert mock.cancelled.wait(5), "the upstream kept streaming to a gateway whose client left"
+        # A whole answer: the client leaves while the upstream (3 s) is still at it.
+        mock.cancelled.clear()
+        mock.mode = "slow"
+        body = json.dumps({"model": "s", "messages": HI}).encode()
+        sock = socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1])))
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     + f"content-length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(0.5)
+        sock.close()
+        assert mock.cancelled.wait(6), "the gateway kept waiting for an answer whose client left"
         stop(p)
 
     AWS = {"AWS_ACCESS_KEY_ID": "AKIDKERZETEST", "AWS_SECRET_ACCESS_KEY": "kerze/secret+key", "AWS_SESSION_TOKEN": "session-1",
