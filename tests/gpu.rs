@@ -1153,7 +1153,9 @@ fn minilm_on_the_gpu_meets_the_f64_reference() {
         &std::fs::read(folder.join("tokenizer.json")).unwrap(),
     )
     .unwrap();
-    let texts = common::minilm_sentences();
+    // Every fourth of the sentences the CPU is gated on (tests/embed.rs): lavapipe took 32 s
+    // for all 200 in f16.
+    let texts: Vec<String> = common::minilm_sentences().into_iter().step_by(4).collect();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let want: Vec<Vec<f32>> = texts
         .iter()

@@ -150,7 +150,7 @@ impl BertRef {
             let xr = &x[t * cols..(t + 1) * cols];
             for o in 0..*rows {
                 let wr = &w[o * cols..(o + 1) * cols];
-                y[t * rows + o] = xr.iter().zip(wr).map(|(a, b)| a * b).sum::<f64>() + b[o];
+                y[t * rows + o] = crate::common::dot(xr, wr) + b[o];
             }
         }
         y
@@ -197,7 +197,7 @@ impl BertRef {
                     let s: Vec<f64> = (0..n)
                         .map(|j| {
                             let kv = &k[j * d + h * hd..j * d + (h + 1) * hd];
-                            qv.iter().zip(kv).map(|(x, y)| x * y).sum::<f64>() * scale
+                            crate::common::dot(qv, kv) * scale
                         })
                         .collect();
                     let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);

@@ -125,7 +125,7 @@ impl RefModel {
         let mut y = vec![0.0; n * m];
         for i in 0..n {
             for j in 0..*m {
-                y[i * m + j] = (0..*k).map(|l| x[i * k + l] * w[j * k + l]).sum();
+                y[i * m + j] = crate::common::dot(&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
             }
         }
         y
@@ -223,8 +223,7 @@ impl RefModel {
                                 return f64::NEG_INFINITY;
                             }
                             let kv = &k[(j * nkv + kh) * hd..(j * nkv + kh + 1) * hd];
-                            qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f64>()
-                                * f64::from(c.attn_scale)
+                            crate::common::dot(qv, kv) * f64::from(c.attn_scale)
                         })
                         .collect();
                     let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
