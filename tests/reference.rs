@@ -1,4 +1,4 @@
-//! The real model, through the `kerze` CLI, against references that are not us:
+//! The real model, in process and through the `kerze` CLI, against references that are not us:
 //! the float64 forward pass of shared/reference (copied to tests/fixtures), and llama.cpp
 //! itself (tests/fixtures/llamacpp_gemma3_270m.json), teacher-forced position by position;
 //! plus free-running greedy text where the continuation is nearly certain.
@@ -29,18 +29,28 @@ fn kerze(args: &[&str]) -> serde_json::Value {
 
 /// Our top-10 logits at every position of each case's sequence, against the reference's:
 /// on the exact path (`--exact`) or on this CPU's default (natively the 8-bit path where the
-/// CPU has it).
+/// CPU has it). The engine is loaded once for all the cases (the `kerze logits` command,
+/// which the prompt and continuation tests run, loaded it for each: 18 loads took half of
+/// this file's 45 s); each case starts from an empty cache.
 fn teacher_forced(reference: &Reference, exact: bool) -> Agreement {
+    let src = kerze::gguf::FileSource::open(&common::model_path()).unwrap();
+    let opts = kerze::LoadOptions {
+        no_gpu: None,
+        device: kerze::Device::Cpu,
+        n_ctx: None,
+        exact,
+    };
+    let (mut engine, _) = pollster::block_on(kerze::Engine::load_async(
+        Box::new(src),
+        &opts,
+        &mut |_, _| {},
+    ))
+    .unwrap();
     let mut stats = Agreement::default();
     for case in &reference.cases {
-        let seq: Vec<String> = case.sequence().iter().map(u32::to_string).collect();
-        let ids = seq.join(",");
-        let mut args = vec!["logits", "--ids", &ids, "--top", "10"];
-        if exact {
-            args.push("--exact");
-        }
-        let v = kerze(&args);
-        let top: Vec<Vec<(u32, f32)>> = serde_json::from_value(v["top"].clone()).unwrap();
+        let seq = case.sequence();
+        engine.reset();
+        let top = pollster::block_on(engine.logits_top_k(&seq, 10, 0)).unwrap();
         assert_eq!(top.len(), seq.len());
         stats.add_case(case, &top[case.prompt_ids.len() - 1..]);
     }
