@@ -182,6 +182,11 @@ fn assert_nmse(pairs: impl Iterator<Item = (f64, f64)>, what: &str) {
 #[test]
 fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    // One device and one set of pipelines for every case (each made its own: 63 devices and
+    // their pipelines took most of this test's 31 s on lavapipe); the part limit is set per case.
+    let mut g = gpu(GpuOptions::default());
+    let full = g.max_part_bytes;
+    let mut mv = Matvec::new(&g).unwrap();
     for (ty, cols) in [
         (GgmlType::Q8_0, 96),
         (GgmlType::Q8_0, 640),
@@ -209,11 +214,7 @@ fn matvec_matches_the_cpu_on_random_tensors_at_odd_sizes_and_splits() {
             let (per, _, gb) = block_layout(ty).unwrap();
             let gpu_row = (cols / per * gb) as u64;
             // A part limit that is not a whole number of rows: parts of `split_rows`.
-            let g = gpu(GpuOptions {
-                max_part_bytes: split_rows.map(|r| gpu_row * r as u64 + 7),
-                ..Default::default()
-            });
-            let mut mv = Matvec::new(&g).unwrap();
+            g.max_part_bytes = split_rows.map_or(full, |r| (gpu_row * r as u64 + 7).min(full));
             let bytes = random_tensor(ty, rows, cols, &mut rng);
             let info = TensorInfo {
                 name: format!("random {ty} {rows}x{cols}"),
