@@ -768,7 +768,7 @@ serves = ["llama-8b"]
         code, err = refused(["--config", config("sm-nocreds.toml", table)], env={**files, "AWS_SHARED_CREDENTIALS_FILE": os.path.join(TMP, "none")})
         assert code == 2 and "no AWS credentials" in err, err
 
-    @test("gateway bedrock: Converse mapped both ways (system, sampling, stop, tools), SigV4 checked by botocore, whole and streamed; a Bedrock API key as bearer")
+    @test("gateway bedrock: Converse mapped both ways (system, sampling, stop, tools), SigV4 checked by botocore, whole and streamed; an expired session a typed error; a Bedrock API key as bearer")
     def _():
         aws = AwsMock(Credentials("AKIDKERZETEST", "kerze/secret+key", "session-1"), "us-west-2")
         mocks.append(aws)
@@ -802,6 +802,10 @@ serves = ["claude-haiku"]
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Grüezi aus Bedrock"
         assert chunks[-1].usage.total_tokens == 14 and [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
         assert aws.paths[-1].endswith("/converse-stream")
+        stop(p)
+        p, base = gateway("br.toml", table, "response_cache_mb = 0", env={**AWS, "AWS_SESSION_TOKEN": "session-0"})
+        e = expect(openai.APIStatusError, 502, lambda: client(base).chat.completions.create(model="claude-haiku", messages=HI))
+        assert e.body["type"] == "upstream_error" and "ExpiredTokenException" in e.body["message"], e.body
         stop(p)
         aws.bearer = "bedrock-api-key"
         p, base = gateway("br-key.toml", table + 'api_key_env = "KERZE_TEST_BEDROCK_KEY"\n', "response_cache_mb = 0",
