@@ -192,35 +192,61 @@ pub fn shaped_like(shape: &crate::gguf::Gguf, seed: u64) -> Result<Vec<u8>> {
             Value::String("kerze synthetic, random weights".into()),
         );
     }
-    let mut rng = Rng::new(seed);
-    for t in &shape.tensors {
+    // The normal values are drawn on one thread and quantized on this one, a run of rows at
+    // a time in the same order (the file is the same for a seed): the 270M shape took 9.5 s
+    // with both on one thread.
+    let runs = |t: &crate::gguf::TensorInfo| {
         let (rows, cols) = t.rows_cols();
-        let (mean, std) = if t.dims.len() == 1 {
-            let near_one = t.name.contains("norm") || t.name.starts_with("rope_");
-            (if near_one { 1.0 } else { 0.0 }, 0.1)
-        } else if t.name == "token_embd.weight" {
-            (0.0, 0.05)
-        } else {
-            (0.0, 1.0 / (cols as f32).sqrt())
-        };
         let step = (SHAPED_CHUNK_VALUES / cols.max(1)).max(1);
-        let mut data = Vec::with_capacity(t.n_bytes as usize);
-        for start in (0..rows).step_by(step) {
-            let n = step.min(rows - start);
-            let v = (0..n * cols).map(|_| mean + std * rng.normal()).collect();
-            data.extend(encode(v, n, cols, t.ty)?);
+        (0..rows)
+            .step_by(step)
+            .map(move |start| step.min(rows - start))
+    };
+    let tensors = &shape.tensors;
+    std::thread::scope(|scope| -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<f32>>(2);
+        scope.spawn(move || {
+            let mut rng = Rng::new(seed);
+            for t in tensors {
+                let (_, cols) = t.rows_cols();
+                let (mean, std) = if t.dims.len() == 1 {
+                    let near_one = t.name.contains("norm") || t.name.starts_with("rope_");
+                    (if near_one { 1.0 } else { 0.0 }, 0.1)
+                } else if t.name == "token_embd.weight" {
+                    (0.0, 0.05)
+                } else {
+                    (0.0, 1.0 / (cols as f32).sqrt())
+                };
+                for n in runs(t) {
+                    let v = (0..n * cols).map(|_| mean + std * rng.normal()).collect();
+                    if tx.send(v).is_err() {
+                        return; // the encoder failed
+                    }
+                }
+            }
+        });
+        for t in tensors {
+            let (_, cols) = t.rows_cols();
+            let mut data = Vec::with_capacity(t.n_bytes as usize);
+            for n in runs(t) {
+                let v = rx.recv().map_err(|_| {
+                    Error::Backend("synth: the thread drawing the values stopped".into())
+                })?;
+                data.extend(encode(v, n, cols, t.ty)?);
+            }
+            if data.len() as u64 != t.n_bytes {
+                return Err(Error::InvalidArgument(format!(
+                    "synth: {} as {} came to {} bytes, not the {} of its shape",
+                    t.name,
+                    t.ty,
+                    data.len(),
+                    t.n_bytes
+                )));
+            }
+            w.tensor(&t.name, t.ty, &t.dims, data);
         }
-        if data.len() as u64 != t.n_bytes {
-            return Err(Error::InvalidArgument(format!(
-                "synth: {} as {} came to {} bytes, not the {} of its shape",
-                t.name,
-                t.ty,
-                data.len(),
-                t.n_bytes
-            )));
-        }
-        w.tensor(&t.name, t.ty, &t.dims, data);
-    }
+        Ok(())
+    })?;
     Ok(w.into_bytes())
 }
 
