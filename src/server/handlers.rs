@@ -4,7 +4,7 @@
 //! for a reason an upstream takes; a local answer that fails midway is continued there.
 
 use super::api_error::{ApiError, ApiResult};
-use super::relay::{self, Ask};
+use super::relay::{self, json_with, Ask};
 use super::route::{Reason, Tag};
 use super::slots::{Event, Input};
 use super::state::{Answer, AppState};
@@ -105,7 +105,12 @@ pub(super) async fn chat_completions(
         let answer = openai::chat_completion(&meta, &text, finish, &usage, req.tool_calls);
         let tag = took.unwrap_or_else(Tag::local);
         st.metrics.answered_with(&tag, &usage, arrived);
-        return Ok(tagged(json_with(&answer, &tag), &tag, hit, seed));
+        return Ok(tagged(
+            json_with(serde_json::to_value(answer).unwrap_or_default(), &tag),
+            &tag,
+            hit,
+            seed,
+        ));
     }
     let frames = ChatStream::new(meta, req.include_usage).with_tool_calls(req.tool_calls);
     let first = vec![sse_json(&frames.start())];
@@ -132,15 +137,6 @@ fn routing(st: &Arc<AppState>, takeover: Option<Takeover>, arrived: Instant) -> 
         takeover,
         done: Box::new(move |tag, usage| st.metrics.answered_with(tag, usage, arrived)),
     }
-}
-
-/// `v` as a JSON response with `kerze: { route, reason }`.
-fn json_with<T: serde::Serialize>(v: &T, tag: &Tag) -> Response {
-    let mut j = serde_json::to_value(v).unwrap_or_default();
-    if let Some(m) = j.as_object_mut() {
-        m.insert("kerze".into(), serde_json::json!(tag));
-    }
-    Json(j).into_response()
 }
 
 /// `x-kerze-route`, `x-kerze-cache: hit | miss` on an answer the response cache may hold
@@ -185,7 +181,12 @@ pub(super) async fn completions(
         let answer = openai::text_completion(&meta, Some(&text), Some(finish), Some(&usage));
         let tag = took.unwrap_or_else(Tag::local);
         st.metrics.answered_with(&tag, &usage, arrived);
-        return Ok(tagged(json_with(&answer, &tag), &tag, hit, seed));
+        return Ok(tagged(
+            json_with(serde_json::to_value(answer).unwrap_or_default(), &tag),
+            &tag,
+            hit,
+            seed,
+        ));
     }
     let include_usage = req.include_usage;
     let r = sse(

@@ -24,21 +24,21 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc::unbounded_channel;
 
-/// A request as it may go upstream.
-pub(super) struct Ask {
+/// A request as it may go upstream (its body borrowed: only a takeover keeps a copy).
+pub(super) struct Ask<'a> {
     pub(super) endpoint: Endpoint,
-    pub(super) body: serde_json::Value,
+    pub(super) body: &'a serde_json::Value,
     pub(super) stream: bool,
     /// The client asked for the stream's usage chunk.
     pub(super) include_usage: bool,
     pub(super) arrived: Instant,
 }
 
-impl Ask {
-    pub(super) fn new(endpoint: Endpoint, body: &serde_json::Value, arrived: Instant) -> Self {
+impl<'a> Ask<'a> {
+    pub(super) fn new(endpoint: Endpoint, body: &'a serde_json::Value, arrived: Instant) -> Self {
         Ask {
             endpoint,
-            body: body.clone(),
+            body,
             stream: body.get("stream").and_then(|s| s.as_bool()) == Some(true),
             include_usage: body
                 .pointer("/stream_options/include_usage")
@@ -47,6 +47,12 @@ impl Ask {
             arrived,
         }
     }
+}
+
+/// `v` as a JSON response with `kerze: { route, reason }`.
+pub(super) fn json_with(mut v: serde_json::Value, tag: &Tag) -> Response {
+    tag.mark(&mut v);
+    Json(v).into_response()
 }
 
 /// `x-kerze-route` (and `x-kerze-cache` where the answer may be kept) on a response.
@@ -68,7 +74,11 @@ pub(super) fn model_route(st: &AppState, body: &serde_json::Value) -> Option<Arc
 
 /// The local route failed with `err`: where an upstream takes its reason, that upstream's
 /// answer, else `err`.
-pub(super) async fn instead(st: &Arc<AppState>, err: ApiError, ask: &Ask) -> ApiResult<Response> {
+pub(super) async fn instead(
+    st: &Arc<AppState>,
+    err: ApiError,
+    ask: &Ask<'_>,
+) -> ApiResult<Response> {
     let Some(reason) = err.reason else {
         return Err(err);
     };
@@ -87,7 +97,7 @@ pub(super) async fn answer(
     st: &Arc<AppState>,
     reason: Reason,
     ups: Vec<Arc<Upstream>>,
-    ask: &Ask,
+    ask: &Ask<'_>,
 ) -> ApiResult<Response> {
     let mut last = None;
     for up in ups {
@@ -98,8 +108,8 @@ pub(super) async fn answer(
                 return Ok(replay(st, tag, raw, ask));
             }
         }
-        match up.send(ask.endpoint, reason, &ask.body, ask.stream).await {
-            Ok(Reply::Whole(v)) => return Ok(whole(st, tag, v, key, ask)),
+        match up.send(ask.endpoint, reason, ask.body, ask.stream).await {
+            Ok(Reply::Whole(v)) => return Ok(whole(st, tag, v, key, ask).await),
             Ok(Reply::Stream(c)) => return Ok(streamed(st, tag, c, key, ask)),
             Err(e) => {
                 st.metrics.upstream_error(up.name(), e.label);
@@ -118,7 +128,7 @@ pub(super) async fn answer(
 
 /// The response cache's key for this request at `up` (None: not deterministic, or no cache).
 /// The scope names the upstream, the model it is asked for and the answer's shape.
-fn cache_key(st: &AppState, up: &Upstream, ask: &Ask) -> Option<String> {
+fn cache_key(st: &AppState, up: &Upstream, ask: &Ask<'_>) -> Option<String> {
     let cache = st.responses.as_ref()?;
     let asked = ask.body.get("model").and_then(|m| m.as_str()).unwrap_or("");
     let model = up.cfg.model.as_deref().unwrap_or(asked);
@@ -128,16 +138,16 @@ fn cache_key(st: &AppState, up: &Upstream, ask: &Ask) -> Option<String> {
         up.name(),
         ask.endpoint.path()
     );
-    cache.key_json(&scope, &ask.body)
+    cache.key_json(&scope, ask.body)
 }
 
 async fn cached(st: &AppState, key: &str) -> Option<Vec<serde_json::Value>> {
     st.kept(key).await.and_then(|e| e.raw)
 }
 
-fn keep(st: &AppState, key: String, raw: Vec<serde_json::Value>) {
+async fn keep(st: &AppState, key: String, raw: Vec<serde_json::Value>) {
     if let Some(cache) = &st.responses {
-        state::keep(cache, st.shared.as_ref(), key, Entry::upstream(raw));
+        state::keep(cache, st.shared.as_ref(), key, Entry::upstream(raw)).await;
     }
 }
 
@@ -158,40 +168,33 @@ fn usage_only(v: &serde_json::Value) -> bool {
             .is_none_or(|c| c.is_empty())
 }
 
-fn whole(
+async fn whole(
     st: &AppState,
     tag: Tag,
-    mut v: serde_json::Value,
+    v: serde_json::Value,
     key: Option<String>,
-    ask: &Ask,
+    ask: &Ask<'_>,
 ) -> Response {
     let (p, c) = usage_of(&v);
     st.metrics.answered(&tag, p, c, ask.arrived);
     let hit = key.as_ref().map(|_| false);
     if let Some(k) = key {
-        keep(st, k, vec![v.clone()]);
+        keep(st, k, vec![v.clone()]).await;
     }
-    if let Some(m) = v.as_object_mut() {
-        m.insert("kerze".into(), serde_json::json!(tag));
-    }
-    let mut r = Json(v).into_response();
+    let mut r = json_with(v, &tag);
     route_headers(&mut r, &tag, hit);
     r
 }
 
 /// A kept answer, whole or streamed as it was.
-fn replay(st: &AppState, tag: Tag, raw: Vec<serde_json::Value>, ask: &Ask) -> Response {
+fn replay(st: &AppState, tag: Tag, raw: Vec<serde_json::Value>, ask: &Ask<'_>) -> Response {
     let usage = raw
         .iter()
         .map(usage_of)
         .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
     st.metrics.answered(&tag, usage.0, usage.1, ask.arrived);
     if !ask.stream {
-        let mut v = raw.into_iter().next().unwrap_or_default();
-        if let Some(m) = v.as_object_mut() {
-            m.insert("kerze".into(), serde_json::json!(tag));
-        }
-        let mut r = Json(v).into_response();
+        let mut r = json_with(raw.into_iter().next().unwrap_or_default(), &tag);
         route_headers(&mut r, &tag, Some(true));
         return r;
     }
@@ -221,7 +224,7 @@ fn streamed(
     tag: Tag,
     chunks: Chunks,
     key: Option<String>,
-    ask: &Ask,
+    ask: &Ask<'_>,
 ) -> Response {
     struct S {
         st: Arc<AppState>,
@@ -274,14 +277,14 @@ fn streamed(
                     s.st.metrics
                         .answered(&s.tag, s.usage.0, s.usage.1, s.arrived);
                     if let Some((k, kept)) = s.kept.take() {
-                        keep(&s.st, k, kept);
+                        keep(&s.st, k, kept).await;
                     }
                     "[DONE]".to_string()
                 }
                 Some(Err(e)) => {
                     s.done = true;
                     s.st.metrics
-                        .upstream_error(&s.tag.route["upstream:".len()..], e.label);
+                        .upstream_error(s.chunks.upstream().name(), e.label);
                     sse_json(&ApiError::upstream(e).body())
                 }
             };
@@ -295,7 +298,7 @@ fn streamed(
 
 /// What continues this local answer at an upstream if it fails midway (None: no upstream
 /// takes `error`).
-pub(super) fn takeover(st: &Arc<AppState>, ask: &Ask) -> Option<Takeover> {
+pub(super) fn takeover(st: &Arc<AppState>, ask: &Ask<'_>) -> Option<Takeover> {
     let ups = st.upstreams.taking(Reason::Error, ask.endpoint);
     if ups.is_empty() {
         return None;

@@ -78,12 +78,20 @@ impl Tag {
         &self.route
     }
 
+    /// `v` (an answer or a stream chunk) with `kerze` set to this tag (an object's; anything
+    /// else is left as it is).
+    pub fn mark(&self, v: &mut serde_json::Value) {
+        if let Some(m) = v.as_object_mut() {
+            m.insert("kerze".into(), serde_json::json!(self));
+        }
+    }
+
     /// `json` (an answer or a stream chunk, serialized) with `kerze` set to this tag.
     pub fn stamp(&self, json: &str) -> String {
         match serde_json::from_str::<serde_json::Value>(json) {
-            Ok(serde_json::Value::Object(mut m)) => {
-                m.insert("kerze".into(), serde_json::json!(self));
-                serde_json::Value::Object(m).to_string()
+            Ok(mut v @ serde_json::Value::Object(_)) => {
+                self.mark(&mut v);
+                v.to_string()
             }
             _ => json.to_string(),
         }

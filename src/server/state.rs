@@ -154,7 +154,7 @@ impl AppState {
                 }
                 if let Event::Done { finish, usage } = &ev {
                     let e = Entry::local(std::mem::take(&mut pieces), *finish, usage.clone());
-                    keep(&cache, shared.as_ref(), key.clone(), e);
+                    keep(&cache, shared.as_ref(), key.clone(), e).await;
                 }
                 // The client went away: dropping `inner` tells the slot.
                 if tx.send(ev).is_err() {
@@ -263,9 +263,10 @@ impl AppState {
     }
 }
 
-/// Keep an answer in this process's cache and, where there is one, the shared store (in the
-/// background: the answer does not wait for it).
-pub(super) fn keep(
+/// Keep an answer in this process's cache, before the answer's end reaches its client (a
+/// repeat it sends at once finds it), and, where there is one, in the shared store (in the
+/// background: the answer does not wait for Redis).
+pub(super) async fn keep(
     cache: &Arc<responses::ResponseCache>,
     shared: Option<&Arc<Shared>>,
     key: String,
@@ -276,5 +277,5 @@ pub(super) fn keep(
         tokio::spawn(async move { sh.set(&k, &bytes, ttl).await });
     }
     let cache = Arc::clone(cache);
-    tokio::task::spawn_blocking(move || cache.store(&key, &e));
+    let _ = tokio::task::spawn_blocking(move || cache.store(&key, &e)).await;
 }

@@ -49,11 +49,26 @@ fn shared_key(upstream: &str, what: &str, window: u64) -> String {
     format!("kerze:quota:{upstream}:{what}:{window}")
 }
 
-fn utc_day_and_rest() -> (u64, Duration) {
-    let s = SystemTime::now()
+fn utc_secs() -> u64 {
+    SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    (s / 86_400, Duration::from_secs(86_400 - s % 86_400))
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The UTC day (days since the epoch) of `secs`, and the time left of it.
+fn day_and_rest(secs: u64) -> (u64, Duration) {
+    (secs / 86_400, Duration::from_secs(86_400 - secs % 86_400))
+}
+
+impl State {
+    /// The day's counts start again on a new UTC day.
+    fn on_day(&mut self, day: u64) {
+        if self.day != day {
+            self.day = day;
+            self.day_requests = 0;
+            self.day_tokens = 0;
+        }
+    }
 }
 
 impl Limits {
@@ -140,12 +155,8 @@ impl Limits {
     pub(super) fn quota(&self, name: &str) -> Result<(), Refusal> {
         let now = Instant::now();
         let mut s = self.state();
-        let (day, rest) = utc_day_and_rest();
-        if s.day != day {
-            s.day = day;
-            s.day_requests = 0;
-            s.day_tokens = 0;
-        }
+        let (day, rest) = day_and_rest(utc_secs());
+        s.on_day(day);
         let refuse = |message: String, retry_after: Duration, _: &mut State| {
             Err(Refusal {
                 message,
@@ -204,10 +215,8 @@ impl Limits {
         name: &str,
         sh: &Shared,
     ) -> Option<Result<(), Refusal>> {
-        let secs = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let (day, rest) = (secs / 86_400, Duration::from_secs(86_400 - secs % 86_400));
+        let secs = utc_secs();
+        let (day, rest) = day_and_rest(secs);
         let refuse = |message: String, retry_after: Duration| {
             Some(Err(Refusal {
                 message,
@@ -254,7 +263,7 @@ impl Limits {
         if self.tokens_per_day.is_none() || tokens == 0 {
             return;
         }
-        let day = utc_day_and_rest().0;
+        let day = day_and_rest(utc_secs()).0;
         let (k, sh) = (shared_key(name, "tokens", day), std::sync::Arc::clone(sh));
         tokio::spawn(async move { sh.add(&k, tokens, Duration::from_secs(2 * 86_400)).await });
     }
@@ -262,12 +271,7 @@ impl Limits {
     /// Tokens an answer used (the upstream's usage), against the day's budget.
     pub(super) fn spend(&self, tokens: u64) {
         let mut s = self.state();
-        let (day, _) = utc_day_and_rest();
-        if s.day != day {
-            s.day = day;
-            s.day_requests = 0;
-            s.day_tokens = 0;
-        }
+        s.on_day(day_and_rest(utc_secs()).0);
         s.day_tokens = s.day_tokens.saturating_add(tokens);
     }
 
